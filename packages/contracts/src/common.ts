@@ -1,0 +1,70 @@
+import { z } from "zod";
+import { isUuid } from "./volume-id.js";
+
+export const Uuid = z.string().refine(isUuid, { message: "must be a lowercase 36-character uuid" });
+
+/** CSI limits: names ≤ 128 bytes without control characters; string maps ≤ 4 KiB in all. */
+export const CSI_NAME_MAX_BYTES = 128;
+export const CSI_MAP_MAX_BYTES = 4096;
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what we reject
+const CONTROL = /[\u0000-\u001f\u007f]/u;
+
+export const CsiName = z
+  .string()
+  .min(1, "name is required")
+  .refine((s) => Buffer.byteLength(s, "utf8") <= CSI_NAME_MAX_BYTES, {
+    message: `name must be at most ${CSI_NAME_MAX_BYTES} bytes`,
+  })
+  .refine((s) => !CONTROL.test(s), { message: "name must not contain control characters" });
+
+export function mapBytes(m: Record<string, string>): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(m)) n += Buffer.byteLength(k, "utf8") + Buffer.byteLength(v, "utf8");
+  return n;
+}
+
+export const StringMap = z
+  .record(z.string(), z.string())
+  .refine((m) => mapBytes(m) <= CSI_MAP_MAX_BYTES, { message: `map must be at most ${CSI_MAP_MAX_BYTES} bytes` });
+
+/** Who wrote an event: the service and its replica (hostname:pid or a configured id). */
+export const Actor = z.object({ service: z.string().min(1), replica: z.string().min(1) });
+export type Actor = z.infer<typeof Actor>;
+
+export const AccessMode = z.enum([
+  "SINGLE_NODE_WRITER",
+  "SINGLE_NODE_READER_ONLY",
+  "MULTI_NODE_READER_ONLY",
+  "MULTI_NODE_SINGLE_WRITER",
+  "MULTI_NODE_MULTI_WRITER",
+  "SINGLE_NODE_SINGLE_WRITER",
+  "SINGLE_NODE_MULTI_WRITER",
+]);
+export type AccessMode = z.infer<typeof AccessMode>;
+
+/** A CSI VolumeCapability reduced to what the control plane reasons about. */
+export const Capability = z.object({
+  accessType: z.enum(["mount", "block"]),
+  accessMode: AccessMode,
+  fsType: z.string().optional(),
+  mountFlags: z.array(z.string()).optional(),
+});
+export type Capability = z.infer<typeof Capability>;
+
+export const ContentSource = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("snapshot"), uuid: Uuid }),
+  z.object({ kind: z.literal("volume"), uuid: Uuid }),
+]);
+export type ContentSource = z.infer<typeof ContentSource>;
+
+/** Paging for list commands: an opaque token the journal hands out (a uuid to start after). */
+export const Paging = z.object({
+  maxEntries: z.number().int().min(0).max(10_000).default(0),
+  startingToken: z.string().optional(),
+});
+
+/** Parse with a zod schema, turning failures into one readable line: "field: problem; ...". */
+export function describeZodError(err: z.ZodError): string {
+  return err.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ");
+}

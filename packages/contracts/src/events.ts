@@ -1,0 +1,84 @@
+/**
+ * Events: the durable facts the journal appends to JetStream. Every event carries its type, a
+ * schema version, the time, the request id and the actor; events are never rewritten. The
+ * aggregate an event belongs to is its subject (see subjects.ts); the stream sequence is
+ * assigned by JetStream and travels beside the event, not inside it.
+ */
+import { z } from "zod";
+import { Actor, Capability, ContentSource, Uuid } from "./common.js";
+
+const meta = {
+  v: z.literal(1),
+  time: z.string(),
+  requestId: z.string(),
+  actor: Actor,
+};
+
+const ev = <T extends string, S extends z.ZodRawShape>(type: T, data: S) =>
+  z.object({ type: z.literal(type), ...meta, ...data });
+
+const Kind = z.enum(["volume", "snapshot"]);
+
+// --- request-name aggregate: the fence for "one name, one reservation" ---
+export const NameReserved = ev("NameReserved", { kind: Kind, name: z.string(), uuid: Uuid });
+export const NameReleased = ev("NameReleased", { kind: Kind, name: z.string(), uuid: Uuid });
+
+// --- volume aggregate ---
+export const VolumeReserved = ev("VolumeReserved", {
+  uuid: Uuid,
+  name: z.string(),
+  instance: z.string(),
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  imageName: z.string(),
+  sizeBytes: z.number().int().positive(),
+  digest: z.string(),
+  parameters: z.record(z.string(), z.string()),
+  capabilities: z.array(Capability),
+  source: ContentSource.optional(),
+});
+export const VolumeCreated = ev("VolumeCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().positive() });
+export const VolumeExpanded = ev("VolumeExpanded", { uuid: Uuid, sizeBytes: z.number().int().positive() });
+export const VolumeDeleted = ev("VolumeDeleted", { uuid: Uuid });
+
+// --- snapshot aggregate ---
+export const SnapshotReserved = ev("SnapshotReserved", {
+  uuid: Uuid,
+  name: z.string(),
+  instance: z.string(),
+  sourceUuid: Uuid,
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  imageName: z.string(),
+  digest: z.string(),
+});
+export const SnapshotCreated = ev("SnapshotCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().nonnegative() });
+export const SnapshotDeleted = ev("SnapshotDeleted", { uuid: Uuid });
+
+/** A reservation that never became a usable image, rolled back (either aggregate kind). */
+export const ReservationUndone = ev("ReservationUndone", { kind: Kind, uuid: Uuid, reason: z.string() });
+
+export const JournalEvent = z.discriminatedUnion("type", [
+  NameReserved,
+  NameReleased,
+  VolumeReserved,
+  VolumeCreated,
+  VolumeExpanded,
+  VolumeDeleted,
+  SnapshotReserved,
+  SnapshotCreated,
+  SnapshotDeleted,
+  ReservationUndone,
+]);
+export type JournalEvent = z.infer<typeof JournalEvent>;
+export type EventType = JournalEvent["type"];
+export type EventOf<T extends EventType> = Extract<JournalEvent, { type: T }>;
+/** An event as a writer builds it: the metadata is stamped by the appender. */
+export type EventBody<E extends JournalEvent = JournalEvent> = E extends JournalEvent ? Omit<E, "v" | "time" | "requestId" | "actor"> : never;
+
+/** An event read back from the log with its position. */
+export interface StoredEvent {
+  seq: number;
+  subject: string;
+  event: JournalEvent;
+}

@@ -1,0 +1,100 @@
+/**
+ * The journal's request/reply commands (one schema per command and per reply) and the reply
+ * envelope. The controller sends these; the journal answers. A contract entry ties the subject
+ * verb, the request schema and the result schema together, so both sides are typed from one
+ * object and cannot drift.
+ */
+import { z } from "zod";
+import { Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
+import { WireError } from "./errors.js";
+
+export const VolumeView = z.object({
+  uuid: Uuid,
+  name: z.string(),
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  imageName: z.string(),
+  imageId: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  parameters: z.record(z.string(), z.string()),
+  capabilities: z.array(Capability),
+  source: ContentSource.optional(),
+  createdAt: z.string(),
+});
+export type VolumeView = z.infer<typeof VolumeView>;
+
+export const SnapshotView = z.object({
+  uuid: Uuid,
+  name: z.string(),
+  sourceUuid: Uuid,
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  imageName: z.string(),
+  imageId: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  createdAt: z.string(),
+  readyToUse: z.boolean(),
+});
+export type SnapshotView = z.infer<typeof SnapshotView>;
+
+const RequestMeta = { requestId: z.string().min(1).max(128) };
+
+export const VolumeCreate = z.object({
+  ...RequestMeta,
+  name: CsiName,
+  sizeBytes: z.number().int().positive(),
+  /** Upper bound from the CSI capacity range (0 = none). */
+  limitBytes: z.number().int().nonnegative().default(0),
+  pool: z.string().min(1).optional(),
+  parameters: StringMap.default({}),
+  capabilities: z.array(Capability).min(1),
+  source: ContentSource.optional(),
+});
+export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid });
+export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, sizeBytes: z.number().int().positive() });
+export const VolumeGet = z.object({ uuid: Uuid });
+export const VolumeList = Paging;
+
+export const SnapshotCreate = z.object({
+  ...RequestMeta,
+  name: CsiName,
+  sourceUuid: Uuid,
+  parameters: StringMap.default({}),
+});
+export const SnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid });
+export const SnapshotGet = z.object({ uuid: Uuid });
+export const SnapshotList = Paging.extend({ snapshotUuid: Uuid.optional(), sourceUuid: Uuid.optional() });
+
+const page = <T extends z.ZodTypeAny>(entry: T) => z.object({ entries: z.array(entry), nextToken: z.string().optional() });
+
+export const Deleted = z.object({ deleted: z.boolean() });
+export const PoolStatus = z.object({ pool: z.string(), poolId: z.number(), totalBytes: z.number(), freeBytes: z.number(), maxImageBytes: z.number() });
+export const PoolStat = z.object({ pool: z.string().optional() });
+
+/** Every journal command: family + verb → request and result schemas. */
+export const journalContract = {
+  "volume.create": { request: VolumeCreate, result: VolumeView },
+  "volume.delete": { request: VolumeDelete, result: Deleted },
+  "volume.expand": { request: VolumeExpand, result: VolumeView },
+  "volume.get": { request: VolumeGet, result: VolumeView },
+  "volume.list": { request: VolumeList, result: page(VolumeView) },
+  "snapshot.create": { request: SnapshotCreate, result: SnapshotView },
+  "snapshot.delete": { request: SnapshotDelete, result: Deleted },
+  "snapshot.get": { request: SnapshotGet, result: SnapshotView },
+  "snapshot.list": { request: SnapshotList, result: page(SnapshotView) },
+  "pool.stat": { request: PoolStat, result: PoolStatus },
+} as const;
+
+export type JournalCommand = keyof typeof journalContract;
+export type CommandRequest<C extends JournalCommand> = z.input<(typeof journalContract)[C]["request"]>;
+export type ParsedRequest<C extends JournalCommand> = z.output<(typeof journalContract)[C]["request"]>;
+export type CommandResult<C extends JournalCommand> = z.infer<(typeof journalContract)[C]["result"]>;
+
+export function splitCommand(c: JournalCommand): { family: "volume" | "snapshot" | "pool"; verb: string } {
+  const [family, verb] = c.split(".") as ["volume" | "snapshot" | "pool", string];
+  return { family, verb };
+}
+
+/** The reply envelope: a result, or a stable error name the caller maps to a CSI code. */
+export const replyEnvelope = <T extends z.ZodTypeAny>(result: T) =>
+  z.discriminatedUnion("ok", [z.object({ ok: z.literal(true), result }), z.object({ ok: z.literal(false), error: WireError })]);

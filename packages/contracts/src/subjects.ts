@@ -1,0 +1,58 @@
+/**
+ * Subject builders. No service writes a subject string by hand: every token goes through
+ * `token()`, which rejects what would change a subject's shape ('.', '*', '>', whitespace,
+ * control characters, empty). Names chosen by CSI callers (arbitrary UTF-8) become a token
+ * through base64url, so a volume named "a.b >" cannot address another aggregate.
+ *
+ * Layout (one storage cluster = one prefix, one stream, one journal queue group):
+ *   csi.<cluster>.journal.<family>.<verb>            commands (request/reply)
+ *   csi.<cluster>.evt.vol.<uuid>                     volume aggregate events
+ *   csi.<cluster>.evt.snap.<uuid>                    snapshot aggregate events
+ *   csi.<cluster>.evt.name.<kind>.<instance>.<b64>   request-name aggregate (reservation fence)
+ *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume
+ */
+import { DriverError } from "./errors.js";
+
+export class SubjectError extends DriverError {
+  constructor(what: string, value: string) {
+    super("InvalidArgument", `invalid ${what} for a subject token: ${JSON.stringify(value)}`);
+  }
+}
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what we reject
+const BAD_TOKEN = /[.*>\s\u0000-\u001f\u007f]/u;
+
+export function token(value: string, what = "token"): string {
+  if (value.length === 0 || BAD_TOKEN.test(value)) throw new SubjectError(what, value);
+  return value;
+}
+
+/** A cluster ID is also a stream-name part and a Redis hash tag: keep it to a safe alphabet. */
+export const CLUSTER_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+export function clusterToken(clusterID: string): string {
+  if (!CLUSTER_ID_RE.test(clusterID)) throw new SubjectError("cluster id", clusterID);
+  return clusterID;
+}
+
+export function nameToken(name: string): string {
+  return Buffer.from(name, "utf8").toString("base64url") || "_";
+}
+
+export type NameKind = "vol" | "snap";
+
+export const subjects = {
+  /** `command` is "<family>.<verb>", e.g. "volume.create". */
+  command: (cluster: string, command: string) =>
+    `csi.${clusterToken(cluster)}.journal.${command.split(".").map((t) => token(t, "command")).join(".")}`,
+  commandWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.journal.>`,
+  eventsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.evt.>`,
+  volumeEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.vol.${token(uuid, "uuid")}`,
+  snapshotEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.snap.${token(uuid, "uuid")}`,
+  nameEvents: (cluster: string, kind: NameKind, instance: string, name: string) =>
+    `csi.${clusterToken(cluster)}.evt.name.${kind}.${token(instance, "instance")}.${nameToken(name)}`,
+  deviceEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.dev.${token(uuid, "uuid")}`,
+  /** JetStream stream holding one cluster's event log. */
+  streamName: (cluster: string) => `CSI_EVENTS_${clusterToken(cluster)}`,
+  journalQueue: (cluster: string) => `journal-${clusterToken(cluster)}`,
+  journalServiceName: (cluster: string) => `csi-journal-${clusterToken(cluster)}`,
+};

@@ -1,0 +1,137 @@
+/**
+ * Real nats-server (JetStream) and redis-server processes on free ports, with data in a
+ * directory of the caller's choice. Used by `npm start` (the embedded local stack) and by the
+ * test harness (per-file servers that tests can stop, kill and restart to inject faults).
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import net from "node:net";
+import path from "node:path";
+
+export interface LocalServer {
+  readonly kind: "nats" | "redis";
+  readonly port: number;
+  readonly url: string;
+  readonly dataDir: string;
+  /** Graceful stop (SIGTERM), waits for exit. */
+  stop(): Promise<void>;
+  /** Crash (SIGKILL), waits for exit. */
+  kill(): Promise<void>;
+  /** Start again on the same port with the same data. */
+  restart(): Promise<void>;
+  readonly running: boolean;
+}
+
+/** A TCP port nobody listens on right now. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+/** Find a server binary on PATH or in the Debian locations; install the Debian package if missing and allowed. */
+export function findBinary(name: "nats-server" | "redis-server"): string {
+  const look = () => {
+    for (const dir of [...(process.env.PATH ?? "").split(":"), "/usr/sbin", "/usr/bin", "/usr/local/bin"]) {
+      const p = path.join(dir, name);
+      if (dir && existsSync(p)) return p;
+    }
+    return undefined;
+  };
+  let found = look();
+  if (!found && process.getuid?.() === 0 && process.env.CSI_NO_APT !== "1") {
+    execFileSync("apt-get", ["install", "-y", "-q", name], { stdio: "ignore" });
+    found = look();
+  }
+  if (!found) throw new Error(`${name} not found: install the Debian package ${name} (apt-get install ${name})`);
+  return found;
+}
+
+interface Spec {
+  kind: "nats" | "redis";
+  args: (port: number, dataDir: string) => string[];
+  ready: RegExp;
+  url: (port: number) => string;
+}
+
+const specs: Record<"nats" | "redis", Spec> = {
+  nats: {
+    kind: "nats",
+    args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
+    ready: /Server is ready/,
+    url: (port) => `nats://127.0.0.1:${port}`,
+  },
+  redis: {
+    kind: "redis",
+    // Persistence on (AOF) so a restart keeps data, as a production Redis would.
+    args: (port, dir) => ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes"],
+    ready: /Ready to accept connections/,
+    url: (port) => `redis://127.0.0.1:${port}`,
+  },
+};
+
+async function launch(bin: string, spec: Spec, port: number, dataDir: string): Promise<ChildProcess> {
+  mkdirSync(dataDir, { recursive: true });
+  const child = spawn(bin, spec.args(port, dataDir), { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);
+    const onData = (b: Buffer) => {
+      log += b.toString();
+      if (spec.ready.test(log)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${spec.kind} exited with ${code} before it was ready:\n${log}`));
+    });
+  });
+  // Keep draining output so the pipe never fills up.
+  child.stdout?.resume();
+  child.stderr?.resume();
+  return child;
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once("exit", () => resolve()));
+}
+
+export async function startServer(kind: "nats" | "redis", dataDir: string, port?: number): Promise<LocalServer> {
+  const spec = specs[kind];
+  const bin = findBinary(kind === "nats" ? "nats-server" : "redis-server");
+  const p = port ?? (await freePort());
+  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir);
+  const signal = async (sig: NodeJS.Signals) => {
+    const c = child;
+    child = undefined;
+    if (!c) return;
+    c.kill(sig);
+    await exited(c);
+  };
+  return {
+    kind,
+    port: p,
+    url: spec.url(p),
+    dataDir,
+    get running() {
+      return child !== undefined;
+    },
+    stop: () => signal("SIGTERM"),
+    kill: () => signal("SIGKILL"),
+    restart: async () => {
+      await signal("SIGTERM");
+      child = await launch(bin, spec, p, dataDir);
+    },
+  };
+}

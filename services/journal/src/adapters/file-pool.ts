@@ -1,0 +1,327 @@
+/**
+ * FilePool: the embedded pool backend. Each image is a sparse file in one directory, so a single
+ * machine can run the whole driver for real (the node-agent attaches images with a loop device).
+ *
+ * Layout of the pool root (created with mode 0700 on first use):
+ *   <name>.img          an image. Mode 0644 = writable (image or clone); 0444 = snapshot (read-only).
+ *   .tmp-<name>-<hex>   a file being built; never visible under a final name. Leftovers of a crash
+ *                       older than an hour are swept by init().
+ *
+ * Publishing is atomic. An image is built in full under a temp name (ftruncate for a new image,
+ * `cp --reflink=auto --sparse=always` for a snapshot or clone), then hard-linked to `<name>.img`.
+ * link(2) fails with EEXIST when the name is taken, so of N racing creators exactly one wins and
+ * the others see the winner's complete file, never a half-built one. The temp name is always
+ * unlinked afterwards. (Needs a filesystem with hard links — ext4, xfs, btrfs, tmpfs — and GNU cp.)
+ *
+ * Image id = the file's inode number in lowercase hex. It is stable for the image's whole life
+ * (link and resize keep the inode) and unique among the live files of the filesystem; the kernel
+ * may reuse it after a delete, so it is not unique across time — the journal pairs it with the name.
+ *
+ * Resize is grow-only. Its size check and truncate are serialized per name inside this process;
+ * across processes the journal's per-name lock does that.
+ */
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chmod, link, lstat, mkdir, open, readdir, statfs, truncate, unlink } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { DriverError } from "@csi/contracts";
+import {
+  type ImageInfo,
+  MiB,
+  type PoolBackend,
+  type PoolCapacity,
+  roundUpToMiB,
+} from "../domain/pool-backend.js";
+
+export { MiB, roundUpToMiB };
+
+/** Default largest image: 1 TiB (sparse, so it costs nothing until written). */
+export const DEFAULT_MAX_IMAGE_BYTES = 1024 * 1024 * MiB;
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+const IMG = ".img";
+const TMP_PREFIX = ".tmp-";
+const IMAGE_MODE = 0o644;
+const SNAPSHOT_MODE = 0o444;
+const STALE_TMP_MS = 60 * 60 * 1000;
+
+const run = promisify(execFile);
+
+export interface FilePoolOptions {
+  name: string;
+  id: number;
+  /** The pool directory. */
+  root: string;
+  maxImageBytes?: number;
+}
+
+export class FilePool implements PoolBackend {
+  readonly poolName: string;
+  readonly poolId: number;
+  readonly root: string;
+  readonly maxImageBytes: number;
+  readonly #rootPrefix: string;
+  #ready: Promise<void> | undefined;
+  readonly #locks = new Map<string, Promise<unknown>>();
+
+  constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES }: FilePoolOptions) {
+    if (!Number.isSafeInteger(id) || id < 0) {
+      throw new DriverError("InvalidArgument", `pool id must be a non-negative integer, got ${id}`);
+    }
+    if (!Number.isSafeInteger(maxImageBytes) || maxImageBytes < MiB) {
+      throw new DriverError("InvalidArgument", `maxImageBytes must be an integer >= 1 MiB`);
+    }
+    this.poolName = name;
+    this.poolId = id;
+    this.root = path.resolve(root);
+    this.#rootPrefix = this.root.endsWith(path.sep) ? this.root : this.root + path.sep;
+    this.maxImageBytes = maxImageBytes;
+  }
+
+  /** mkdir -p the root and sweep stale temp files. Every operation calls it; it runs once. */
+  init(): Promise<void> {
+    this.#ready ??= (async () => {
+      await mkdir(this.root, { recursive: true, mode: 0o700 });
+      await this.#sweepTemps();
+    })().catch((err: unknown) => {
+      this.#ready = undefined;
+      fail(err, `pool "${this.poolName}": init`);
+    });
+    return this.#ready;
+  }
+
+  imagePath(name: string): string {
+    if (!isImageName(name)) {
+      throw new DriverError("InvalidArgument", `invalid image name ${JSON.stringify(String(name).slice(0, 64))}`);
+    }
+    const file = path.resolve(this.root, name + IMG);
+    if (!file.startsWith(this.#rootPrefix)) {
+      throw new DriverError("InvalidArgument", `image name ${JSON.stringify(name)} escapes the pool`);
+    }
+    return file;
+  }
+
+  async createImage(name: string, sizeBytes: number): Promise<ImageInfo> {
+    const file = this.imagePath(name);
+    const size = this.#checkSize(sizeBytes);
+    return this.#publish(name, file, sameWritable(name, size), async (tmp) => {
+      const fh = await open(tmp, "wx", IMAGE_MODE);
+      try {
+        await fh.truncate(size);
+      } finally {
+        await fh.close();
+      }
+    });
+  }
+
+  async resizeImage(name: string, sizeBytes: number): Promise<ImageInfo> {
+    const file = this.imagePath(name);
+    const size = this.#checkSize(sizeBytes);
+    return this.#serialize(name, async () => {
+      const img = await this.#stat(name, file);
+      if (!img) throw new DriverError("NotFound", `image "${name}" not found`);
+      if (img.readOnly) throw new DriverError("InvalidArgument", `image "${name}" is a read-only snapshot`);
+      if (size <= img.sizeBytes) return img;
+      try {
+        await truncate(file, size);
+      } catch (err) {
+        if (errno(err) === "ENOENT") throw new DriverError("NotFound", `image "${name}" not found`);
+        fail(err, `resize image "${name}"`);
+      }
+      return { ...img, sizeBytes: size };
+    });
+  }
+
+  async deleteImage(name: string): Promise<void> {
+    const file = this.imagePath(name);
+    try {
+      await unlink(file);
+    } catch (err) {
+      if (errno(err) !== "ENOENT") fail(err, `delete image "${name}"`);
+    }
+  }
+
+  async snapshotImage(source: string, snapName: string): Promise<ImageInfo> {
+    const src = this.imagePath(source);
+    const file = this.imagePath(snapName);
+    const isSnapshot = (img: ImageInfo): ImageInfo => {
+      if (!img.readOnly) throw new DriverError("AlreadyExists", `"${snapName}" exists and is not a snapshot`);
+      return img;
+    };
+    return this.#publish(snapName, file, isSnapshot, async (tmp) => {
+      await this.#source(source, src);
+      await this.#copy(source, src, tmp);
+      await chmod(tmp, SNAPSHOT_MODE);
+    });
+  }
+
+  async cloneImage(source: string, target: string, sizeBytes: number): Promise<ImageInfo> {
+    const src = this.imagePath(source);
+    const file = this.imagePath(target);
+    const size = this.#checkSize(sizeBytes);
+    const tooSmall = (have: number) =>
+      new DriverError("OutOfRange", `clone size ${size} is smaller than source "${source}" (${have} bytes)`);
+    return this.#publish(target, file, sameWritable(target, size), async (tmp) => {
+      const from = await this.#source(source, src);
+      if (size < from.sizeBytes) throw tooSmall(from.sizeBytes);
+      await this.#copy(source, src, tmp);
+      await chmod(tmp, IMAGE_MODE);
+      // Check the copy, not the earlier stat: the source may have grown meanwhile.
+      const copied = await this.#stat(target, tmp);
+      if (!copied) throw new DriverError("Internal", `clone of "${source}" vanished`);
+      if (size < copied.sizeBytes) throw tooSmall(copied.sizeBytes);
+      if (size > copied.sizeBytes) await truncate(tmp, size);
+    });
+  }
+
+  async statImage(name: string): Promise<ImageInfo | undefined> {
+    return this.#stat(name, this.imagePath(name));
+  }
+
+  async listImages(): Promise<ImageInfo[]> {
+    await this.init();
+    const entries = await readdir(this.root, { withFileTypes: true });
+    const names = entries
+      .filter((e) => e.isFile() && e.name.endsWith(IMG))
+      .map((e) => e.name.slice(0, -IMG.length))
+      .filter(isImageName)
+      .sort();
+    const infos = await Promise.all(names.map((n) => this.#stat(n, path.join(this.root, n + IMG))));
+    return infos.filter((i): i is ImageInfo => i !== undefined);
+  }
+
+  async capacity(): Promise<PoolCapacity> {
+    await this.init();
+    const s = await statfs(this.root);
+    return { totalBytes: s.blocks * s.bsize, freeBytes: s.bavail * s.bsize, maxImageBytes: this.maxImageBytes };
+  }
+
+  // --- internals ---
+
+  #checkSize(sizeBytes: number): number {
+    if (!Number.isFinite(sizeBytes) || sizeBytes <= 0) {
+      throw new DriverError("InvalidArgument", `size must be a positive number of bytes, got ${sizeBytes}`);
+    }
+    const size = roundUpToMiB(sizeBytes);
+    if (size > this.maxImageBytes) {
+      throw new DriverError("OutOfRange", `size ${size} exceeds the pool maximum ${this.maxImageBytes}`);
+    }
+    return size;
+  }
+
+  /** Info of an image file; undefined if missing. Only regular files count (lstat: no symlinks). */
+  async #stat(name: string, file: string): Promise<ImageInfo | undefined> {
+    const st = await lstat(file, { bigint: true }).catch((err: unknown) => {
+      if (errno(err) === "ENOENT") return undefined;
+      fail(err, `stat image "${name}"`);
+    });
+    if (!st) return undefined;
+    if (!st.isFile()) throw new DriverError("Internal", `image "${name}" is not a regular file`);
+    return { name, id: st.ino.toString(16), sizeBytes: Number(st.size), readOnly: (st.mode & 0o200n) === 0n };
+  }
+
+  async #source(name: string, file: string): Promise<ImageInfo> {
+    const img = await this.#stat(name, file);
+    if (!img) throw new DriverError("NotFound", `source image "${name}" not found`);
+    return img;
+  }
+
+  /** cp with reflink when the filesystem has it, else a sparse copy. `to` must not exist. */
+  async #copy(name: string, from: string, to: string): Promise<void> {
+    try {
+      await run("cp", ["--reflink=auto", "--sparse=always", "--", from, to]);
+    } catch (err) {
+      if (!(await this.#stat(name, from))) throw new DriverError("NotFound", `source image "${name}" not found`);
+      throw err;
+    }
+  }
+
+  /**
+   * Return the image `name`, building it under a temp name with `build` and linking it into
+   * place if it does not exist yet. An existing image (found first, or won by a racing caller)
+   * goes through `onExisting`, which returns it if compatible or throws.
+   */
+  async #publish(
+    name: string,
+    file: string,
+    onExisting: (img: ImageInfo) => ImageInfo,
+    build: (tmp: string) => Promise<void>,
+  ): Promise<ImageInfo> {
+    await this.init();
+    const found = await this.#stat(name, file);
+    if (found) return onExisting(found);
+    const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
+    try {
+      await build(tmp);
+      const built = await this.#stat(name, tmp);
+      if (!built) throw new DriverError("Internal", `temp file for "${name}" vanished`);
+      for (let attempt = 0; attempt < 3; attempt++) {
+        try {
+          await link(tmp, file);
+          return built;
+        } catch (err) {
+          if (errno(err) !== "EEXIST") throw err;
+        }
+        const other = await this.#stat(name, file);
+        if (other) return onExisting(other);
+        // Deleted between our link and our stat: try again.
+      }
+      throw new DriverError("Aborted", `image "${name}" keeps changing; retry`);
+    } catch (err) {
+      fail(err, `create image "${name}"`);
+    } finally {
+      await unlink(tmp).catch(() => {});
+    }
+  }
+
+  #serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const next = (this.#locks.get(key) ?? Promise.resolve()).then(fn, fn);
+    const tail = next.catch(() => {});
+    this.#locks.set(key, tail);
+    void tail.then(() => {
+      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    });
+    return next;
+  }
+
+  async #sweepTemps(): Promise<void> {
+    const cutoff = Date.now() - STALE_TMP_MS;
+    for (const entry of await readdir(this.root)) {
+      if (!entry.startsWith(TMP_PREFIX)) continue;
+      const file = path.join(this.root, entry);
+      const st = await lstat(file).catch(() => undefined);
+      if (st?.isFile() && st.mtimeMs < cutoff) await unlink(file).catch(() => {});
+    }
+  }
+}
+
+function isImageName(name: string): boolean {
+  return typeof name === "string" && NAME_RE.test(name) && !name.includes("..");
+}
+
+/** onExisting for create/clone: same rounded size and writable → the image; else AlreadyExists. */
+function sameWritable(name: string, size: number) {
+  return (img: ImageInfo): ImageInfo => {
+    if (img.readOnly) throw new DriverError("AlreadyExists", `"${name}" exists as a read-only snapshot`);
+    if (img.sizeBytes !== size) {
+      throw new DriverError("AlreadyExists", `image "${name}" exists with size ${img.sizeBytes}, not ${size}`);
+    }
+    return img;
+  };
+}
+
+function errno(err: unknown): unknown {
+  return typeof err === "object" && err !== null ? (err as { code?: unknown }).code : undefined;
+}
+
+/** Rethrow as a DriverError: out of space → ResourceExhausted, anything unexpected → Internal. */
+function fail(err: unknown, what: string): never {
+  if (err instanceof DriverError) throw err;
+  const code = errno(err);
+  const stderr = String((err as { stderr?: unknown } | undefined)?.stderr ?? "");
+  if (code === "ENOSPC" || code === "EDQUOT" || /no space left|quota exceeded/i.test(stderr)) {
+    throw new DriverError("ResourceExhausted", `${what}: pool is full`, { cause: err });
+  }
+  throw new DriverError("Internal", `${what} failed`, { cause: err });
+}

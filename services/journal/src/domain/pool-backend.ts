@@ -1,0 +1,65 @@
+/**
+ * The pool backend port: what the journal needs from a storage pool (Ceph RBD, or the embedded
+ * file pool). Types plus one pure size helper; no I/O here. Adapters live in `../adapters/`.
+ *
+ * Sizes are bytes. Every image size is a whole number of MiB: requests are rounded UP, so the
+ * image is never smaller than asked for.
+ */
+
+export const MiB = 1024 * 1024;
+
+/** `n` rounded up to a whole MiB (1 → 1 MiB, 1 MiB → 1 MiB, 1 MiB + 1 → 2 MiB). */
+export function roundUpToMiB(n: number): number {
+  return Math.ceil(n / MiB) * MiB;
+}
+
+export interface ImageInfo {
+  name: string;
+  /** Backend-assigned id, stable for the life of the image (the file pool uses the inode). */
+  id: string;
+  sizeBytes: number;
+  /** Snapshots are read-only; images and clones are writable. */
+  readOnly: boolean;
+}
+
+export interface PoolCapacity {
+  totalBytes: number;
+  freeBytes: number;
+  maxImageBytes: number;
+}
+
+export interface PoolBackend {
+  readonly poolName: string;
+  /** Numeric id, goes into volume ids. */
+  readonly poolId: number;
+  /**
+   * Create a sparse image; size rounded UP to a whole MiB. If an image of that name already
+   * exists with the same rounded size, return it (idempotent); different size → DriverError
+   * AlreadyExists. Size <= 0 → InvalidArgument; size > maxImageBytes → OutOfRange.
+   */
+  createImage(name: string, sizeBytes: number): Promise<ImageInfo>;
+  /**
+   * Grow to sizeBytes rounded up to MiB; a smaller or equal size is a no-op returning the
+   * current info (never shrink). Missing → NotFound. Past max → OutOfRange. Read-only
+   * (snapshot) image → InvalidArgument.
+   */
+  resizeImage(name: string, sizeBytes: number): Promise<ImageInfo>;
+  /** Delete; a missing image is success. */
+  deleteImage(name: string): Promise<void>;
+  /**
+   * Read-only point-in-time copy of `source` named `snapName` (reflink when the filesystem has
+   * it, otherwise a sparse copy). Idempotent if snapName exists. Missing source → NotFound.
+   */
+  snapshotImage(source: string, snapName: string): Promise<ImageInfo>;
+  /**
+   * Writable copy of an image or snapshot, grown to sizeBytes if larger than the source (never
+   * smaller than source: sizeBytes < source size → OutOfRange). Idempotent if target exists
+   * with same size. Missing source → NotFound.
+   */
+  cloneImage(source: string, target: string, sizeBytes: number): Promise<ImageInfo>;
+  statImage(name: string): Promise<ImageInfo | undefined>;
+  listImages(): Promise<ImageInfo[]>;
+  capacity(): Promise<PoolCapacity>;
+  /** Absolute path of an image file (node-agent/test use); validated to stay inside the pool root. */
+  imagePath(name: string): string;
+}

@@ -1,0 +1,43 @@
+/**
+ * Test harness: a real nats-server (JetStream) and a real redis-server per test file, on free
+ * ports with temporary data directories, disposed of afterwards.
+ *
+ *   const env = await startTestServers();   // in before()
+ *   await env.nats.kill(); await env.nats.restart();
+ *   await env.dispose();                    // in after()
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
+
+export type { LocalServer };
+export { freePort } from "../../scripts/lib/local-servers.js";
+
+export interface TestServers {
+  nats: LocalServer;
+  redis: LocalServer;
+  dir: string;
+  dispose(): Promise<void>;
+}
+
+export async function tempDir(prefix = "csi-test-"): Promise<string> {
+  return mkdtemp(path.join(os.tmpdir(), prefix));
+}
+
+export async function startTestServers(): Promise<TestServers> {
+  const dir = await tempDir();
+  const [nats, redis] = await Promise.all([
+    startServer("nats", path.join(dir, "nats")),
+    startServer("redis", path.join(dir, "redis")),
+  ]);
+  return {
+    nats,
+    redis,
+    dir,
+    dispose: async () => {
+      await Promise.all([nats.stop(), redis.stop()]);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
