@@ -1,0 +1,122 @@
+/**
+ * The gRPC plumbing every CSI endpoint shares (controller and node-agent):
+ *  - every method of the Identity/Controller/Node services is registered; those a service does
+ *    not implement answer UNIMPLEMENTED (never INTERNAL);
+ *  - one middleware chain per call: a request id (from the `x-request-id` metadata or new) in a
+ *    pino child logger, the request logged with secrets stripped, slow calls warned, thrown
+ *    errors mapped through the error table (a DriverError keeps its message; anything else
+ *    becomes INTERNAL "internal error" and its stack stays in our log), cancellation respected.
+ */
+import { randomUUID } from "node:crypto";
+import { unlink } from "node:fs/promises";
+import * as grpc from "@grpc/grpc-js";
+import type { Logger } from "pino";
+import { csiServices } from "../csi.js";
+import { DriverError, GrpcCode, grpcCodeOf } from "../errors.js";
+import { parseEndpoint } from "./endpoint.js";
+import { redactSecrets } from "./redact.js";
+
+export interface CallContext {
+  requestId: string;
+  log: Logger;
+  /** Aborted when the caller cancels or its deadline passes. */
+  signal: AbortSignal;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: CSI messages are proto-loader plain objects
+export type Handler = (req: any, ctx: CallContext) => Promise<unknown>;
+export type Handlers = Partial<Record<string, Handler>>;
+
+export interface CsiServerOptions {
+  endpoint: string;
+  log: Logger;
+  services: { Identity: Handlers; Controller?: Handlers; Node?: Handlers };
+  slowCallMs?: number;
+}
+
+export interface RunningServer {
+  address: string;
+  close(): Promise<void>;
+}
+
+export function statusOf(err: unknown): { code: number; details: string } {
+  if (err instanceof DriverError) return { code: grpcCodeOf(err.code), details: err.message };
+  return { code: GrpcCode.INTERNAL, details: "internal error" };
+}
+
+function wrap(method: string, handler: Handler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
+  return (call, callback) => {
+    const started = performance.now();
+    const requestId = String(call.metadata.get("x-request-id")[0] ?? randomUUID());
+    const clog = log.child({ requestId, method });
+    if (!handler) {
+      clog.debug("unimplemented");
+      callback({ code: GrpcCode.UNIMPLEMENTED, details: `${method} is not implemented` });
+      return;
+    }
+    const ac = new AbortController();
+    call.on("cancelled", () => ac.abort(new DriverError("DeadlineExceeded", "call cancelled")));
+    clog.debug({ request: redactSecrets(call.request) }, "request");
+    handler(call.request, { requestId, log: clog, signal: ac.signal }).then(
+      (response) => {
+        const ms = performance.now() - started;
+        if (ms > slowMs) clog.warn({ ms: Math.round(ms) }, "slow call");
+        clog.debug({ response, ms }, "response");
+        callback(null, response);
+      },
+      (err: unknown) => {
+        const st = statusOf(err);
+        const ms = performance.now() - started;
+        if (st.code === GrpcCode.INTERNAL) clog.error({ err, ms }, "call failed");
+        else clog.info({ code: st.code, details: st.details, ms }, "call refused");
+        callback({ code: st.code, details: st.details });
+      },
+    );
+  };
+}
+
+export async function startCsiServer(opts: CsiServerOptions): Promise<RunningServer> {
+  const ep = parseEndpoint(opts.endpoint);
+  const defs = csiServices();
+  const server = new grpc.Server({ "grpc.max_receive_message_length": 4 * 1024 * 1024 });
+  for (const [name, handlers] of Object.entries(opts.services)) {
+    if (!handlers) continue;
+    const def = defs[name as keyof typeof defs];
+    const impl: grpc.UntypedServiceImplementation = {};
+    for (const method of Object.keys(def)) {
+      impl[method] = wrap(`${name}.${method}`, handlers[method], opts.log, opts.slowCallMs ?? 1000);
+    }
+    server.addService(def, impl);
+  }
+  if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(ep.grpcAddress, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  const address = ep.socketPath ? ep.grpcAddress : ep.grpcAddress.replace(/:0$/, `:${port}`);
+  opts.log.info({ endpoint: address }, "CSI gRPC endpoint listening");
+  return {
+    address,
+    close: async () => {
+      await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+      if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+    },
+  };
+}
+
+/** Identity service handlers, the same shape for every CSI endpoint. */
+export function identityHandlers(info: {
+  name: string;
+  version: string;
+  capabilities: string[];
+  ready: () => Promise<boolean>;
+}): Handlers {
+  return {
+    GetPluginInfo: async () => ({ name: info.name, vendor_version: info.version, manifest: {} }),
+    GetPluginCapabilities: async () => ({
+      capabilities: info.capabilities.map((c) =>
+        c.startsWith("VOLUME_EXPANSION:") ? { volume_expansion: { type: c.split(":")[1] } } : { service: { type: c } },
+      ),
+    }),
+    Probe: async () => ({ ready: { value: await info.ready() } }),
+  };
+}

@@ -1,0 +1,147 @@
+/**
+ * The event log: one JetStream stream per storage cluster (file storage, kept forever), one
+ * subject per aggregate. Appends carry the expected last sequence of their subject, so a
+ * writer that lost its lock cannot overwrite a newer state: the server refuses the append with
+ * "wrong last sequence" and the writer gets a SequenceConflict.
+ */
+import { DeliverPolicy, jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
+
+/** JetStream's API error code for a failed expected-last-subject-sequence check. */
+export const JS_WRONG_LAST_SEQUENCE = 10071;
+
+export class SequenceConflict extends DriverError {
+  constructor(subject: string, options?: { cause?: unknown }) {
+    super("Aborted", `concurrent change on ${subject}: the operation was fenced off, retry`, options);
+  }
+}
+
+export interface Append {
+  subject: string;
+  body: EventBody;
+  /** Last sequence of the subject this writer saw (0: the subject must be empty). */
+  expectedSeq: number;
+}
+
+export interface EventLogOptions {
+  cluster: string;
+  replicas?: number;
+}
+
+export class EventLog {
+  readonly stream: string;
+  #js: JetStreamClient;
+  #jsm?: JetStreamManager;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly opts: EventLogOptions,
+  ) {
+    this.stream = subjects.streamName(opts.cluster);
+    this.#js = jetstream(nc);
+  }
+
+  async #manager(): Promise<JetStreamManager> {
+    this.#jsm ??= await jetstreamManager(this.nc);
+    return this.#jsm;
+  }
+
+  /** Create the stream if it does not exist (idempotent; safe from several replicas at once). */
+  async ensureStream(): Promise<void> {
+    const jsm = await this.#manager();
+    const config = {
+      name: this.stream,
+      subjects: [subjects.eventsWildcard(this.opts.cluster)],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      num_replicas: this.opts.replicas ?? 1,
+      description: `CSI journal events of cluster ${this.opts.cluster}`,
+    };
+    try {
+      await jsm.streams.info(this.stream);
+    } catch {
+      try {
+        await jsm.streams.add(config);
+      } catch (err) {
+        // Another replica may have created it between our info and add.
+        await jsm.streams.info(this.stream).catch(() => {
+          throw err;
+        });
+      }
+    }
+  }
+
+  /** Last sequence of one subject (0 when it has none). */
+  async lastSeqOf(subject: string): Promise<number> {
+    const msg = await (await this.#manager()).streams.getMessage(this.stream, { last_by_subj: subject }).catch(() => null);
+    return msg?.seq ?? 0;
+  }
+
+  async lastSeq(): Promise<number> {
+    const info = await (await this.#manager()).streams.info(this.stream);
+    return info.state.last_seq;
+  }
+
+  /** Stamp, validate and append one event; returns its stream sequence. */
+  async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
+    const event = JournalEvent.parse({ ...a.body, v: 1, ...meta });
+    try {
+      const ack = await this.#js.publish(a.subject, JSON.stringify(event), { expect: { lastSubjectSequence: a.expectedSeq } });
+      return { seq: ack.seq, subject: a.subject, event };
+    } catch (err) {
+      if (err instanceof JetStreamApiError && err.code === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
+      throw new DriverError("Unavailable", "event log unavailable", { cause: err });
+    }
+  }
+
+  /**
+   * Append several events to different subjects in one round trip (they are published
+   * concurrently). Every append is tried; if any failed, the stored ones are returned with the
+   * first error so the caller can undo what did land.
+   */
+  async appendAll(list: Append[], meta: { requestId: string; actor: Actor; time: string }): Promise<{ stored: StoredEvent[]; error?: unknown }> {
+    const results = await Promise.allSettled(list.map((a) => this.append(a, meta)));
+    const stored: StoredEvent[] = [];
+    let error: unknown;
+    for (const r of results) {
+      if (r.status === "fulfilled") stored.push(r.value);
+      else error ??= r.reason;
+    }
+    return error === undefined ? { stored } : { stored, error };
+  }
+
+  /**
+   * Read events in order from `fromSeq` up to the stream's end as it is now (optionally only one
+   * subject), handing them over in batches.
+   */
+  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<void>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
+    const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
+    if (last < fromSeq) return last;
+    const consumer = await this.#js.consumers.get(this.stream, {
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: Math.max(1, fromSeq),
+      ...(opts.subject ? { filter_subjects: opts.subject } : {}),
+    });
+    const size = opts.batch ?? 512;
+    let seen = fromSeq - 1;
+    try {
+      while (seen < last) {
+        const msgs = await consumer.fetch({ max_messages: size, expires: 1000 });
+        const batch: StoredEvent[] = [];
+        let got = 0;
+        for await (const m of msgs) {
+          got++;
+          seen = m.seq;
+          batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
+          if (m.seq >= last) break;
+        }
+        if (batch.length) await onBatch(batch);
+        if (got === 0) break;
+      }
+    } finally {
+      await consumer.delete().catch(() => {});
+    }
+    return last;
+  }
+}

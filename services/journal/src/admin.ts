@@ -1,0 +1,52 @@
+#!/usr/bin/env -S npx tsx
+/**
+ * Operator commands for one cluster's journal:
+ *   csi-journal-admin rebuild                 drop the Redis projection and rebuild it from the log
+ *   csi-journal-admin history <uuid>          every event of a volume or snapshot (and its name)
+ *   csi-journal-admin history --name <name>   every event of a request name (volume by default)
+ * Uses NATS_URL, REDIS_URL, CLUSTERS_FILE, CLUSTER_ID, DATA_DIR like the journal.
+ */
+import { parseArgs } from "node:util";
+import { createLogger, isUuid, loadClusters, type StoredEvent, subjects } from "@csi/contracts";
+import { connect } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { EventLog } from "./adapters/event-log.js";
+import { RedisStore } from "./adapters/redis-store.js";
+import { Projector } from "./app/projector.js";
+import { journalConfig } from "./config.js";
+import { keysFor } from "./domain/records.js";
+
+const { positionals, values } = parseArgs({ allowPositionals: true, options: { name: { type: "string" }, snapshot: { type: "boolean" } } });
+const cfg = journalConfig([], process.env);
+const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
+const cluster = clusters.get(cfg.cluster ?? clusters.defaultCluster);
+if (!cluster) throw new Error("unknown cluster");
+const nc = await connect({ servers: cfg.natsUrl });
+const redis = new Redis(cfg.redisUrl);
+const log = new EventLog(nc, { cluster: cluster.clusterID });
+const keys = keysFor(cluster.clusterID, cluster.instance);
+try {
+  const [cmd, arg] = positionals;
+  if (cmd === "rebuild") {
+    const doomed = await redis.keys(`${keys.prefix}csi.*`);
+    doomed.push(keys.projection);
+    // Drop in batches; keep locks so running operations are not disturbed.
+    for (let i = 0; i < doomed.length; i += 500) await redis.del(...doomed.slice(i, i + 500));
+    const last = await new Projector(log, new RedisStore(redis, keys), createLogger("journal-admin")).catchUp();
+    console.log(JSON.stringify({ dropped: doomed.length, replayedTo: last }));
+  } else if (cmd === "history") {
+    const subjectsToRead: string[] = [];
+    if (values.name) subjectsToRead.push(subjects.nameEvents(cluster.clusterID, values.snapshot ? "snap" : "vol", cluster.instance, values.name));
+    if (arg && isUuid(arg)) subjectsToRead.push(subjects.volumeEvents(cluster.clusterID, arg), subjects.snapshotEvents(cluster.clusterID, arg), subjects.deviceEvents(cluster.clusterID, arg));
+    if (subjectsToRead.length === 0) throw new Error("history needs a uuid or --name");
+    const all: StoredEvent[] = [];
+    for (const s of subjectsToRead) await log.read(1, async (b) => void all.push(...b), { subject: s });
+    for (const e of all.sort((a, b) => a.seq - b.seq)) console.log(JSON.stringify({ seq: e.seq, subject: e.subject, ...e.event }));
+  } else {
+    console.error("usage: csi-journal-admin rebuild | history <uuid> | history --name <name> [--snapshot]");
+    process.exitCode = 2;
+  }
+} finally {
+  await nc.close();
+  redis.disconnect();
+}

@@ -1,0 +1,412 @@
+/**
+ * The journal: the single writer of volume and snapshot history for one storage cluster.
+ *
+ * How a create stays idempotent and crash-safe (ceph-csi's voljournal, made event-sourced):
+ *
+ *  1. Lock the request name in Redis (and the content source's uuid), reading in the same round
+ *     trip the name directory entry, the name subject's last sequence and the record it points at.
+ *  2. Decide with the reservation state machine (domain/reservation.ts): reuse, conflict, stale…
+ *  3. New: append NameReserved (fenced on the name subject's sequence) and VolumeReserved
+ *     (fenced on an empty uuid subject) together, create the image, append VolumeCreated.
+ *     Any failure after the reservation removes the image and appends ReservationUndone and
+ *     NameReleased, so the log says exactly what was reserved, created and undone.
+ *  4. Apply the appended events to the projection and release the locks in one round trip.
+ *
+ * A writer that dies after step 3's reservation leaves a reservation without an image: the next
+ * create of that name sees it as stale, undoes it and starts afresh. A writer that dies after
+ * the image was made but before VolumeCreated leaves an image the next create finds and
+ * records ("complete"). A writer whose lock expired is fenced off by the sequence checks.
+ */
+import { randomUUID } from "node:crypto";
+import {
+  alreadyExists,
+  type CommandResult,
+  DriverError,
+  invalidArgument,
+  notFound,
+  type ParsedRequest,
+  type ResolvedCluster,
+  type SnapshotView,
+  subjects,
+  type VolumeView,
+} from "@csi/contracts";
+import type { Append } from "../adapters/event-log.js";
+import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
+import { roundUpToMiB } from "../domain/pool-backend.js";
+import { type Hash, isLive, type Kind, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "../domain/records.js";
+import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, snapshotImageName, volumeDigest, volumeImageName } from "../domain/reservation.js";
+import { type Operation, type OperationEnv, runOperation } from "./operation.js";
+
+export interface JournalDeps extends OperationEnv {
+  cluster: ResolvedCluster;
+  pools: Map<string, PoolBackend>;
+  newUuid?: () => string;
+}
+
+export class Journal {
+  readonly #d: JournalDeps;
+  readonly #newUuid: () => string;
+
+  constructor(deps: JournalDeps) {
+    this.#d = deps;
+    this.#newUuid = deps.newUuid ?? randomUUID;
+  }
+
+  get #k() {
+    return this.#d.store.keys;
+  }
+  get #c() {
+    return this.#d.cluster.clusterID;
+  }
+  get #inst() {
+    return this.#d.cluster.instance;
+  }
+
+  #pool(name: string): PoolBackend {
+    const p = this.#d.pools.get(name);
+    if (!p) throw invalidArgument(`unknown pool ${name} in cluster ${this.#c}`);
+    return p;
+  }
+
+  #recordSubject(kind: Kind, uuid: string) {
+    return kind === "volume" ? subjects.volumeEvents(this.#c, uuid) : subjects.snapshotEvents(this.#c, uuid);
+  }
+  #nameSubject(kind: Kind, name: string) {
+    return subjects.nameEvents(this.#c, kind === "volume" ? "vol" : "snap", this.#inst, name);
+  }
+  #nameLock(kind: Kind, name: string) {
+    return this.#k.lock(`name.${kind}.${name}`);
+  }
+  #uuidLock(kind: Kind, uuid: string) {
+    return this.#k.lock(`${kind}.${uuid}`);
+  }
+
+  /** Lock a request name (+ extra uuids) and read its directory entry, fence and record. */
+  async #lockName(op: Operation, kind: Kind, name: string, also: { kind: Kind; uuid: string }[] = []) {
+    const k = this.#k;
+    const first = await op.lock({
+      locks: [this.#nameLock(kind, name), ...also.map((a) => this.#uuidLock(a.kind, a.uuid))],
+      hashes: also.map((a) => k.record(a.kind, a.uuid)),
+      fields: [
+        [k.dir(kind), k.dirField(kind, name)],
+        [k.dirSeq(kind), name],
+      ],
+    });
+    const dirUuid = first.fields[0];
+    const nameSeq = Number(first.fields[1] ?? 0);
+    // The record the name points at: read after the lock, so it cannot change under us.
+    const [hash] = dirUuid ? await this.#d.store.hashes([k.record(kind, dirUuid)]) : [undefined];
+    return { dirUuid, nameSeq, hash: isLive(hash) ? hash : undefined, alsoHashes: first.hashes };
+  }
+
+  // ---------------------------------------------------------------- volumes
+
+  async createVolume(req: ParsedRequest<"volume.create">): Promise<VolumeView> {
+    const poolName = req.pool ?? this.#d.cluster.defaultPool;
+    const pool = this.#pool(poolName);
+    const sizeBytes = roundUpToMiB(req.sizeBytes);
+    if (req.limitBytes > 0 && sizeBytes > req.limitBytes) {
+      throw new DriverError("OutOfRange", `${req.sizeBytes} bytes rounded up to ${sizeBytes} exceeds the limit ${req.limitBytes}`);
+    }
+    const digest = volumeDigest(poolName, req.parameters);
+    const also = req.source ? [{ kind: req.source.kind as Kind, uuid: req.source.uuid }] : [];
+
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "volume", req.name, also);
+      const record = hash && dirUuid ? volumeFromHash(dirUuid, hash) : undefined;
+      const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
+      const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
+      const verdict = checkVolumeReservation(ask, dirUuid, record, image);
+      let fence = nameSeq;
+      switch (verdict.kind) {
+        case "reuse":
+          return volumeView(verdict.record);
+        case "conflict":
+          throw alreadyExists(verdict.reason);
+        case "inconsistent":
+          throw new DriverError("Inconsistent", verdict.reason);
+        case "complete": {
+          const [created] = await op.append({
+            subject: this.#recordSubject("volume", verdict.record.uuid),
+            body: { type: "VolumeCreated", uuid: verdict.record.uuid, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes },
+            expectedSeq: verdict.record.seq,
+          });
+          const r = { ...verdict.record, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes, seq: created?.seq ?? 0 };
+          this.#checkCompatible(ask, r);
+          return volumeView(r);
+        }
+        case "stale": {
+          this.#d.logger.warn({ name: req.name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
+          const undone = await this.#undo(op, "volume", req.name, verdict.uuid, nameSeq, verdict.record, verdict.reason);
+          fence = undone;
+          break;
+        }
+        case "new":
+          break;
+        default: {
+          const never: never = verdict;
+          throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+        }
+      }
+      // Source checks come after the name checks: an existing volume is answered as it is.
+      let source: { pool: PoolBackend; imageName: string; sizeBytes: number } | undefined;
+      if (req.source) {
+        const h = alsoHashes[0];
+        if (!isLive(h) || !h["csi.imageid"]) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
+        const rec = req.source.kind === "volume" ? volumeFromHash(req.source.uuid, h) : snapshotFromHash(req.source.uuid, h);
+        if (rec.pool !== poolName) throw invalidArgument(`source ${req.source.kind} is in pool ${rec.pool}, not ${poolName}: cross-pool clones are not supported`);
+        if (sizeBytes < rec.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${rec.sizeBytes}`);
+        source = { pool, imageName: rec.imageName, sizeBytes: rec.sizeBytes };
+      }
+      const cap = await pool.capacity();
+      if (sizeBytes > cap.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${cap.maxImageBytes}`);
+
+      const uuid = this.#newUuid();
+      const imageName = volumeImageName(uuid);
+      await op.append(
+        { subject: this.#nameSubject("volume", req.name), body: { type: "NameReserved", kind: "volume", name: req.name, uuid }, expectedSeq: fence },
+        {
+          subject: this.#recordSubject("volume", uuid),
+          body: {
+            type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
+            sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+          },
+          expectedSeq: 0,
+        },
+      ).catch(async (err) => {
+        // Only one of the pair may have landed (the name fence failed): undo the uuid's reservation.
+        if (op.stored.some((s) => s.event.type === "VolumeReserved" && s.event.uuid === uuid) && !op.stored.some((s) => s.event.type === "NameReserved" && s.event.uuid === uuid)) {
+          await op.append({ subject: this.#recordSubject("volume", uuid), body: { type: "ReservationUndone", kind: "volume", uuid, reason: "name fenced off" }, expectedSeq: op.stored.at(-1)?.seq ?? 0 }).catch(() => {});
+        }
+        throw err;
+      });
+      const reservedSeq = op.stored.find((s) => s.event.type === "VolumeReserved")?.seq ?? 0;
+      const nameSeqNow = op.stored.find((s) => s.event.type === "NameReserved")?.seq ?? 0;
+      let img: ImageInfo;
+      try {
+        img = source ? await pool.cloneImage(source.imageName, imageName, sizeBytes) : await pool.createImage(imageName, sizeBytes);
+      } catch (err) {
+        await pool.deleteImage(imageName).catch(() => {});
+        await this.#appendUndo(op, "volume", req.name, uuid, reservedSeq, nameSeqNow, `image creation failed: ${(err as Error).message}`).catch(() => {});
+        throw err;
+      }
+      const [created] = await op.append({
+        subject: this.#recordSubject("volume", uuid),
+        body: { type: "VolumeCreated", uuid, imageId: img.id, sizeBytes: img.sizeBytes },
+        expectedSeq: reservedSeq,
+      });
+      return volumeView({
+        uuid, name: req.name, pool: poolName, poolId: pool.poolId, imageName, imageId: img.id, sizeBytes: img.sizeBytes, digest,
+        parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+        createdAt: (op.stored.find((s) => s.event.type === "VolumeReserved")?.event.time ?? ""), seq: created?.seq ?? 0,
+      });
+    });
+  }
+
+  #checkCompatible(ask: Parameters<typeof checkVolumeReservation>[0], r: VolumeRecord) {
+    const v = checkVolumeReservation(ask, r.uuid, r, { name: r.imageName, id: r.imageId, sizeBytes: r.sizeBytes, readOnly: false });
+    if (v.kind === "conflict") throw alreadyExists(v.reason);
+  }
+
+  #poolOf(name: string): PoolBackend | undefined {
+    return this.#d.pools.get(name);
+  }
+
+  /** Undo a stale reservation: remove a partial image, end the record, release the name. Returns the name fence after. */
+  async #undo(op: Operation, kind: Kind, name: string, uuid: string, nameSeq: number, record: VolumeRecord | SnapshotRecord | undefined, reason: string): Promise<number> {
+    // Without a record, the image name is still derived from the uuid; try every pool.
+    const imageName = record?.imageName ?? (kind === "volume" ? volumeImageName(uuid) : snapshotImageName(uuid));
+    const pools = record ? [this.#poolOf(record.pool)] : [...this.#d.pools.values()];
+    for (const p of pools) await p?.deleteImage(imageName);
+    const recSeq = record?.seq ?? (await this.#d.log.lastSeqOf(this.#recordSubject(kind, uuid)));
+    const appended = await this.#appendUndo(op, kind, name, uuid, recSeq, nameSeq, reason, recSeq > 0);
+    return appended.find((s) => s.event.type === "NameReleased")?.seq ?? nameSeq;
+  }
+
+  #appendUndo(op: Operation, kind: Kind, name: string, uuid: string, recSeq: number, nameSeq: number, reason: string, endRecord = true) {
+    const list: Append[] = [{ subject: this.#nameSubject(kind, name), body: { type: "NameReleased", kind, name, uuid }, expectedSeq: nameSeq }];
+    if (endRecord) list.push({ subject: this.#recordSubject(kind, uuid), body: { type: "ReservationUndone", kind, uuid, reason }, expectedSeq: recSeq });
+    return op.append(...list);
+  }
+
+  async deleteVolume(req: ParsedRequest<"volume.delete">): Promise<CommandResult<"volume.delete">> {
+    return this.#deleteAggregate("volume", req.uuid, req.requestId, async (h) => {
+      const r = volumeFromHash(req.uuid, h);
+      // Claims (ControllerPublish) arrive with the controller: a claimed volume must refuse here.
+      if (h["csi.claims"] && h["csi.claims"] !== "[]") throw new DriverError("FailedPrecondition", `volume ${req.uuid} is published`);
+      return r;
+    });
+  }
+
+  async #deleteAggregate(kind: Kind, uuid: string, requestId: string, check: (h: Hash) => Promise<VolumeRecord | SnapshotRecord>) {
+    return runOperation(this.#d, requestId, async (op) => {
+      const k = this.#k;
+      const first = await op.lock({ locks: [this.#uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] });
+      const h = first.hashes[0];
+      if (!isLive(h)) return { deleted: false }; // unknown: deleting is idempotent
+      const r = await check(h);
+      const second = await op.lock({
+        locks: [this.#nameLock(kind, r.name)],
+        hashes: [],
+        fields: [
+          [k.dir(kind), k.dirField(kind, r.name)],
+          [k.dirSeq(kind), r.name],
+        ],
+      });
+      await this.#poolOf(r.pool)?.deleteImage(r.imageName);
+      const list: Append[] = [
+        { subject: this.#recordSubject(kind, uuid), body: kind === "volume" ? { type: "VolumeDeleted", uuid } : { type: "SnapshotDeleted", uuid }, expectedSeq: r.seq },
+      ];
+      if (second.fields[0] === uuid) {
+        list.push({ subject: this.#nameSubject(kind, r.name), body: { type: "NameReleased", kind, name: r.name, uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
+      }
+      await op.append(...list);
+      return { deleted: true };
+    });
+  }
+
+  async expandVolume(req: ParsedRequest<"volume.expand">): Promise<VolumeView> {
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const read = await op.lock({ locks: [this.#uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
+      const h = read.hashes[0];
+      if (!isLive(h)) throw notFound(`volume ${req.uuid} does not exist`);
+      const r = volumeFromHash(req.uuid, h);
+      const want = roundUpToMiB(req.sizeBytes);
+      if (want <= r.sizeBytes) return volumeView(r); // never shrink: the current size answers
+      const img = await this.#pool(r.pool).resizeImage(r.imageName, want);
+      const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
+      return volumeView({ ...r, sizeBytes: img.sizeBytes, seq: ev?.seq ?? r.seq });
+    });
+  }
+
+  async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
+    const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
+    if (!isLive(h)) throw notFound(`volume ${req.uuid} does not exist`);
+    return volumeView(volumeFromHash(req.uuid, h));
+  }
+
+  async listVolumes(req: ParsedRequest<"volume.list">): Promise<CommandResult<"volume.list">> {
+    const { uuids, hashes, next } = await this.#page(this.#k.index("volume"), req.startingToken, req.maxEntries, "volume");
+    // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
+    const entries = uuids.flatMap((u, i) => (isLive(hashes[i]) && hashes[i]?.["csi.imageid"] ? [volumeView(volumeFromHash(u, hashes[i] as Hash))] : []));
+    return next ? { entries, nextToken: next } : { entries };
+  }
+
+  // ---------------------------------------------------------------- snapshots
+
+  async createSnapshot(req: ParsedRequest<"snapshot.create">): Promise<SnapshotView> {
+    const digest = digestOf({ parameters: req.parameters });
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "snapshot", req.name, [{ kind: "volume", uuid: req.sourceUuid }]);
+      const record = hash && dirUuid ? snapshotFromHash(dirUuid, hash) : undefined;
+      const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
+      const verdict = checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image);
+      let fence = nameSeq;
+      switch (verdict.kind) {
+        case "reuse":
+          return snapshotView(verdict.record);
+        case "conflict":
+          throw alreadyExists(verdict.reason);
+        case "inconsistent":
+          throw new DriverError("Inconsistent", verdict.reason);
+        case "complete": {
+          await op.append({
+            subject: this.#recordSubject("snapshot", verdict.record.uuid),
+            body: { type: "SnapshotCreated", uuid: verdict.record.uuid, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes },
+            expectedSeq: verdict.record.seq,
+          });
+          return snapshotView({ ...verdict.record, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes });
+        }
+        case "stale":
+          fence = await this.#undo(op, "snapshot", req.name, verdict.uuid, nameSeq, verdict.record, verdict.reason);
+          break;
+        case "new":
+          break;
+        default: {
+          const never: never = verdict;
+          throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+        }
+      }
+      const src = alsoHashes[0];
+      if (!isLive(src) || !src["csi.imageid"]) throw notFound(`source volume ${req.sourceUuid} does not exist`);
+      const source = volumeFromHash(req.sourceUuid, src);
+      const pool = this.#pool(source.pool);
+      const uuid = this.#newUuid();
+      const imageName = snapshotImageName(uuid);
+      await op.append(
+        { subject: this.#nameSubject("snapshot", req.name), body: { type: "NameReserved", kind: "snapshot", name: req.name, uuid }, expectedSeq: fence },
+        {
+          subject: this.#recordSubject("snapshot", uuid),
+          body: { type: "SnapshotReserved", uuid, name: req.name, instance: this.#inst, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest },
+          expectedSeq: 0,
+        },
+      );
+      const reservedSeq = op.stored.find((s) => s.event.type === "SnapshotReserved")?.seq ?? 0;
+      const nameSeqNow = op.stored.find((s) => s.event.type === "NameReserved")?.seq ?? 0;
+      let img: ImageInfo;
+      try {
+        img = await pool.snapshotImage(source.imageName, imageName);
+      } catch (err) {
+        await pool.deleteImage(imageName).catch(() => {});
+        await this.#appendUndo(op, "snapshot", req.name, uuid, reservedSeq, nameSeqNow, `snapshot failed: ${(err as Error).message}`).catch(() => {});
+        throw err;
+      }
+      const [created] = await op.append({
+        subject: this.#recordSubject("snapshot", uuid),
+        body: { type: "SnapshotCreated", uuid, imageId: img.id, sizeBytes: img.sizeBytes },
+        expectedSeq: reservedSeq,
+      });
+      return snapshotView({
+        uuid, name: req.name, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, imageId: img.id,
+        sizeBytes: img.sizeBytes, digest, createdAt: created?.event.time ?? "", seq: created?.seq ?? 0,
+      });
+    });
+  }
+
+  async deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Promise<CommandResult<"snapshot.delete">> {
+    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async (h) => snapshotFromHash(req.uuid, h));
+  }
+
+  async getSnapshot(req: ParsedRequest<"snapshot.get">): Promise<SnapshotView> {
+    const [h] = await this.#read([this.#k.record("snapshot", req.uuid)]);
+    if (!isLive(h)) throw notFound(`snapshot ${req.uuid} does not exist`);
+    return snapshotView(snapshotFromHash(req.uuid, h));
+  }
+
+  async listSnapshots(req: ParsedRequest<"snapshot.list">): Promise<CommandResult<"snapshot.list">> {
+    if (req.snapshotUuid) {
+      const [h] = await this.#read([this.#k.record("snapshot", req.snapshotUuid)]);
+      if (!isLive(h)) return { entries: [] };
+      const s = snapshotFromHash(req.snapshotUuid, h);
+      return { entries: !req.sourceUuid || s.sourceUuid === req.sourceUuid ? [snapshotView(s)] : [] };
+    }
+    const index = req.sourceUuid ? this.#k.snapsOf(req.sourceUuid) : this.#k.index("snapshot");
+    const { uuids, hashes, next } = await this.#page(index, req.startingToken, req.maxEntries, "snapshot");
+    const entries = uuids.flatMap((u, i) => (isLive(hashes[i]) ? [snapshotView(snapshotFromHash(u, hashes[i] as Hash))] : []));
+    return next ? { entries, nextToken: next } : { entries };
+  }
+
+  async poolStat(req: ParsedRequest<"pool.stat">): Promise<CommandResult<"pool.stat">> {
+    const name = req.pool ?? this.#d.cluster.defaultPool;
+    const pool = this.#pool(name);
+    return { pool: name, poolId: pool.poolId, ...(await pool.capacity()) };
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  /** Read hashes; if the projection is gone, rebuild it first. */
+  async #read(keys: string[]): Promise<(Hash | undefined)[]> {
+    if ((await this.#d.store.watermark()) === undefined) await this.#d.projector.catchUp();
+    return this.#d.store.hashes(keys);
+  }
+
+  async #page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
+    if (token !== undefined && !/^[0-9a-f-]{36}$/.test(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
+    if ((await this.#d.store.watermark()) === undefined) await this.#d.projector.catchUp();
+    const uuids = await this.#d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
+    const next = nextToken(uuids, maxEntries);
+    const page = next ? uuids.slice(0, maxEntries) : uuids;
+    const hashes = await this.#d.store.hashes(page.map((u) => this.#k.record(kind, u)));
+    return { uuids: page, hashes, next };
+  }
+}

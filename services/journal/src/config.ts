@@ -1,0 +1,38 @@
+/** The journal's configuration, parsed once from the environment and the command line. */
+import { parseArgs } from "node:util";
+import { z } from "zod";
+
+export const JournalConfig = z.object({
+  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  redisUrl: z.string().default("redis://127.0.0.1:6379"),
+  cluster: z.string().optional(),
+  clustersFile: z.string().optional(),
+  dataDir: z.string().default(".data"),
+  logLevel: z.string().default("info"),
+  replica: z.string().optional(),
+  streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
+  lockTtlMs: z.coerce.number().int().min(100).default(10_000),
+  lockWaitMs: z.coerce.number().int().min(0).default(2_000),
+  catchUpEveryMs: z.coerce.number().int().min(0).default(10_000),
+  /** Fault injection for tests: SIGKILL this process right after appending an event of this type. */
+  crashAfter: z.string().optional(),
+});
+export type JournalConfig = z.infer<typeof JournalConfig>;
+
+export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalConfig {
+  const { values } = parseArgs({ args: argv, options: { cluster: { type: "string" }, "clusters-file": { type: "string" } }, strict: true });
+  return JournalConfig.parse({
+    natsUrl: env.NATS_URL,
+    redisUrl: env.REDIS_URL,
+    cluster: values.cluster ?? env.CLUSTER_ID,
+    clustersFile: values["clusters-file"] ?? env.CLUSTERS_FILE,
+    dataDir: env.DATA_DIR,
+    logLevel: env.LOG_LEVEL,
+    replica: env.REPLICA_ID,
+    streamReplicas: env.STREAM_REPLICAS,
+    lockTtlMs: env.LOCK_TTL_MS,
+    lockWaitMs: env.LOCK_WAIT_MS,
+    catchUpEveryMs: env.CATCHUP_EVERY_MS,
+    crashAfter: env.JOURNAL_CRASH_AFTER,
+  });
+}

@@ -1,0 +1,152 @@
+/**
+ * The journal's records: what the projection holds for one volume or snapshot, rebuilt from
+ * events. Pure code: parsing the Redis hash shape and building the views replies carry.
+ *
+ * Redis layout (ceph-csi's omaps, one Redis hash tag per cluster so Lua scripts touch one slot):
+ *   {c}:csi.volumes.<instance>      hash  csi.volume.<name> → uuid     (the name directory)
+ *   {c}:csi.volumes.<instance>.seq  hash  <name> → last seq of the name's subject (fence)
+ *   {c}:csi.snaps.<instance>        hash  csi.snap.<name> → uuid
+ *   {c}:csi.snaps.<instance>.seq    hash  <name> → seq
+ *   {c}:csi.volume.<uuid>           hash  csi.volname, csi.imagename, csi.imageid, csi.size, ...,
+ *                                         _seq (last applied seq of the volume's subject)
+ *   {c}:csi.snap.<uuid>             hash  csi.snapname, csi.imagename, csi.imageid, csi.source, ...
+ *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)
+ *   {c}:csi.index.snap.src.<uuid>   zset  snapshot uuids of one source volume
+ *   {c}:projection                  hash  applied → stream seq up to which the log was replayed
+ *   {c}:lock.<what>                 string lock token (SET NX PX)
+ */
+import type { Capability, ContentSource, SnapshotView, VolumeView } from "@csi/contracts";
+
+export type Kind = "volume" | "snapshot";
+
+export interface Keys {
+  prefix: string;
+  dir(kind: Kind): string;
+  dirSeq(kind: Kind): string;
+  dirField(kind: Kind, name: string): string;
+  record(kind: Kind, uuid: string): string;
+  index(kind: Kind): string;
+  snapsOf(sourceUuid: string): string;
+  projection: string;
+  lock(what: string): string;
+}
+
+export function keysFor(cluster: string, instance: string): Keys {
+  const prefix = `{${cluster}}:`;
+  const plural = (k: Kind) => (k === "volume" ? "volumes" : "snaps");
+  const single = (k: Kind) => (k === "volume" ? "volume" : "snap");
+  return {
+    prefix,
+    dir: (k) => `${prefix}csi.${plural(k)}.${instance}`,
+    dirSeq: (k) => `${prefix}csi.${plural(k)}.${instance}.seq`,
+    dirField: (k, name) => `csi.${single(k)}.${name}`,
+    record: (k, uuid) => `${prefix}csi.${single(k)}.${uuid}`,
+    index: (k) => `${prefix}csi.index.${single(k)}`,
+    snapsOf: (src) => `${prefix}csi.index.snap.src.${src}`,
+    projection: `${prefix}projection`,
+    lock: (what) => `${prefix}lock.${what}`,
+  };
+}
+
+interface RecordBase {
+  uuid: string;
+  name: string;
+  pool: string;
+  poolId: number;
+  imageName: string;
+  /** Empty until the image exists (the *Created event). */
+  imageId: string;
+  digest: string;
+  createdAt: string;
+  /** Sequence of the last event applied to this aggregate: the next append's fence. */
+  seq: number;
+}
+
+export interface VolumeRecord extends RecordBase {
+  sizeBytes: number;
+  parameters: Record<string, string>;
+  capabilities: Capability[];
+  source?: ContentSource;
+}
+
+export interface SnapshotRecord extends RecordBase {
+  sourceUuid: string;
+  sizeBytes: number;
+}
+
+/** A raw hash as HGETALL returns it. */
+export type Hash = Record<string, string>;
+
+/** A hash that exists but holds only `_seq` (and `_gone`) is a tombstone: the aggregate ended. */
+export function isLive(h: Hash | undefined): h is Hash {
+  return !!h && h._gone !== "1" && h["csi.volname"] !== undefined;
+}
+
+export function aggregateSeq(h: Hash | undefined): number {
+  return h?._seq ? Number(h._seq) : 0;
+}
+
+export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
+  return {
+    uuid,
+    name: h["csi.volname"] ?? "",
+    pool: h["csi.pool"] ?? "",
+    poolId: Number(h["csi.poolid"] ?? 0),
+    imageName: h["csi.imagename"] ?? "",
+    imageId: h["csi.imageid"] ?? "",
+    digest: h["csi.digest"] ?? "",
+    createdAt: h["csi.created"] ?? "",
+    seq: aggregateSeq(h),
+    sizeBytes: Number(h["csi.size"] ?? 0),
+    parameters: JSON.parse(h["csi.parameters"] ?? "{}"),
+    capabilities: JSON.parse(h["csi.capabilities"] ?? "[]"),
+    ...(h["csi.source"] ? { source: JSON.parse(h["csi.source"]) as ContentSource } : {}),
+  };
+}
+
+export function snapshotFromHash(uuid: string, h: Hash): SnapshotRecord {
+  return {
+    uuid,
+    name: h["csi.volname"] ?? "",
+    pool: h["csi.pool"] ?? "",
+    poolId: Number(h["csi.poolid"] ?? 0),
+    imageName: h["csi.imagename"] ?? "",
+    imageId: h["csi.imageid"] ?? "",
+    digest: h["csi.digest"] ?? "",
+    createdAt: h["csi.created"] ?? "",
+    seq: aggregateSeq(h),
+    sourceUuid: h["csi.source"] ?? "",
+    sizeBytes: Number(h["csi.size"] ?? 0),
+  };
+}
+
+export function volumeView(r: VolumeRecord): VolumeView {
+  return {
+    uuid: r.uuid,
+    name: r.name,
+    pool: r.pool,
+    poolId: r.poolId,
+    imageName: r.imageName,
+    imageId: r.imageId,
+    sizeBytes: r.sizeBytes,
+    parameters: r.parameters,
+    capabilities: r.capabilities,
+    ...(r.source ? { source: r.source } : {}),
+    createdAt: r.createdAt,
+  };
+}
+
+export function snapshotView(r: SnapshotRecord): SnapshotView {
+  return {
+    uuid: r.uuid,
+    name: r.name,
+    sourceUuid: r.sourceUuid,
+    pool: r.pool,
+    poolId: r.poolId,
+    imageName: r.imageName,
+    imageId: r.imageId,
+    sizeBytes: r.sizeBytes,
+    createdAt: r.createdAt,
+    readyToUse: r.imageId !== "",
+  };
+}

@@ -1,0 +1,118 @@
+/**
+ * The reservation state machine of ceph-csi's voljournal (CheckReservation / ReserveName /
+ * UndoReservation), as pure decisions. The caller reads the name directory entry and the
+ * per-uuid record (under the name lock), asks the backend whether the image exists, and gets
+ * one verdict back:
+ *
+ *   new           nothing reserved under this name: reserve and create
+ *   reuse         reserved, created and compatible: answer with the same volume (idempotent)
+ *   complete      reserved, the image exists but its *Created event is missing (the writer
+ *                 died between the two): record the image and answer
+ *   stale         reserved but unusable (record gone, image never made): undo, then start afresh
+ *   conflict      reserved and created but incompatible: AlreadyExists
+ *   inconsistent  the directory and the record disagree on the name: an operator must look
+ */
+import { createHash } from "node:crypto";
+import type { Capability, ContentSource } from "@csi/contracts";
+import type { ImageInfo } from "./pool-backend.js";
+import type { SnapshotRecord, VolumeRecord } from "./records.js";
+
+export type Verdict<R> =
+  | { kind: "new" }
+  | { kind: "reuse"; record: R }
+  | { kind: "complete"; record: R; image: ImageInfo }
+  | { kind: "stale"; uuid: string; record?: R; reason: string }
+  | { kind: "conflict"; reason: string }
+  | { kind: "inconsistent"; reason: string };
+
+/** Order-independent digest of what makes two create requests "the same". */
+export function digestOf(value: Record<string, unknown>): string {
+  return createHash("sha256").update(canonicalJson(value)).digest("hex").slice(0, 32);
+}
+
+function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  if (v && typeof v === "object") {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonicalJson(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+export function volumeDigest(pool: string, parameters: Record<string, string>): string {
+  return digestOf({ pool, parameters });
+}
+
+export const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;
+
+export interface VolumeAsk {
+  name: string;
+  sizeBytes: number;
+  limitBytes: number;
+  digest: string;
+  source?: ContentSource;
+  capabilities: Capability[];
+}
+
+/** The common part: directory entry vs record vs image. */
+function checkCommon<R extends VolumeRecord | SnapshotRecord>(
+  name: string,
+  dirUuid: string | undefined,
+  record: R | undefined,
+  image: ImageInfo | undefined,
+): Verdict<R> | undefined {
+  if (!dirUuid) return { kind: "new" };
+  if (!record) return { kind: "stale", uuid: dirUuid, reason: "the per-uuid record is missing" };
+  if (record.name !== name) {
+    return { kind: "inconsistent", reason: `name directory points ${name} at ${dirUuid}, whose record names ${record.name}` };
+  }
+  if (!image) {
+    return { kind: "stale", uuid: dirUuid, record, reason: record.imageId ? "the image is gone from the pool" : "the image was never created" };
+  }
+  if (!record.imageId) return { kind: "complete", record, image };
+  return undefined;
+}
+
+export function checkVolumeReservation(
+  ask: VolumeAsk,
+  dirUuid: string | undefined,
+  record: VolumeRecord | undefined,
+  image: ImageInfo | undefined,
+): Verdict<VolumeRecord> {
+  const common = checkCommon(ask.name, dirUuid, record, image);
+  if (common) return common;
+  const r = record as VolumeRecord;
+  if (!sameSource(r.source, ask.source)) return { kind: "conflict", reason: `volume ${ask.name} exists with another content source` };
+  if (r.digest !== ask.digest) return { kind: "conflict", reason: `volume ${ask.name} exists with other parameters` };
+  if (r.sizeBytes < ask.sizeBytes || (ask.limitBytes > 0 && r.sizeBytes > ask.limitBytes)) {
+    return { kind: "conflict", reason: `volume ${ask.name} exists with size ${r.sizeBytes}, outside the requested range` };
+  }
+  return { kind: "reuse", record: r };
+}
+
+export function checkSnapshotReservation(
+  ask: { name: string; sourceUuid: string; digest: string },
+  dirUuid: string | undefined,
+  record: SnapshotRecord | undefined,
+  image: ImageInfo | undefined,
+): Verdict<SnapshotRecord> {
+  // A snapshot name that already points at another source is a conflict whatever state it is in.
+  if (record && dirUuid && record.name === ask.name && record.sourceUuid !== ask.sourceUuid) {
+    return { kind: "conflict", reason: `snapshot ${ask.name} exists for another source volume` };
+  }
+  const common = checkCommon(ask.name, dirUuid, record, image);
+  if (common) return common;
+  const r = record as SnapshotRecord;
+  if (r.digest !== ask.digest) return { kind: "conflict", reason: `snapshot ${ask.name} exists with other parameters` };
+  return { kind: "reuse", record: r };
+}
+
+export const volumeImageName = (uuid: string) => `csi-vol-${uuid}`;
+export const snapshotImageName = (uuid: string) => `csi-snap-${uuid}`;
+
+/** Page over a sorted list of uuids: the token is the last uuid of the previous page. */
+export function nextToken(uuids: string[], maxEntries: number): string | undefined {
+  return maxEntries > 0 && uuids.length > maxEntries ? uuids[maxEntries - 1] : undefined;
+}

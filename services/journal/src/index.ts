@@ -1,0 +1,101 @@
+/**
+ * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
+ * main.ts calls this with the parsed config; tests can call it in-process too.
+ */
+import { type Clusters, DriverError, type JournalEvent, loadClusters, replicaId } from "@csi/contracts";
+import { connect } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import type { Logger } from "pino";
+import { EventLog } from "./adapters/event-log.js";
+import { FilePool } from "./adapters/file-pool.js";
+import { RedisStore } from "./adapters/redis-store.js";
+import { Journal } from "./app/journal.js";
+import { Projector } from "./app/projector.js";
+import type { JournalConfig } from "./config.js";
+import { keysFor } from "./domain/records.js";
+import type { PoolBackend } from "./domain/pool-backend.js";
+import { serveJournal } from "./rpc/nats-service.js";
+
+export { journalConfig, JournalConfig } from "./config.js";
+export { FilePool } from "./adapters/file-pool.js";
+export { keysFor } from "./domain/records.js";
+
+export interface RunningJournal {
+  journal: Journal;
+  projector: Projector;
+  clusters: Clusters;
+  stop(): Promise<void>;
+}
+
+export const JOURNAL_VERSION = "0.1.0";
+
+export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<RunningJournal> {
+  const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
+  const clusterID = cfg.cluster ?? clusters.defaultCluster;
+  const cluster = clusters.get(clusterID);
+  if (!cluster) throw new DriverError("InvalidArgument", `cluster ${clusterID} is not in the clusters config`);
+  const log = logger.child({ cluster: clusterID });
+
+  const pools = new Map<string, PoolBackend>();
+  for (const p of cluster.pools) {
+    const pool = new FilePool({ name: p.name, id: p.id, root: p.root, ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}) });
+    await pool.init();
+    pools.set(p.name, pool);
+  }
+
+  const nc = await connect({ servers: cfg.natsUrl, name: `csi-journal-${clusterID}`, maxReconnectAttempts: -1 });
+  const redis = new Redis(cfg.redisUrl, { maxRetriesPerRequest: 2, enableAutoPipelining: true });
+  redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+
+  const events = new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas });
+  await events.ensureStream();
+  const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
+  const projector = new Projector(events, store, log);
+  await projector.catchUp(); // never serve from a projection behind the log
+
+  const crashAfter = cfg.crashAfter;
+  const eventLog = crashAfter ? withCrashAfter(events, crashAfter, log) : events;
+  const journal = new Journal({
+    cluster,
+    pools,
+    log: eventLog,
+    store,
+    projector,
+    actor: { service: "journal", replica: replicaId(cfg.replica) },
+    logger: log,
+    lockTtlMs: cfg.lockTtlMs,
+    lockWaitMs: cfg.lockWaitMs,
+    now: () => new Date(),
+  });
+  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION);
+  const timer = cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
+  timer?.unref();
+  log.info({ pools: [...pools.keys()], stream: events.stream }, "journal serving");
+
+  return {
+    journal,
+    projector,
+    clusters,
+    stop: async () => {
+      clearInterval(timer);
+      await svc.stop().catch(() => {});
+      await nc.drain().catch(() => {});
+      redis.disconnect();
+    },
+  };
+}
+
+/** Fault injection (tests only): die by SIGKILL right after an event of the given type lands. */
+function withCrashAfter(events: EventLog, type: string, log: Logger): EventLog {
+  const append = events.append.bind(events);
+  events.append = async (a, meta) => {
+    const stored = await append(a, meta);
+    if ((stored.event as JournalEvent).type === type) {
+      log.warn({ type }, "fault injection: crashing now");
+      process.kill(process.pid, "SIGKILL");
+      await new Promise(() => {});
+    }
+    return stored;
+  };
+  return events;
+}

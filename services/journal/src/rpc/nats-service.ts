@@ -1,0 +1,78 @@
+/**
+ * The journal's NATS face: one micro-service (discoverable with $SRV.PING/INFO/STATS) per
+ * cluster, every command an endpoint in the cluster's queue group, so any number of replicas
+ * share the work. Requests are validated against the contract before any logic runs.
+ */
+import { describeZodError, DriverError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
+import { Svcm, type Service } from "@nats-io/services";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+import type { Journal } from "../app/journal.js";
+
+type Handler = (req: never) => Promise<unknown>;
+
+export function handlersOf(j: Journal): Record<JournalCommand, Handler> {
+  return {
+    "volume.create": (r) => j.createVolume(r),
+    "volume.delete": (r) => j.deleteVolume(r),
+    "volume.expand": (r) => j.expandVolume(r),
+    "volume.get": (r) => j.getVolume(r),
+    "volume.list": (r) => j.listVolumes(r),
+    "snapshot.create": (r) => j.createSnapshot(r),
+    "snapshot.delete": (r) => j.deleteSnapshot(r),
+    "snapshot.get": (r) => j.getSnapshot(r),
+    "snapshot.list": (r) => j.listSnapshots(r),
+    "pool.stat": (r) => j.poolStat(r),
+  };
+}
+
+export async function serveJournal(nc: NatsConnection, cluster: string, journal: Journal, logger: Logger, version: string): Promise<Service> {
+  // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
+  const svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
+    name: subjects.journalServiceName(cluster),
+    version,
+    description: `CSI reservation journal of cluster ${cluster}`,
+    queue: subjects.journalQueue(cluster),
+    metadata: { cluster },
+  });
+  const handlers = handlersOf(journal);
+  for (const command of Object.keys(journalContract) as JournalCommand[]) {
+    const schema = journalContract[command].request;
+    svc.addEndpoint(command.replace(".", "-"), {
+      subject: subjects.command(cluster, command),
+      handler: (err, msg) => {
+        if (err) {
+          logger.error({ err }, "endpoint stopped");
+          return;
+        }
+        const started = performance.now();
+        let requestId: string | undefined;
+        const reply = async () => {
+          let raw: unknown;
+          try {
+            raw = msg.json();
+          } catch {
+            throw new DriverError("InvalidArgument", "request is not JSON");
+          }
+          const parsed = schema.safeParse(raw);
+          if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
+          requestId = (parsed.data as { requestId?: string }).requestId;
+          return handlers[command](parsed.data as never);
+        };
+        reply().then(
+          (result) => {
+            msg.respond(JSON.stringify({ ok: true, result }));
+            logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+          },
+          (e: unknown) => {
+            const wire = toWireError(e);
+            if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
+            else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
+            msg.respond(JSON.stringify({ ok: false, error: wire }));
+          },
+        );
+      },
+    });
+  }
+  return svc;
+}

@@ -1,0 +1,252 @@
+/**
+ * The journal against real nats-server and redis-server, as separate processes: idempotency,
+ * concurrency over two replicas, crash recovery, stale reservations, Redis loss, lock expiry,
+ * snapshots/clones with real bytes.
+ */
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { open, readdir } from "node:fs/promises";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { type CommandRequest, DriverError, JournalClient, subjects } from "@csi/contracts";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { keysFor } from "@csi/journal";
+import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
+import { startTestServers, type TestServers } from "./support/servers.js";
+
+const CLUSTER = "c1";
+const MiB = 1024 * 1024;
+let env: TestServers;
+let nc: NatsConnection;
+let redis: Redis;
+let client: JournalClient;
+let clustersFile: string;
+const procs: ServiceProcess[] = [];
+
+function journalEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, CLUSTER_ID: CLUSTER, CATCHUP_EVERY_MS: "0", ...extra };
+}
+async function startJournalProcess(extra: Record<string, string> = {}, waitReady = true): Promise<ServiceProcess> {
+  const p = await spawnService("journal", journalEnv(extra), { waitReady });
+  procs.push(p);
+  return p;
+}
+const poolDir = () => path.join(env.dir, "pools", CLUSTER, "default");
+const images = async () => (await readdir(poolDir())).filter((f) => f.endsWith(".img")).sort();
+const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
+const create = (name: string, sizeBytes: number, more: Partial<CommandRequest<"volume.create">> = {}) =>
+  client.call(CLUSTER, "volume.create", { requestId: randomUUID(), name, sizeBytes, capabilities: cap, ...more });
+const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof DriverError ? e.code : String(e)));
+
+before(async () => {
+  env = await startTestServers();
+  clustersFile = await writeClustersFile(env.dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
+  nc = await connect({ servers: env.nats.url });
+  redis = new Redis(env.redis.url);
+  client = new JournalClient(nc, 20_000);
+  await startJournalProcess();
+});
+
+after(async () => {
+  await Promise.all(procs.map((p) => p.stop()));
+  await nc?.close();
+  redis?.disconnect();
+  await env?.dispose();
+});
+
+describe("volumes", () => {
+  test("create is idempotent by name; an incompatible repeat is AlreadyExists", async () => {
+    const a = await create("pvc-idem", 5 * MiB + 1);
+    assert.equal(a.sizeBytes, 6 * MiB, "rounded up to MiB");
+    const b = await create("pvc-idem", 5 * MiB + 1);
+    assert.deepEqual(b, a);
+    assert.equal(await codeOf(create("pvc-idem", 20 * MiB)), "AlreadyExists");
+    assert.equal(await codeOf(create("pvc-idem", 6 * MiB, { parameters: { fs: "xfs" } })), "AlreadyExists");
+    const snap = await client.call(CLUSTER, "snapshot.create", { requestId: "r", name: "snap-for-idem", sourceUuid: a.uuid });
+    assert.equal(await codeOf(create("pvc-idem", 6 * MiB, { source: { kind: "snapshot", uuid: snap.uuid } })), "AlreadyExists");
+    assert.ok((await images()).includes(`${a.imageName}.img`));
+  });
+
+  test("delete twice succeeds; expand to a smaller size answers the current size", async () => {
+    const v = await create("pvc-del", 8 * MiB);
+    const grown = await client.call(CLUSTER, "volume.expand", { requestId: "e1", uuid: v.uuid, sizeBytes: 12 * MiB });
+    assert.equal(grown.sizeBytes, 12 * MiB);
+    const same = await client.call(CLUSTER, "volume.expand", { requestId: "e2", uuid: v.uuid, sizeBytes: 4 * MiB });
+    assert.equal(same.sizeBytes, 12 * MiB);
+    assert.deepEqual(await client.call(CLUSTER, "volume.delete", { requestId: "d1", uuid: v.uuid }), { deleted: true });
+    assert.deepEqual(await client.call(CLUSTER, "volume.delete", { requestId: "d2", uuid: v.uuid }), { deleted: false });
+    assert.ok(!(await images()).includes(`${v.imageName}.img`));
+    assert.equal(await codeOf(client.call(CLUSTER, "volume.get", { uuid: v.uuid })), "NotFound");
+    // The name is free again: a new create makes a new volume.
+    const again = await create("pvc-del", 8 * MiB);
+    assert.notEqual(again.uuid, v.uuid);
+  });
+
+  test("bad requests are InvalidArgument with a readable reason", async () => {
+    await assert.rejects(create("", 1), (e: DriverError) => e.code === "InvalidArgument" && /name/.test(e.message));
+    await assert.rejects(create("x".repeat(129), MiB), (e: DriverError) => e.code === "InvalidArgument" && /128 bytes/.test(e.message));
+    await assert.rejects(create("ok", MiB, { pool: "nope" }), (e: DriverError) => e.code === "InvalidArgument" && /unknown pool/.test(e.message));
+    // A raw malformed message straight on the subject.
+    const raw = await nc.request(`csi.${CLUSTER}.journal.volume.create`, "{not json", { timeout: 5000 });
+    assert.deepEqual(raw.json(), { ok: false, error: { code: "InvalidArgument", message: "request is not JSON" } });
+  });
+
+  test("200 concurrent creates of one name over 2 replicas → one volume, one image, one reservation", async () => {
+    const second = await startJournalProcess();
+    const name = "pvc-storm";
+    const results = await Promise.allSettled(Array.from({ length: 200 }, () => create(name, 10 * MiB)));
+    const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+    const errs = results.flatMap((r) => (r.status === "rejected" ? [r.reason as DriverError] : []));
+    assert.ok(ok.length > 0, "some create succeeded");
+    assert.equal(new Set(ok.map((v) => v.uuid)).size, 1, "every success names the same volume");
+    for (const e of errs) assert.equal(e.code, "Aborted", `unexpected error ${e.code}: ${e.message}`);
+    const uuid = ok[0]?.uuid as string;
+    assert.deepEqual((await images()).filter((f) => f.includes(uuid)), [`csi-vol-${uuid}.img`]);
+    const keys = keysFor(CLUSTER, "default");
+    assert.equal(await redis.hget(keys.dir("volume"), keys.dirField("volume", name)), uuid);
+    const reservations = (await client.call(CLUSTER, "volume.list", {})).entries.filter((v) => v.name === name);
+    assert.equal(reservations.length, 1);
+    // Both replicas did work (queue group spreads requests).
+    await second.stop();
+  });
+});
+
+describe("crashes and lost state", () => {
+  test("SIGKILL after the reservation, before the image: a retry yields one consistent volume, no orphan", async () => {
+    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
+    // Stop the healthy replica so the crashing one takes the request.
+    const healthy = procs[0] as ServiceProcess;
+    await healthy.stop();
+    const name = "pvc-crash";
+    const dying = client.call(CLUSTER, "volume.create", { requestId: "crash", name, sizeBytes: 4 * MiB, capabilities: cap }, { timeoutMs: 3000 });
+    assert.equal(await codeOf(dying), "DeadlineExceeded", "the crashing replica never answers");
+    assert.equal(await crashing.exited, null, "killed by signal");
+    // The log (not yet the projection: the writer died before applying) holds the reservation.
+    const jsm = await jetstreamManager(nc);
+    const last = await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) });
+    const reserved = (last?.json() as { type: string; uuid: string }) ?? { type: "", uuid: "" };
+    assert.equal(reserved.type, "NameReserved", "the reservation was journaled before the crash");
+    assert.ok(!(await images()).includes(`csi-vol-${reserved.uuid}.img`), "the image was never created");
+    const fresh = await startJournalProcess();
+    procs[0] = fresh;
+    // The dead holder's lock expires by TTL (1 s); the retry may see Aborted until then.
+    let v: Awaited<ReturnType<typeof create>> | undefined;
+    for (let i = 0; i < 20 && !v; i++) {
+      v = await create(name, 4 * MiB).catch((e: DriverError) => {
+        assert.equal(e.code, "Aborted");
+        return undefined;
+      });
+      if (!v) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.ok(v, "the retry succeeded");
+    const all = (await images()).filter((f) => f.startsWith("csi-vol-"));
+    const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
+    assert.deepEqual(all.filter((f) => !live.includes(f)), [], "no orphan image");
+    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
+  });
+
+  test("a lock whose holder was killed is free again after its TTL, without restarting anything", async () => {
+    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "1500" });
+    const other = procs[0] as ServiceProcess;
+    await other.stop();
+    await codeOf(client.call(CLUSTER, "volume.create", { requestId: "crash", name: "pvc-lock", sizeBytes: MiB, capabilities: cap }, { timeoutMs: 500 }));
+    await crashing.exited;
+    const waiter = await startJournalProcess({ LOCK_WAIT_MS: "50" });
+    procs[0] = waiter;
+    const keys = keysFor(CLUSTER, "default");
+    const lockKey = keys.lock("name.volume.pvc-lock");
+    const ttl = await redis.pttl(lockKey);
+    assert.ok(ttl > 0, `the dead holder's lock is still there (pttl ${ttl})`);
+    assert.equal(await codeOf(create("pvc-lock", MiB)), "Aborted");
+    await new Promise((r) => setTimeout(r, ttl + 100));
+    assert.equal(await redis.exists(lockKey), 0);
+    const v = await create("pvc-lock", MiB);
+    assert.equal(v.name, "pvc-lock");
+  });
+
+  test("a stale reservation (record removed behind the journal's back) is cleaned and re-created", async () => {
+    const v = await create("pvc-stale", 2 * MiB);
+    const keys = keysFor(CLUSTER, "default");
+    await redis.del(keys.record("volume", v.uuid));
+    const again = await create("pvc-stale", 2 * MiB);
+    assert.notEqual(again.uuid, v.uuid);
+    const imgs = await images();
+    assert.ok(!imgs.includes(`${v.imageName}.img`), "the old image was removed");
+    assert.ok(imgs.includes(`${again.imageName}.img`));
+  });
+
+  test("Redis FLUSHALL: the projection is rebuilt from the log, every volume keeps its id and size", async () => {
+    const before = (await client.call(CLUSTER, "volume.list", {})).entries;
+    assert.ok(before.length >= 3);
+    await redis.flushall();
+    const afterList = (await client.call(CLUSTER, "volume.list", {})).entries;
+    const pick = (l: typeof before) => l.map((v) => [v.uuid, v.name, v.sizeBytes, v.imageId]).sort();
+    assert.deepEqual(pick(afterList), pick(before));
+    // And writes keep working: the name directory came back too.
+    const first = before[0] as (typeof before)[number];
+    const again = await create(first.name, first.sizeBytes, { parameters: first.parameters, ...(first.source ? { source: first.source } : {}) });
+    assert.equal(again.uuid, first.uuid, `re-create of ${first.name} after the rebuild`);
+  });
+});
+
+describe("snapshots and clones", () => {
+  test("snapshot create/list/delete with filters and paging; clone and restore carry the bytes", async () => {
+    const src = await create("pvc-src", 16 * MiB);
+    const other = await create("pvc-other", 4 * MiB);
+    const pattern = Buffer.from("event-sourced bytes ".repeat(100));
+    const fh = await open(path.join(poolDir(), `${src.imageName}.img`), "r+");
+    await fh.write(pattern, 0, pattern.length, 5 * MiB);
+    await fh.close();
+
+    const s1 = await client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-1", sourceUuid: src.uuid });
+    assert.equal(s1.readyToUse, true);
+    assert.equal(s1.sizeBytes, 16 * MiB);
+    assert.deepEqual(await client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-1", sourceUuid: src.uuid }), s1);
+    assert.equal(await codeOf(client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-1", sourceUuid: other.uuid })), "AlreadyExists");
+    assert.equal(await codeOf(client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-x", sourceUuid: randomUUID() })), "NotFound");
+    const s2 = await client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-2", sourceUuid: src.uuid });
+    const s3 = await client.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-3", sourceUuid: other.uuid });
+
+    const bySource = await client.call(CLUSTER, "snapshot.list", { sourceUuid: src.uuid });
+    assert.deepEqual(bySource.entries.map((s) => s.uuid).sort(), [s1.uuid, s2.uuid].sort());
+    const byId = await client.call(CLUSTER, "snapshot.list", { snapshotUuid: s3.uuid });
+    assert.deepEqual(byId.entries.map((s) => s.uuid), [s3.uuid]);
+    assert.deepEqual((await client.call(CLUSTER, "snapshot.list", { snapshotUuid: randomUUID() })).entries, []);
+    const seen: string[] = [];
+    let token: string | undefined;
+    do {
+      const page: Awaited<ReturnType<typeof client.call<"snapshot.list">>> = await client.call(CLUSTER, "snapshot.list", { maxEntries: 2, ...(token ? { startingToken: token } : {}) });
+      assert.ok(page.entries.length <= 2);
+      seen.push(...page.entries.map((s) => s.uuid));
+      token = page.nextToken;
+    } while (token);
+    assert.ok([s1.uuid, s2.uuid, s3.uuid].every((u) => seen.includes(u)));
+    assert.equal(new Set(seen).size, seen.length, "no duplicates across pages");
+    assert.equal(await codeOf(client.call(CLUSTER, "snapshot.list", { startingToken: "garbage" })), "Aborted");
+
+    // Overwrite the source after the snapshot: the restore must have the old bytes.
+    const fh2 = await open(path.join(poolDir(), `${src.imageName}.img`), "r+");
+    await fh2.write(Buffer.alloc(pattern.length, 0x7a), 0, pattern.length, 5 * MiB);
+    await fh2.close();
+    const restored = await create("pvc-restored", 20 * MiB, { source: { kind: "snapshot", uuid: s1.uuid } });
+    const cloned = await create("pvc-cloned", 16 * MiB, { source: { kind: "volume", uuid: src.uuid } });
+    assert.equal(restored.sizeBytes, 20 * MiB);
+    const readAt = async (img: string, len: number) => {
+      const h = await open(path.join(poolDir(), `${img}.img`), "r");
+      const b = Buffer.alloc(len);
+      await h.read(b, 0, len, 5 * MiB);
+      await h.close();
+      return b;
+    };
+    assert.deepEqual(await readAt(restored.imageName, pattern.length), pattern);
+    assert.deepEqual(await readAt(cloned.imageName, pattern.length), Buffer.alloc(pattern.length, 0x7a));
+    assert.equal(await codeOf(create("pvc-small-restore", 4 * MiB, { source: { kind: "snapshot", uuid: s1.uuid } })), "OutOfRange");
+    assert.equal(await codeOf(create("pvc-missing-src", 4 * MiB, { source: { kind: "volume", uuid: randomUUID() } })), "NotFound");
+
+    assert.deepEqual(await client.call(CLUSTER, "snapshot.delete", { requestId: "sd", uuid: s1.uuid }), { deleted: true });
+    assert.deepEqual(await client.call(CLUSTER, "snapshot.delete", { requestId: "sd", uuid: s1.uuid }), { deleted: false });
+    assert.deepEqual((await client.call(CLUSTER, "snapshot.list", { sourceUuid: src.uuid })).entries.map((s) => s.uuid), [s2.uuid]);
+  });
+});
