@@ -78,7 +78,9 @@ const specs: Record<"nats" | "redis", Spec> = {
 
 async function launch(bin: string, spec: Spec, port: number, dataDir: string): Promise<ChildProcess> {
   mkdirSync(dataDir, { recursive: true });
-  const child = spawn(bin, spec.args(port, dataDir), { stdio: ["ignore", "pipe", "pipe"] });
+  // Own process group: a Ctrl-C in the terminal reaches the services first, and we stop the
+  // servers after them (otherwise the services would log connection errors while stopping).
+  const child = spawn(bin, spec.args(port, dataDir), { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);

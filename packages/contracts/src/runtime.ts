@@ -23,3 +23,26 @@ export function loadClusters(file: string | undefined, dataDir: string): Cluster
 export function replicaId(configured?: string): string {
   return configured || `${os.hostname()}:${process.pid}`;
 }
+
+/**
+ * A service's main: start it, stop it cleanly on SIGINT/SIGTERM (sockets removed, NATS drained),
+ * exit non-zero if it cannot start.
+ */
+export async function runMain(service: string, logger: Logger, start: (log: Logger) => Promise<{ stop(): Promise<void> }>): Promise<void> {
+  try {
+    const running = await start(logger);
+    let stopping = false;
+    const shutdown = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, `${service} stopping`);
+      await running.stop().catch((err) => logger.error({ err }, "error while stopping"));
+      process.exit(0);
+    };
+    process.once("SIGINT", () => void shutdown("SIGINT"));
+    process.once("SIGTERM", () => void shutdown("SIGTERM"));
+  } catch (err) {
+    logger.fatal({ err }, `${service} failed to start`);
+    process.exit(1);
+  }
+}

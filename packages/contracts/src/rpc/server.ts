@@ -104,7 +104,7 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
 }
 
 /** Identity service handlers, the same shape for every CSI endpoint. */
-export function identityHandlers(info: {
+export function csiIdentity(info: {
   name: string;
   version: string;
   capabilities: string[];

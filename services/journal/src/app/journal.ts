@@ -281,7 +281,7 @@ export class Journal {
 
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
     const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
-    if (!isLive(h)) throw notFound(`volume ${req.uuid} does not exist`);
+    if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
     return volumeView(volumeFromHash(req.uuid, h));
   }
 

@@ -1,0 +1,79 @@
+/**
+ * Run the real service processes (tsx + the service's main.ts) the way an operator would, with
+ * the environment a test gives them. Waits for the service's "ready" log line; stop = SIGTERM,
+ * kill = SIGKILL.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import path from "node:path";
+
+export const ROOT = path.resolve(import.meta.dirname, "../..");
+
+
+export interface ServiceProcess {
+  child: ChildProcess;
+  /** Every log line so far (pino JSON). */
+  logs: string[];
+  stop(): Promise<number | null>;
+  kill(): Promise<void>;
+  exited: Promise<number | null>;
+}
+
+export function serviceMain(service: "journal" | "controller" | "node-agent"): string {
+  return path.join(ROOT, "services", service, "src", "main.ts");
+}
+
+export async function spawnService(
+  service: "journal" | "controller" | "node-agent",
+  env: Record<string, string>,
+  opts: { args?: string[]; readyLine?: RegExp; waitReady?: boolean; onLine?: (line: string) => void } = {},
+): Promise<ServiceProcess> {
+  // One process (node with the tsx loader), so SIGKILL hits the service itself.
+  const child = spawn(process.execPath, ["--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const logs: string[] = [];
+  let buf = "";
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const ready = opts.readyLine ?? /serving|listening/;
+  const readyP = new Promise<void>((resolve, reject) => {
+    const onData = (b: Buffer) => {
+      buf += b.toString();
+      let i = buf.indexOf("\n");
+      while (i >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        logs.push(line);
+        opts.onLine?.(line);
+        if (ready.test(line)) resolve();
+        i = buf.indexOf("\n");
+      }
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    exited.then((code) => reject(new Error(`${service} exited (${code}) before ready:\n${logs.join("\n")}`)));
+  });
+  if (opts.waitReady !== false) await readyP;
+  else readyP.catch(() => {});
+  const signal = async (sig: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(sig);
+    return exited;
+  };
+  return { child, logs, exited, stop: () => signal("SIGTERM"), kill: async () => void (await signal("SIGKILL")) };
+}
+
+/** A clusters file for tests: one cluster with one or more pools rooted under `dir`. */
+export async function writeClustersFile(dir: string, clusters: { clusterID: string; pools: string[] }[]): Promise<string> {
+  const file = path.join(dir, "clusters.json");
+  const body = {
+    defaultCluster: clusters[0]?.clusterID,
+    clusters: clusters.map((c) => ({
+      clusterID: c.clusterID,
+      pools: c.pools.map((name, i) => ({ name, id: i + 1, root: path.join(dir, "pools", c.clusterID, name) })),
+    })),
+  };
+  await writeFile(file, JSON.stringify(body, null, 2));
+  return file;
+}

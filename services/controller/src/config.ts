@@ -1,0 +1,26 @@
+/** The controller's configuration, parsed once from the environment and the command line. */
+import { parseArgs } from "node:util";
+import { z } from "zod";
+
+export const ControllerConfig = z.object({
+  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  endpoint: z.string().default("unix:///run/csi/csi-controller.sock"),
+  clustersFile: z.string().optional(),
+  dataDir: z.string().default(".data"),
+  logLevel: z.string().default("info"),
+  /** How long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED. */
+  journalTimeoutMs: z.coerce.number().int().min(100).default(30_000),
+});
+export type ControllerConfig = z.infer<typeof ControllerConfig>;
+
+export function controllerConfig(argv: string[], env: NodeJS.ProcessEnv): ControllerConfig {
+  const { values } = parseArgs({ args: argv, options: { endpoint: { type: "string" }, "clusters-file": { type: "string" } }, strict: true });
+  return ControllerConfig.parse({
+    natsUrl: env.NATS_URL,
+    endpoint: values.endpoint ?? env.CSI_ENDPOINT,
+    clustersFile: values["clusters-file"] ?? env.CLUSTERS_FILE,
+    dataDir: env.DATA_DIR,
+    logLevel: env.LOG_LEVEL,
+    journalTimeoutMs: env.JOURNAL_TIMEOUT_MS,
+  });
+}

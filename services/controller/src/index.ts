@@ -1,0 +1,51 @@
+/**
+ * Wiring of the controller: NATS (to reach each cluster's journal) and the CSI gRPC endpoint
+ * (Identity + Controller). Stateless: any number of replicas can run.
+ */
+import { csiIdentity, JournalClient, loadClusters, PLUGIN_NAME, startCsiServer, subjects } from "@csi/contracts";
+import { connect } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+import type { ControllerConfig } from "./config.js";
+
+export { controllerConfig, ControllerConfig } from "./config.js";
+
+export const CONTROLLER_VERSION = "0.1.0";
+
+export interface RunningController {
+  address: string;
+  stop(): Promise<void>;
+}
+
+export async function startController(cfg: ControllerConfig, logger: Logger): Promise<RunningController> {
+  const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
+  const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1 });
+  const journal = new JournalClient(nc, cfg.journalTimeoutMs);
+  void journal;
+
+  /** Ready when NATS is up and a journal replica of the default cluster answers a service ping. */
+  const ready = async () => {
+    if (nc.isClosed()) return false;
+    try {
+      await nc.request(`$SRV.PING.${subjects.journalServiceName(clusters.defaultCluster)}`, "", { timeout: 1000 });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  const server = await startCsiServer({
+    endpoint: cfg.endpoint,
+    log: logger,
+    services: {
+      Identity: csiIdentity({ name: PLUGIN_NAME, version: CONTROLLER_VERSION, capabilities: ["CONTROLLER_SERVICE"], ready }),
+      Controller: {},
+    },
+  });
+  return {
+    address: server.address,
+    stop: async () => {
+      await server.close();
+      await nc.drain().catch(() => {});
+    },
+  };
+}

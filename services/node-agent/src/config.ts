@@ -1,0 +1,26 @@
+/** The node-agent's configuration, parsed once from the environment and the command line. */
+import os from "node:os";
+import { parseArgs } from "node:util";
+import { z } from "zod";
+
+export const NodeAgentConfig = z.object({
+  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  endpoint: z.string().default("unix:///run/csi/csi-node.sock"),
+  nodeId: z.string().min(1).max(128).default(os.hostname()),
+  dataDir: z.string().default(".data"),
+  logLevel: z.string().default("info"),
+  maxVolumes: z.coerce.number().int().min(0).default(64),
+});
+export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
+
+export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAgentConfig {
+  const { values } = parseArgs({ args: argv, options: { endpoint: { type: "string" }, nodeid: { type: "string" } }, strict: true });
+  return NodeAgentConfig.parse({
+    natsUrl: env.NATS_URL,
+    endpoint: values.endpoint ?? env.CSI_ENDPOINT,
+    nodeId: values.nodeid ?? env.NODE_ID,
+    dataDir: env.DATA_DIR,
+    logLevel: env.LOG_LEVEL,
+    maxVolumes: env.MAX_VOLUMES_PER_NODE,
+  });
+}
