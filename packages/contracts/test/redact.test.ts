@@ -10,9 +10,7 @@ function createVolumeRequest() {
   return {
     name: "pvc-0bba3be9",
     capacity_range: { required_bytes: "1073741824", limit_bytes: "0" },
-    volume_capabilities: [
-      { mount: { fs_type: "ext4", mount_flags: ["noatime"] }, access_mode: { mode: "SINGLE_NODE_WRITER" }, access_type: "mount" },
-    ],
+    volume_capabilities: [{ mount: { fs_type: "ext4", mount_flags: ["noatime"] }, access_mode: { mode: "SINGLE_NODE_WRITER" }, access_type: "mount" }],
     parameters: { pool: "fast", password: "not-a-secret-field" },
     secrets: { password: SECRET, "user.name": "admin-hunter2" },
     volume_content_source: { snapshot: { snapshot_id: "snap-1" }, type: "snapshot" },
@@ -83,17 +81,9 @@ describe("redactSecrets on CSI requests", () => {
       { requests: [{ secrets: { a: SECRET } }, { secrets: { b: SECRET } }, { other: SECRET }] },
       { requests: [{ secrets: { a: STRIPPED } }, { secrets: { b: STRIPPED } }, { other: SECRET }] },
     ],
-    [
-      "top-level array of requests",
-      [{ secrets: { a: SECRET } }, 3, "x", null],
-      [{ secrets: { a: STRIPPED } }, 3, "x", null],
-    ],
+    ["top-level array of requests", [{ secrets: { a: SECRET } }, 3, "x", null], [{ secrets: { a: STRIPPED } }, 3, "x", null]],
     ["empty secrets map", { secrets: {} }, { secrets: {} }],
-    [
-      "secrets map whose values are objects",
-      { secrets: { nested: { password: SECRET } } },
-      { secrets: { nested: STRIPPED } },
-    ],
+    ["secrets map whose values are objects", { secrets: { nested: { password: SECRET } } }, { secrets: { nested: STRIPPED } }],
     [
       "secret fields at several levels at once",
       { secrets: { p: SECRET }, req: { node_stage_secrets: { q: SECRET }, deeper: [{ node_publish_secrets: { r: SECRET } }] } },

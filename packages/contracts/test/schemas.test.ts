@@ -3,20 +3,10 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import type { z } from "zod";
 import { DEFAULT_CLUSTERS, resolveClusters } from "../src/clusters.js";
-import { CSI_MAP_MAX_BYTES, CSI_NAME_MAX_BYTES, CsiName, StringMap, describeZodError, mapBytes } from "../src/common.js";
-import {
-  DriverError,
-  ErrorName,
-  GrpcCode,
-  WireError,
-  fromWireError,
-  grpcCodeOf,
-  invalidArgument,
-  notFound,
-  toWireError,
-} from "../src/errors.js";
+import { CSI_MAP_MAX_BYTES, CSI_NAME_MAX_BYTES, CsiName, describeZodError, mapBytes, StringMap } from "../src/common.js";
+import { DriverError, ErrorName, fromWireError, GrpcCode, grpcCodeOf, invalidArgument, notFound, toWireError, WireError } from "../src/errors.js";
 import { JournalEvent, VolumeReserved } from "../src/events.js";
-import { VolumeCreate, VolumeDelete, VolumeExpand, journalContract, replyEnvelope, splitCommand } from "../src/journal.js";
+import { journalContract, replyEnvelope, splitCommand, VolumeCreate, VolumeDelete, VolumeExpand } from "../src/journal.js";
 
 const UUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 
@@ -91,21 +81,9 @@ describe("VolumeCreate", () => {
     ["negative limit", { ...goodCreate, limitBytes: -1 }, [/limitBytes: /]],
     ["no capabilities (empty)", { ...goodCreate, capabilities: [] }, [/capabilities: /]],
     ["no capabilities (missing)", { ...goodCreate, capabilities: undefined }, [/capabilities: /]],
-    [
-      "unknown accessMode",
-      { ...goodCreate, capabilities: [{ accessType: "mount", accessMode: "EVERYONE_WRITES" }] },
-      [/capabilities\.0\.accessMode: /],
-    ],
-    [
-      "unknown accessType",
-      { ...goodCreate, capabilities: [{ accessType: "nfs", accessMode: "SINGLE_NODE_WRITER" }] },
-      [/capabilities\.0\.accessType: /],
-    ],
-    [
-      "parameters map over 4 KiB (one big value)",
-      { ...goodCreate, parameters: { k: "v".repeat(CSI_MAP_MAX_BYTES) } },
-      [/^parameters: /, /4096 bytes/],
-    ],
+    ["unknown accessMode", { ...goodCreate, capabilities: [{ accessType: "mount", accessMode: "EVERYONE_WRITES" }] }, [/capabilities\.0\.accessMode: /]],
+    ["unknown accessType", { ...goodCreate, capabilities: [{ accessType: "nfs", accessMode: "SINGLE_NODE_WRITER" }] }, [/capabilities\.0\.accessType: /]],
+    ["parameters map over 4 KiB (one big value)", { ...goodCreate, parameters: { k: "v".repeat(CSI_MAP_MAX_BYTES) } }, [/^parameters: /, /4096 bytes/]],
     [
       "parameters map over 4 KiB (many small entries)",
       { ...goodCreate, parameters: Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`key${i}`, "value"])) },
@@ -259,7 +237,13 @@ describe("resolveClusters", () => {
     const c = resolveClusters(
       {
         clusters: [
-          { clusterID: "east", pools: [{ name: "fast", id: 3 }, { name: "slow", id: 7, root: "/mnt/slow" }] },
+          {
+            clusterID: "east",
+            pools: [
+              { name: "fast", id: 3 },
+              { name: "slow", id: 7, root: "/mnt/slow" },
+            ],
+          },
           { clusterID: "west", instance: "drv2", pools: [{ name: "only", id: 0 }] },
         ],
       },
@@ -299,7 +283,14 @@ describe("resolveClusters", () => {
         defaultCluster: "b",
         clusters: [
           { clusterID: "a", pools: [{ name: "p1", id: 1 }] },
-          { clusterID: "b", defaultPool: "p2", pools: [{ name: "p1", id: 1 }, { name: "p2", id: 2 }] },
+          {
+            clusterID: "b",
+            defaultPool: "p2",
+            pools: [
+              { name: "p1", id: 1 },
+              { name: "p2", id: 2 },
+            ],
+          },
         ],
       },
       dataDir,
@@ -320,24 +311,31 @@ describe("resolveClusters", () => {
   const bad: Array<[string, unknown, RegExp]> = [
     [
       "duplicate cluster ids",
-      { clusters: [{ clusterID: "a", pools: [{ name: "p", id: 1 }] }, { clusterID: "a", pools: [{ name: "q", id: 2 }] }] },
+      {
+        clusters: [
+          { clusterID: "a", pools: [{ name: "p", id: 1 }] },
+          { clusterID: "a", pools: [{ name: "q", id: 2 }] },
+        ],
+      },
       /duplicate cluster a/,
     ],
     [
       "duplicate pool ids",
-      { clusters: [{ clusterID: "a", pools: [{ name: "p", id: 1 }, { name: "q", id: 1 }] }] },
+      {
+        clusters: [
+          {
+            clusterID: "a",
+            pools: [
+              { name: "p", id: 1 },
+              { name: "q", id: 1 },
+            ],
+          },
+        ],
+      },
       /duplicate pool id 1 in a/,
     ],
-    [
-      "unknown defaultCluster",
-      { defaultCluster: "zz", clusters: [{ clusterID: "a", pools: [{ name: "p", id: 1 }] }] },
-      /default cluster zz is not configured/,
-    ],
-    [
-      "unknown defaultPool",
-      { clusters: [{ clusterID: "a", defaultPool: "nope", pools: [{ name: "p", id: 1 }] }] },
-      /default pool nope is not a pool of a/,
-    ],
+    ["unknown defaultCluster", { defaultCluster: "zz", clusters: [{ clusterID: "a", pools: [{ name: "p", id: 1 }] }] }, /default cluster zz is not configured/],
+    ["unknown defaultPool", { clusters: [{ clusterID: "a", defaultPool: "nope", pools: [{ name: "p", id: 1 }] }] }, /default pool nope is not a pool of a/],
     ["cluster id with a dot", { clusters: [{ clusterID: "a.b", pools: [{ name: "p", id: 1 }] }] }, /clusterID: cluster ids are/],
     ["cluster id with a space", { clusters: [{ clusterID: "a b", pools: [{ name: "p", id: 1 }] }] }, /clusterID: /],
     ["cluster id with a star", { clusters: [{ clusterID: "*", pools: [{ name: "p", id: 1 }] }] }, /clusterID: /],

@@ -1,14 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DriverError } from "../src/errors.js";
-import {
-  MAX_ID_BYTES,
-  VOLUME_ID_VERSION,
-  VolumeIdError,
-  composeVolumeId,
-  decomposeVolumeId,
-  isUuid,
-} from "../src/volume-id.js";
+import { composeVolumeId, decomposeVolumeId, isUuid, MAX_ID_BYTES, VOLUME_ID_VERSION, VolumeIdError } from "../src/volume-id.js";
 
 /** ceph-csi's published example (docs/design/proposals/rbd-snap-clone / CSIIdentifier). */
 const CEPH_EXAMPLE = "0001-0024-0bba3be9-0a1c-41db-a619-26ffea20161e-0000000000000004-36eaa70e-eb63-11ea-8e79-246e96907f74";

@@ -22,7 +22,8 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmod, link, lstat, mkdir, open, readdir, statfs, truncate, unlink } from "node:fs/promises";
+import { type BigIntStats, closeSync, fstatSync, ftruncateSync, linkSync, openSync, unlinkSync } from "node:fs";
+import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { DriverError } from "@csi/contracts";
@@ -105,14 +106,36 @@ export class FilePool implements PoolBackend {
   async createImage(name: string, sizeBytes: number): Promise<ImageInfo> {
     const file = this.imagePath(name);
     const size = this.#checkSize(sizeBytes);
-    return this.#publish(name, file, sameWritable(name, size), async (tmp) => {
-      const fh = await open(tmp, "wx", IMAGE_MODE);
+    await this.init();
+    // The hot path of CreateVolume: a few metadata syscalls, done synchronously (microseconds
+    // each) rather than as separate thread-pool round trips. Same temp + link(2) protocol.
+    const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
+    try {
+      const fd = openSync(tmp, "wx", IMAGE_MODE);
+      let st: BigIntStats;
       try {
-        await fh.truncate(size);
+        ftruncateSync(fd, size);
+        st = fstatSync(fd, { bigint: true });
       } finally {
-        await fh.close();
+        closeSync(fd);
       }
-    });
+      try {
+        linkSync(tmp, file);
+        return { name, id: st.ino.toString(16), sizeBytes: size, readOnly: false };
+      } catch (err) {
+        if (errno(err) !== "EEXIST") throw err;
+      }
+    } catch (err) {
+      fail(err, `create image "${name}"`);
+    } finally {
+      try {
+        unlinkSync(tmp);
+      } catch {}
+    }
+    // Someone else's image of that name: the common compatibility rules decide.
+    const existing = await this.#stat(name, file);
+    if (!existing) throw new DriverError("Aborted", `image "${name}" keeps changing; retry`);
+    return sameWritable(name, size)(existing);
   }
 
   async resizeImage(name: string, sizeBytes: number): Promise<ImageInfo> {

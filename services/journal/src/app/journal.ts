@@ -158,9 +158,7 @@ export class Journal {
         if (sizeBytes < rec.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${rec.sizeBytes}`);
         source = { pool, imageName: rec.imageName, sizeBytes: rec.sizeBytes };
       }
-      const cap = await pool.capacity();
-      if (sizeBytes > cap.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${cap.maxImageBytes}`);
-
+      if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
       const uuid = this.#newUuid();
       const imageName = volumeImageName(uuid);
       await op.append(

@@ -108,7 +108,11 @@ export async function runOperation<T>(env: OperationEnv, requestId: string, fn: 
   const op = new Operation(env, requestId);
   try {
     const result = await fn(op);
-    await op.finish();
+    // The commit point is the log's ack. Applying to the projection and releasing the locks is
+    // sent now but not waited for: later commands on this Redis connection queue behind it
+    // (read-your-writes within a replica), another replica waits for the lock anyway, and a
+    // failed apply is repaired by the projector's replay.
+    void op.finish();
     return result;
   } catch (err) {
     await op.finish(err);

@@ -32,6 +32,8 @@ export interface PoolBackend {
   readonly poolName: string;
   /** Numeric id, goes into volume ids. */
   readonly poolId: number;
+  /** Largest image the pool accepts (bytes). */
+  readonly maxImageBytes: number;
   /**
    * Create a sparse image; size rounded UP to a whole MiB. If an image of that name already
    * exists with the same rounded size, return it (idempotent); different size → DriverError
