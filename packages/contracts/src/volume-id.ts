@@ -41,9 +41,11 @@ export function composeVolumeId(p: Omit<VolumeIdParts, "version"> & { version?: 
   if (clusterLen === 0 || clusterLen > MAX_ID_BYTES - FIXED_BYTES) {
     throw new VolumeIdError(`cluster id must be 1..${MAX_ID_BYTES - FIXED_BYTES} bytes`);
   }
+  // Only what decompose accepts back: printable ASCII.
+  if (!/^[\x21-\x7e]+$/.test(p.clusterID)) throw new VolumeIdError("cluster id must be printable ASCII");
   if (!Number.isSafeInteger(p.poolID) || p.poolID < 0) throw new VolumeIdError("pool id must be a non-negative integer");
   if (!isUuid(p.uuid)) throw new VolumeIdError("uuid must be 36 lowercase hex characters with dashes");
-  if (!Number.isInteger(version) || version < 0 || version > 0xffff) throw new VolumeIdError("bad version");
+  if (version !== VOLUME_ID_VERSION) throw new VolumeIdError(`unsupported encoding version ${version}`);
   const hex = (n: number, width: number) => n.toString(16).padStart(width, "0");
   return `${hex(version, 4)}-${hex(clusterLen, 4)}-${p.clusterID}-${hex(p.poolID, 16)}-${p.uuid}`;
 }

@@ -132,3 +132,15 @@ describe("redactSecrets leaves non-secret values alone", () => {
     assert.deepEqual(redactSecrets({ secrets: null, name: "n" }), { secrets: null, name: "n" });
   });
 });
+
+describe("redactSecrets edge cases", () => {
+  test("a secrets map nested deeper than the walk limit is not returned in clear", () => {
+    let deep: Record<string, unknown> = { secrets: { password: SECRET } };
+    for (let i = 0; i < 12; i++) deep = { inner: deep };
+    assert.ok(!JSON.stringify(redactSecrets(deep)).includes(SECRET));
+  });
+
+  test("a secret field that is not a map is stripped too", () => {
+    assert.deepEqual(redactSecrets({ secrets: SECRET, name: "x" }), { secrets: STRIPPED, name: "x" });
+  });
+});

@@ -273,3 +273,15 @@ describe("isUuid", () => {
     test(`${JSON.stringify(s)} → ${want}`, () => assert.equal(isUuid(s), want));
   }
 });
+
+describe("compose only makes ids decompose accepts", () => {
+  const uuid = "36eaa70e-eb63-11ea-8e79-246e96907f74";
+  for (const clusterID of ["é", "a b", "tab\there"]) {
+    test(`cluster id ${JSON.stringify(clusterID)} is refused`, () => {
+      assert.throws(() => composeVolumeId({ clusterID, poolID: 1, uuid }), VolumeIdError);
+    });
+  }
+  test("only encoding version 1 is composed", () => {
+    assert.throws(() => composeVolumeId({ clusterID: "c", poolID: 1, uuid, version: 2 }), VolumeIdError);
+  });
+});
