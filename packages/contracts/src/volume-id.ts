@@ -16,6 +16,7 @@ const FIXED_BYTES = 64;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const HEX4 = /^[0-9a-f]{4}$/i;
 const HEX16 = /^[0-9a-f]{16}$/i;
+const PRINTABLE = /^[\x21-\x7e]+$/;
 
 export interface VolumeIdParts {
   version: number;
@@ -42,7 +43,7 @@ export function composeVolumeId(p: Omit<VolumeIdParts, "version"> & { version?: 
     throw new VolumeIdError(`cluster id must be 1..${MAX_ID_BYTES - FIXED_BYTES} bytes`);
   }
   // Only what decompose accepts back: printable ASCII.
-  if (!/^[\x21-\x7e]+$/.test(p.clusterID)) throw new VolumeIdError("cluster id must be printable ASCII");
+  if (!PRINTABLE.test(p.clusterID)) throw new VolumeIdError("cluster id must be printable ASCII");
   if (!Number.isSafeInteger(p.poolID) || p.poolID < 0) throw new VolumeIdError("pool id must be a non-negative integer");
   if (!isUuid(p.uuid)) throw new VolumeIdError("uuid must be 36 lowercase hex characters with dashes");
   if (version !== VOLUME_ID_VERSION) throw new VolumeIdError(`unsupported encoding version ${version}`);
@@ -66,6 +67,7 @@ export function decomposeVolumeId(id: string): VolumeIdParts {
     throw new VolumeIdError("cluster id length does not match the id's length");
   }
   const clusterID = id.slice(10, 10 + clusterLen);
+  if (!PRINTABLE.test(clusterID)) throw new VolumeIdError("cluster id must be printable ASCII");
   let at = 10 + clusterLen;
   if (id[at] !== "-") throw new VolumeIdError("missing separator after cluster id");
   const poolHex = id.slice(at + 1, at + 17);
