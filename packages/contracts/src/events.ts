@@ -5,7 +5,7 @@
  * assigned by JetStream and travels beside the event, not inside it.
  */
 import { z } from "zod";
-import { Actor, Capability, ContentSource, Uuid } from "./common.js";
+import { AccessMode, Actor, Capability, ContentSource, Uuid } from "./common.js";
 
 const meta = {
   v: z.literal(1),
@@ -41,6 +41,16 @@ export const VolumeCreated = ev("VolumeCreated", { uuid: Uuid, imageId: z.string
 export const VolumeExpanded = ev("VolumeExpanded", { uuid: Uuid, sizeBytes: z.number().int().positive() });
 export const VolumeDeleted = ev("VolumeDeleted", { uuid: Uuid });
 
+/** ControllerPublishVolume: the volume is claimed by a node (Nomad's claim). */
+export const VolumeClaimed = ev("VolumeClaimed", {
+  uuid: Uuid,
+  nodeId: z.string(),
+  accessMode: AccessMode,
+  accessType: z.enum(["mount", "block"]),
+  readOnly: z.boolean(),
+});
+export const VolumeUnclaimed = ev("VolumeUnclaimed", { uuid: Uuid, nodeId: z.string() });
+
 // --- snapshot aggregate ---
 export const SnapshotReserved = ev("SnapshotReserved", {
   uuid: Uuid,
@@ -65,6 +75,8 @@ export const JournalEvent = z.discriminatedUnion("type", [
   VolumeCreated,
   VolumeExpanded,
   VolumeDeleted,
+  VolumeClaimed,
+  VolumeUnclaimed,
   SnapshotReserved,
   SnapshotCreated,
   SnapshotDeleted,

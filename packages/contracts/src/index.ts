@@ -12,3 +12,4 @@ export * from "./rpc/server.js";
 export * from "./rpc/client.js";
 export * from "./journal-client.js";
 export * from "./runtime.js";
+export * from "./nodes.js";

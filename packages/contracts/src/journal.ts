@@ -5,8 +5,16 @@
  * object and cannot drift.
  */
 import { z } from "zod";
-import { Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
+import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
+
+export const Claim = z.object({
+  nodeId: z.string(),
+  accessMode: AccessMode,
+  accessType: z.enum(["mount", "block"]),
+  readOnly: z.boolean(),
+});
+export type Claim = z.infer<typeof Claim>;
 
 export const VolumeView = z.object({
   uuid: Uuid,
@@ -20,6 +28,9 @@ export const VolumeView = z.object({
   capabilities: z.array(Capability),
   source: ContentSource.optional(),
   createdAt: z.string(),
+  claims: z.array(Claim),
+  /** Set by volume.get: whether the image is present and sized as recorded. */
+  condition: z.object({ abnormal: z.boolean(), message: z.string() }).optional(),
 });
 export type VolumeView = z.infer<typeof VolumeView>;
 
@@ -53,6 +64,17 @@ export const VolumeCreate = z.object({
 export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid });
 export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, sizeBytes: z.number().int().positive() });
 export const VolumeGet = z.object({ uuid: Uuid });
+export const VolumePublish = z.object({
+  ...RequestMeta,
+  uuid: Uuid,
+  nodeId: z.string().min(1).max(128),
+  capability: Capability,
+  readOnly: z.boolean(),
+  /** The node's max volumes (from its registration); 0 = no limit. */
+  maxVolumes: z.number().int().nonnegative().default(0),
+});
+export const VolumeUnpublish = z.object({ ...RequestMeta, uuid: Uuid, nodeId: z.string().min(1).max(128).optional() });
+export const PublishResult = z.object({ publishContext: z.record(z.string(), z.string()) });
 export const VolumeList = Paging;
 
 export const SnapshotCreate = z.object({
@@ -78,6 +100,8 @@ export const journalContract = {
   "volume.expand": { request: VolumeExpand, result: VolumeView },
   "volume.get": { request: VolumeGet, result: VolumeView },
   "volume.list": { request: VolumeList, result: page(VolumeView) },
+  "volume.publish": { request: VolumePublish, result: PublishResult },
+  "volume.unpublish": { request: VolumeUnpublish, result: Deleted },
   "snapshot.create": { request: SnapshotCreate, result: SnapshotView },
   "snapshot.delete": { request: SnapshotDelete, result: Deleted },
   "snapshot.get": { request: SnapshotGet, result: SnapshotView },

@@ -1,11 +1,14 @@
 /**
  * Wiring of the controller: NATS (to reach each cluster's journal) and the CSI gRPC endpoint
- * (Identity + Controller). Stateless: any number of replicas can run.
+ * (Identity + Controller). Stateless: any number of replicas can run; node registrations are
+ * read from the CSI_NODES stream.
  */
 import { csiIdentity, JournalClient, loadClusters, PLUGIN_NAME, startCsiServer, subjects } from "@csi/contracts";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { NodeDirectory } from "./adapters/nodes.js";
 import type { ControllerConfig } from "./config.js";
+import { controllerHandlers } from "./rpc/controller.js";
 
 export { controllerConfig, ControllerConfig } from "./config.js";
 
@@ -20,7 +23,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1 });
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
-  void journal;
+  const nodes = new NodeDirectory(nc);
 
   /** Ready when NATS is up and a journal replica of the default cluster answers a service ping. */
   const ready = async () => {
@@ -37,8 +40,8 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     endpoint: cfg.endpoint,
     log: logger,
     services: {
-      Identity: csiIdentity({ name: PLUGIN_NAME, version: CONTROLLER_VERSION, capabilities: ["CONTROLLER_SERVICE"], ready }),
-      Controller: {},
+      Identity: csiIdentity({ name: PLUGIN_NAME, version: CONTROLLER_VERSION, capabilities: ["CONTROLLER_SERVICE", "VOLUME_EXPANSION:ONLINE"], ready }),
+      Controller: controllerHandlers({ clusters, journal, nodes }),
     },
   });
   return {

@@ -10,6 +10,7 @@ export const NodeAgentConfig = z.object({
   dataDir: z.string().default(".data"),
   logLevel: z.string().default("info"),
   maxVolumes: z.coerce.number().int().min(0).default(64),
+  heartbeatMs: z.coerce.number().int().min(100).default(10_000),
 });
 export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
@@ -22,5 +23,6 @@ export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAge
     dataDir: env.DATA_DIR,
     logLevel: env.LOG_LEVEL,
     maxVolumes: env.MAX_VOLUMES_PER_NODE,
+    heartbeatMs: env.HEARTBEAT_MS,
   });
 }

@@ -21,6 +21,8 @@ export interface CallContext {
   log: Logger;
   /** Aborted when the caller cancels or its deadline passes. */
   signal: AbortSignal;
+  /** The caller's deadline (epoch ms), when it set one. */
+  deadline?: number;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: CSI messages are proto-loader plain objects
@@ -57,7 +59,9 @@ function wrap(method: string, handler: Handler | undefined, log: Logger, slowMs:
     const ac = new AbortController();
     call.on("cancelled", () => ac.abort(new DriverError("DeadlineExceeded", "call cancelled")));
     clog.debug({ request: redactSecrets(call.request) }, "request");
-    handler(call.request, { requestId, log: clog, signal: ac.signal }).then(
+    const dl = call.getDeadline();
+    const deadline = dl instanceof Date ? dl.getTime() : Number.isFinite(dl) ? Number(dl) : undefined;
+    handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
       (response) => {
         const ms = performance.now() - started;
         if (ms > slowMs) clog.warn({ ms: Math.round(ms) }, "slow call");

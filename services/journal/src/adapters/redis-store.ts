@@ -15,7 +15,7 @@ import type { Mutation } from "../domain/projection.js";
 import type { Hash, Keys } from "../domain/records.js";
 
 const LOCK_AND_READ = `
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], p=projection key}
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys], p=projection key}
 local q = cjson.decode(ARGV[3])
 local taken = {}
 for i, k in ipairs(q.l) do
@@ -30,7 +30,9 @@ local all = {}
 for i, k in ipairs(q.a) do all[i] = redis.call('HGETALL', k) end
 local fields = {}
 for i, kf in ipairs(q.f) do fields[i] = redis.call('HGET', kf[1], kf[2]) or '' end
-return {1, redis.call('EXISTS', q.p), cjson.encode(all), cjson.encode(fields)}
+local counts = {}
+for i, k in ipairs(q.c) do counts[i] = redis.call('SCARD', k) end
+return {1, redis.call('EXISTS', q.p), cjson.encode(all), cjson.encode(fields), cjson.encode(counts)}
 `;
 
 const APPLY_AND_UNLOCK = `
@@ -73,7 +75,7 @@ return 0
 `;
 
 type ScriptRedis = Redis & {
-  csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string]>;
+  csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string, string]>;
   csiApplyAndUnlock(muts: string, locks: string, proj: string, watermark: number): Promise<number>;
   csiRenew(key: string, token: string, ttl: number): Promise<number>;
 };
@@ -82,12 +84,15 @@ export interface ReadSpec {
   locks: string[];
   hashes: string[];
   fields: [string, string][];
+  /** Sets whose cardinality to read. */
+  counts?: string[];
 }
 
 export interface ReadResult {
   projectionPresent: boolean;
   hashes: (Hash | undefined)[];
   fields: (string | undefined)[];
+  counts: number[];
 }
 
 export type LockResult = { ok: true; read: ReadResult } | { ok: false; busy: string };
@@ -127,10 +132,10 @@ export class RedisStore {
   }
 
   async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {
-    const q = JSON.stringify({ l: spec.locks, a: spec.hashes, f: spec.fields, p: this.keys.projection });
+    const q = JSON.stringify({ l: spec.locks, a: spec.hashes, f: spec.fields, c: spec.counts ?? [], p: this.keys.projection });
     const res = await this.#call(() => this.#r.csiLockAndRead(token, ttlMs, q));
     if (res[0] === 0) return { ok: false, busy: res[1] };
-    const [, present, hashesJson, fieldsJson] = res;
+    const [, present, hashesJson, fieldsJson, countsJson] = res;
     const hashes = luaArray<string[] | Record<string, never>>(hashesJson).map(pairsToHash);
     const fields = luaArray<string>(fieldsJson);
     return {
@@ -139,6 +144,7 @@ export class RedisStore {
         projectionPresent: present === 1,
         hashes: spec.hashes.map((_, i) => hashes[i]),
         fields: spec.fields.map((_, i) => fields[i] || undefined),
+        counts: luaArray<number>(countsJson),
       },
     };
   }

@@ -34,6 +34,7 @@ import type { Append } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { roundUpToMiB } from "../domain/pool-backend.js";
 import { type Hash, isLive, type Kind, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "../domain/records.js";
+import { decideClaim } from "../domain/claims.js";
 import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, snapshotImageName, volumeDigest, volumeImageName } from "../domain/reservation.js";
 import { type Operation, type OperationEnv, runOperation } from "./operation.js";
 
@@ -196,7 +197,7 @@ export class Journal {
       return volumeView({
         uuid, name: req.name, pool: poolName, poolId: pool.poolId, imageName, imageId: img.id, sizeBytes: img.sizeBytes, digest,
         parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
-        createdAt: (op.stored.find((s) => s.event.type === "VolumeReserved")?.event.time ?? ""), seq: created?.seq ?? 0,
+        createdAt: (op.stored.find((s) => s.event.type === "VolumeReserved")?.event.time ?? ""), seq: created?.seq ?? 0, claims: [],
       });
     });
   }
@@ -230,8 +231,9 @@ export class Journal {
   async deleteVolume(req: ParsedRequest<"volume.delete">): Promise<CommandResult<"volume.delete">> {
     return this.#deleteAggregate("volume", req.uuid, req.requestId, async (h) => {
       const r = volumeFromHash(req.uuid, h);
-      // Claims (ControllerPublish) arrive with the controller: a claimed volume must refuse here.
-      if (h["csi.claims"] && h["csi.claims"] !== "[]") throw new DriverError("FailedPrecondition", `volume ${req.uuid} is published`);
+      if (r.claims.length > 0) {
+        throw new DriverError("FailedPrecondition", `volume is published to ${r.claims.map((c) => c.nodeId).join(", ")}: unpublish it first`);
+      }
       return r;
     });
   }
@@ -280,7 +282,60 @@ export class Journal {
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
     const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
     if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
-    return volumeView(volumeFromHash(req.uuid, h));
+    const r = volumeFromHash(req.uuid, h);
+    const img = await this.#poolOf(r.pool)?.statImage(r.imageName);
+    const condition = !img
+      ? { abnormal: true, message: `image ${r.imageName} is missing from pool ${r.pool}` }
+      : img.sizeBytes < r.sizeBytes
+        ? { abnormal: true, message: `image is ${img.sizeBytes} bytes, smaller than the recorded ${r.sizeBytes}` }
+        : { abnormal: false, message: "image present" };
+    return { ...volumeView(r), condition };
+  }
+
+  /** ControllerPublishVolume: record a claim, refusing what the access mode forbids. */
+  async publishVolume(req: ParsedRequest<"volume.publish">): Promise<CommandResult<"volume.publish">> {
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const read = await op.lock({
+        locks: [this.#uuidLock("volume", req.uuid)],
+        hashes: [this.#k.record("volume", req.uuid)],
+        fields: [],
+        counts: [this.#k.nodeClaims(req.nodeId)],
+      });
+      const h = read.hashes[0];
+      if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+      const r = volumeFromHash(req.uuid, h);
+      const readOnly = req.readOnly || req.capability.accessMode.endsWith("READER_ONLY");
+      const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
+      const verdict = decideClaim(r.claims, ask, { nodeVolumes: read.counts[0] ?? 0, maxVolumes: req.maxVolumes });
+      if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
+      if (verdict.kind === "new") {
+        await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+      }
+      const pool = this.#pool(r.pool);
+      return {
+        publishContext: {
+          clusterID: this.#c, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
+          imagePath: pool.imagePath(r.imageName), readOnly: String(readOnly),
+        },
+      };
+    });
+  }
+
+  /** ControllerUnpublishVolume: release the node's claim (or every claim without a node); idempotent. */
+  async unpublishVolume(req: ParsedRequest<"volume.unpublish">): Promise<CommandResult<"volume.unpublish">> {
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const read = await op.lock({ locks: [this.#uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
+      const h = read.hashes[0];
+      if (!isLive(h)) return { deleted: false }; // CSI: a volume that is gone is unpublished everywhere
+      const r = volumeFromHash(req.uuid, h);
+      const released = r.claims.filter((c) => req.nodeId === undefined || c.nodeId === req.nodeId);
+      let seq = r.seq;
+      for (const c of released) {
+        const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeUnclaimed", uuid: r.uuid, nodeId: c.nodeId }, expectedSeq: seq });
+        seq = ev?.seq ?? seq;
+      }
+      return { deleted: released.length > 0 };
+    });
   }
 
   async listVolumes(req: ParsedRequest<"volume.list">): Promise<CommandResult<"volume.list">> {

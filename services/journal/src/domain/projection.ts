@@ -54,6 +54,15 @@ export function mutationFor(k: Keys, stored: StoredEvent): Mutation {
       const key = k.record("volume", e.uuid);
       return { guard: [key, "_seq"], seq, ops: [["HSET", key, "csi.size", e.sizeBytes]] };
     }
+    case "VolumeClaimed": {
+      const key = k.record("volume", e.uuid);
+      const claim = { nodeId: e.nodeId, accessMode: e.accessMode, accessType: e.accessType, readOnly: e.readOnly };
+      return { guard: [key, "_seq"], seq, ops: [["HSET", key, `claim.${e.nodeId}`, JSON.stringify(claim)], ["SADD", k.nodeClaims(e.nodeId), e.uuid]] };
+    }
+    case "VolumeUnclaimed": {
+      const key = k.record("volume", e.uuid);
+      return { guard: [key, "_seq"], seq, ops: [["HDEL", key, `claim.${e.nodeId}`], ["SREM", k.nodeClaims(e.nodeId), e.uuid]] };
+    }
     case "SnapshotReserved": {
       const key = k.record("snapshot", e.uuid);
       return {

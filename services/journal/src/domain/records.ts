@@ -12,10 +12,11 @@
  *   {c}:csi.snap.<uuid>             hash  csi.snapname, csi.imagename, csi.imageid, csi.source, ...
  *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)
  *   {c}:csi.index.snap.src.<uuid>   zset  snapshot uuids of one source volume
+ *   {c}:csi.node.<nodeId>           set   volume uuids the node holds claims on
  *   {c}:projection                  hash  applied → stream seq up to which the log was replayed
  *   {c}:lock.<what>                 string lock token (SET NX PX)
  */
-import type { Capability, ContentSource, SnapshotView, VolumeView } from "@csi/contracts";
+import { type Capability, Claim, type ContentSource, type SnapshotView, type VolumeView } from "@csi/contracts";
 
 export type Kind = "volume" | "snapshot";
 
@@ -27,6 +28,8 @@ export interface Keys {
   record(kind: Kind, uuid: string): string;
   index(kind: Kind): string;
   snapsOf(sourceUuid: string): string;
+  /** Set of volume uuids a node holds claims on. */
+  nodeClaims(nodeId: string): string;
   projection: string;
   lock(what: string): string;
 }
@@ -43,6 +46,7 @@ export function keysFor(cluster: string, instance: string): Keys {
     record: (k, uuid) => `${prefix}csi.${single(k)}.${uuid}`,
     index: (k) => `${prefix}csi.index.${single(k)}`,
     snapsOf: (src) => `${prefix}csi.index.snap.src.${src}`,
+    nodeClaims: (nodeId) => `${prefix}csi.node.${nodeId}`,
     projection: `${prefix}projection`,
     lock: (what) => `${prefix}lock.${what}`,
   };
@@ -67,6 +71,7 @@ export interface VolumeRecord extends RecordBase {
   parameters: Record<string, string>;
   capabilities: Capability[];
   source?: ContentSource;
+  claims: Claim[];
 }
 
 export interface SnapshotRecord extends RecordBase {
@@ -101,7 +106,16 @@ export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
     parameters: JSON.parse(h["csi.parameters"] ?? "{}"),
     capabilities: JSON.parse(h["csi.capabilities"] ?? "[]"),
     ...(h["csi.source"] ? { source: JSON.parse(h["csi.source"]) as ContentSource } : {}),
+    claims: claimsOf(h),
   };
+}
+
+/** Claims are fields `claim.<nodeId>` of the volume hash. */
+export function claimsOf(h: Hash): Claim[] {
+  return Object.entries(h)
+    .filter(([k]) => k.startsWith("claim."))
+    .map(([, v]) => Claim.parse(JSON.parse(v)))
+    .sort((a, b) => (a.nodeId < b.nodeId ? -1 : 1));
 }
 
 export function snapshotFromHash(uuid: string, h: Hash): SnapshotRecord {
@@ -133,6 +147,7 @@ export function volumeView(r: VolumeRecord): VolumeView {
     capabilities: r.capabilities,
     ...(r.source ? { source: r.source } : {}),
     createdAt: r.createdAt,
+    claims: r.claims,
   };
 }
 

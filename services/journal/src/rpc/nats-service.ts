@@ -18,6 +18,8 @@ export function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "volume.expand": (r) => j.expandVolume(r),
     "volume.get": (r) => j.getVolume(r),
     "volume.list": (r) => j.listVolumes(r),
+    "volume.publish": (r) => j.publishVolume(r),
+    "volume.unpublish": (r) => j.unpublishVolume(r),
     "snapshot.create": (r) => j.createSnapshot(r),
     "snapshot.delete": (r) => j.deleteSnapshot(r),
     "snapshot.get": (r) => j.getSnapshot(r),

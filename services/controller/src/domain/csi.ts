@@ -1,0 +1,142 @@
+/**
+ * Pure translation between CSI messages (proto-loader objects: keepCase, longs as strings,
+ * oneofs named) and the journal's contract, with the CSI argument checks. No I/O.
+ */
+import {
+  AccessMode,
+  type Capability,
+  composeVolumeId,
+  type ContentSource,
+  decomposeVolumeId,
+  DriverError,
+  invalidArgument,
+  type SnapshotView,
+  type VolumeIdParts,
+  type VolumeView,
+} from "@csi/contracts";
+
+export const MiB = 1024 * 1024;
+export const GiB = 1024 * MiB;
+export const DEFAULT_VOLUME_BYTES = GiB;
+export const SUPPORTED_FS = new Set(["", "ext4", "xfs"]);
+/** Plain filesystems cannot be written from two nodes; raw block can (the user coordinates). */
+const MULTI_WRITER_MODES = new Set(["MULTI_NODE_MULTI_WRITER", "MULTI_NODE_SINGLE_WRITER"]);
+
+// biome-ignore lint/suspicious/noExplicitAny: proto-loader messages are plain objects
+type Msg = any;
+
+export function required(value: unknown, field: string): asserts value {
+  if (value === undefined || value === null || value === "") throw invalidArgument(`${field} is required`);
+}
+
+/** A VolumeCapability → our Capability (structure only; `unsupported` says what we refuse). */
+export function toCapability(vc: Msg, field = "volume_capability"): Capability {
+  if (!vc) throw invalidArgument(`${field} is required`);
+  const mode = vc.access_mode?.mode;
+  const parsed = AccessMode.safeParse(mode);
+  if (!parsed.success) throw invalidArgument(`${field}.access_mode must be set to a known mode, got ${JSON.stringify(mode ?? null)}`);
+  if (vc.block) return { accessType: "block", accessMode: parsed.data };
+  if (vc.mount) {
+    const fsType = String(vc.mount.fs_type ?? "");
+    const mountFlags = (vc.mount.mount_flags ?? []) as string[];
+    return { accessType: "mount", accessMode: parsed.data, ...(fsType ? { fsType } : {}), ...(mountFlags.length ? { mountFlags } : {}) };
+  }
+  throw invalidArgument(`${field} must have an access type (mount or block)`);
+}
+
+/** Why this driver cannot serve a capability, or undefined if it can. */
+export function unsupported(c: Capability): string | undefined {
+  if (c.accessType === "mount" && !SUPPORTED_FS.has(c.fsType ?? "")) return `filesystem ${c.fsType} is not supported (ext4, xfs)`;
+  if (c.accessType === "mount" && MULTI_WRITER_MODES.has(c.accessMode)) return `${c.accessMode} needs a block volume: a filesystem cannot be written from several nodes`;
+  return undefined;
+}
+
+export function toCapabilities(list: Msg[] | undefined, field = "volume_capabilities"): Capability[] {
+  if (!list || list.length === 0) throw invalidArgument(`${field} is required`);
+  return list.map((vc, i) => toCapability(vc, `${field}[${i}]`));
+}
+
+const toBytes = (v: unknown, field: string): number => {
+  const n = Number(v ?? 0);
+  if (!Number.isSafeInteger(n) || n < 0) throw invalidArgument(`${field} must be a non-negative byte count`);
+  return n;
+};
+
+/** CapacityRange → (size to ask for, limit). No range → the default size. */
+export function capacityOf(range: Msg, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
+  const req = toBytes(range?.required_bytes, "capacity_range.required_bytes");
+  const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes");
+  if (limit > 0 && req > limit) throw new DriverError("OutOfRange", `required_bytes ${req} exceeds limit_bytes ${limit}`);
+  const size = req > 0 ? req : limit > 0 ? Math.min(defaultBytes, limit) : defaultBytes;
+  const rounded = Math.ceil(size / MiB) * MiB;
+  if (limit > 0 && rounded > limit) throw new DriverError("OutOfRange", `the smallest size this driver makes, ${rounded} bytes (whole MiB), exceeds limit_bytes ${limit}`);
+  return { sizeBytes: rounded, limitBytes: limit };
+}
+
+/** Decode an id a CO gave us; `undefined` when it is malformed (each RPC decides what that means). */
+export function tryDecode(id: string): VolumeIdParts | undefined {
+  try {
+    return decomposeVolumeId(id);
+  } catch {
+    return undefined;
+  }
+}
+
+export const volumeIdOf = (clusterID: string, v: { poolId: number; uuid: string }) => composeVolumeId({ clusterID, poolID: v.poolId, uuid: v.uuid });
+
+export function timestamp(iso: string): { seconds: string; nanos: number } {
+  const ms = Date.parse(iso);
+  return { seconds: String(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 };
+}
+
+const RESERVED_PARAMS = new Set(["clusterID", "pool"]);
+export function splitParameters(params: Record<string, string> | undefined): { clusterID?: string; pool?: string; rest: Record<string, string> } {
+  const p = params ?? {};
+  const rest = Object.fromEntries(Object.entries(p).filter(([k]) => !RESERVED_PARAMS.has(k) && !k.startsWith("csi.storage.k8s.io/")));
+  return { ...(p.clusterID ? { clusterID: p.clusterID } : {}), ...(p.pool ? { pool: p.pool } : {}), rest };
+}
+
+export function contentSourceOf(clusterID: string, poolIdOf: (s: ContentSource) => number, s: ContentSource | undefined): Msg {
+  if (!s) return null;
+  const id = composeVolumeId({ clusterID, poolID: poolIdOf(s), uuid: s.uuid });
+  return s.kind === "snapshot" ? { snapshot: { snapshot_id: id } } : { volume: { volume_id: id } };
+}
+
+export function csiVolume(clusterID: string, v: VolumeView, sourceId?: Msg): Msg {
+  return {
+    volume_id: volumeIdOf(clusterID, v),
+    capacity_bytes: String(v.sizeBytes),
+    volume_context: { ...v.parameters, clusterID, pool: v.pool, imageName: v.imageName },
+    content_source: sourceId ?? null,
+    accessible_topology: [],
+  };
+}
+
+export function csiSnapshot(clusterID: string, s: SnapshotView): Msg {
+  return {
+    snapshot_id: composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.uuid }),
+    source_volume_id: composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.sourceUuid }),
+    size_bytes: String(s.sizeBytes),
+    creation_time: timestamp(s.createdAt),
+    ready_to_use: s.readyToUse,
+    group_snapshot_id: "",
+  };
+}
+
+/** Paging over several clusters: `<clusterID>/<journal token>` (empty token = the cluster's start). */
+export function parsePageToken(token: string, clusters: string[]): { cluster: string; inner?: string } {
+  if (!token) return { cluster: clusters[0] ?? "" };
+  const slash = token.indexOf("/");
+  const cluster = token.slice(0, slash);
+  const inner = token.slice(slash + 1);
+  if (slash < 0 || !clusters.includes(cluster) || (inner !== "" && !/^[0-9a-f-]{36}$/.test(inner))) {
+    throw new DriverError("Aborted", `invalid starting_token ${JSON.stringify(token)}`);
+  }
+  return inner ? { cluster, inner } : { cluster };
+}
+
+export function maxEntriesOf(v: unknown): number {
+  const n = Number(v ?? 0);
+  if (!Number.isInteger(n) || n < 0) throw invalidArgument("max_entries must not be negative");
+  return n;
+}

@@ -1,0 +1,121 @@
+/**
+ * Loop devices: how a file-backed image becomes a block device on this node (losetup).
+ *
+ * A loop device is found again by its backing file, as ceph-csi's findDeviceMappingImage finds
+ * an rbd mapping by pool and image. The kernel reports a backing file that was deleted (or
+ * replaced) after the attach as "<path> (deleted)": such a device no longer shows the image
+ * at that path, so `findByBackingFile` never returns it; `list` shows it with `deleted: true`
+ * so the healer can detach it.
+ */
+import { realpath, stat } from "node:fs/promises";
+import path from "node:path";
+import { DriverError } from "@csi/contracts";
+import { run, withRetry } from "./exec.js";
+
+export interface LoopDevice {
+  /** The device node, e.g. /dev/loop3. */
+  device: string;
+  /** The backing file as the kernel reports it, without the " (deleted)" suffix. */
+  backingFile: string | undefined;
+  /** The backing file was unlinked (or replaced) after the attach. */
+  deleted: boolean;
+  readOnly: boolean;
+  /** Detach was asked while the device was in use: the kernel frees it on the last close. */
+  autoclear: boolean;
+}
+
+const DELETED = " (deleted)";
+
+/** Parse `losetup --list --json --output NAME,BACK-FILE,RO,AUTOCLEAR`. Pure. */
+export function parseLosetupJson(text: string): LoopDevice[] {
+  if (text.trim() === "") return []; // older losetup prints nothing when no device is attached
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new DriverError("Internal", `losetup --json printed invalid JSON: ${text.slice(0, 200)}`, { cause: err });
+  }
+  const rows = (doc as { loopdevices?: unknown }).loopdevices;
+  if (!Array.isArray(rows)) throw new DriverError("Internal", `losetup --json printed no "loopdevices" list: ${text.slice(0, 200)}`);
+  return rows.map((row: Record<string, unknown>) => {
+    if (typeof row.name !== "string") throw new DriverError("Internal", `losetup --json printed a device without a name: ${JSON.stringify(row)}`);
+    let backingFile = typeof row["back-file"] === "string" && row["back-file"] !== "" ? row["back-file"] : undefined;
+    const deleted = backingFile?.endsWith(DELETED) ?? false;
+    if (deleted) backingFile = backingFile?.slice(0, -DELETED.length);
+    return { device: row.name, backingFile, deleted, readOnly: flag(row.ro), autoclear: flag(row.autoclear) };
+  });
+}
+
+/** losetup prints booleans as JSON booleans (util-linux ≥ 2.33) or as "0"/"1" (older). */
+function flag(v: unknown): boolean {
+  return v === true || v === 1 || v === "1";
+}
+
+/** Every attached loop device. */
+export async function list(): Promise<LoopDevice[]> {
+  const { stdout } = await run("losetup", ["--list", "--json", "--output", "NAME,BACK-FILE,RO,AUTOCLEAR"]);
+  return parseLosetupJson(stdout);
+}
+
+/** The path of `file` as the kernel reports it for a backing file (symlinks resolved). */
+async function canonical(file: string): Promise<string> {
+  const abs = path.resolve(file);
+  return realpath(abs).catch(() => abs);
+}
+
+/** The loop device that currently maps `imagePath`, if any (the first by name if several do). */
+export async function findByBackingFile(imagePath: string): Promise<string | undefined> {
+  const want = await canonical(imagePath);
+  const hits = (await list()).filter((d) => !d.deleted && d.backingFile === want);
+  hits.sort((a, b) => a.device.localeCompare(b.device, "en", { numeric: true }));
+  return hits[0]?.device;
+}
+
+/** Map `imagePath` to a free loop device and return the device path. */
+export async function attach(imagePath: string, opts: { readOnly?: boolean } = {}): Promise<string> {
+  const file = await canonical(imagePath);
+  const st = await stat(file).catch(() => undefined);
+  if (!st) throw new DriverError("NotFound", `image file ${file} does not exist`);
+  if (!st.isFile()) throw new DriverError("FailedPrecondition", `image ${file} is not a regular file`);
+  const args = ["--find", "--show", ...(opts.readOnly ? ["--read-only"] : []), "--direct-io=off", file];
+  const { stdout } = await withRetry(() => run("losetup", args));
+  const device = stdout.trim();
+  if (!device.startsWith("/dev/")) throw new DriverError("Internal", `losetup ${args.join(" ")} printed no device: ${JSON.stringify(stdout)}`);
+  return device;
+}
+
+/** How long `detach` waits for the kernel to let go of a device that was busy for a moment. */
+const DETACH_SETTLE = { tries: 10, delayMs: 50 };
+
+/**
+ * Detach a loop device. A device that is not attached (or does not exist) is success.
+ *
+ * The kernel does not refuse to detach a device that is still open or mounted: it marks it
+ * "autoclear" and frees it on the last close. So after asking, we check that the device has
+ * really let go of its file, and fail with FailedPrecondition if it stays in use.
+ */
+export async function detach(device: string): Promise<void> {
+  const before = (await list()).find((d) => d.device === device);
+  if (!before?.backingFile) return;
+  try {
+    await withRetry(() => run("losetup", ["--detach", device]));
+  } catch (err) {
+    const stderr = (err as { stderr?: unknown }).stderr;
+    if (typeof stderr === "string" && /No such device or address|No such file or directory/i.test(stderr)) return;
+    throw err;
+  }
+  for (let i = 0; i < DETACH_SETTLE.tries; i++) {
+    const now = (await list()).find((d) => d.device === device);
+    if (now?.backingFile !== before.backingFile) return; // gone, or already reused for another file
+    await new Promise((r) => setTimeout(r, DETACH_SETTLE.delayMs));
+  }
+  throw new DriverError(
+    "FailedPrecondition",
+    `loop device ${device} (${before.backingFile}) is still in use (mounted or open); the kernel will detach it when the last user closes it`,
+  );
+}
+
+/** Make the loop device see the current size of its backing file (after the image grew). */
+export async function refreshSize(device: string): Promise<void> {
+  await withRetry(() => run("losetup", ["--set-capacity", device]));
+}

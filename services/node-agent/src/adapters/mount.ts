@@ -1,0 +1,97 @@
+/**
+ * Mounts: a device at the staging path, bind mounts at the target paths (mount(8), umount(8)),
+ * and what is mounted where (/proc/self/mountinfo through the pure parser in domain/).
+ *
+ * Paths are compared as the kernel writes them: resolved, absolute, symlinks followed.
+ */
+import { readFile, realpath } from "node:fs/promises";
+import path from "node:path";
+import { DriverError } from "@csi/contracts";
+import { findByMountPoint, type MountEntry, parseMountInfo } from "../domain/mountinfo.js";
+import { run, withRetry } from "./exec.js";
+
+export interface MountOptions {
+  fsType: string;
+  /** Mount options (e.g. "noatime", "discard"), each a single option; joined with "," for -o. */
+  flags?: readonly string[];
+  readOnly?: boolean;
+}
+
+/** Reject an option that could smuggle another option or a command-line flag into mount(8). */
+export function validateMountFlags(flags: readonly string[]): void {
+  for (const f of flags) {
+    if (f === "" || f.includes(",") || /\s/.test(f) || f.startsWith("-") || f.includes("\0")) {
+      throw new DriverError("InvalidArgument", `invalid mount flag ${JSON.stringify(f)}: must be one option, without ",", whitespace or a leading "-"`);
+    }
+  }
+}
+
+/** Mount paths must be absolute: that also keeps them from being read as command-line flags. */
+function requireAbsolute(what: string, p: string): void {
+  if (!path.isAbsolute(p) || p.includes("\0")) throw new DriverError("InvalidArgument", `${what} ${JSON.stringify(p)} must be an absolute path`);
+}
+
+const FS_TYPE = /^[a-z0-9][a-z0-9._-]*$/;
+
+/** Mount `source` (a device) at `target` (an existing directory). */
+export async function mount(source: string, target: string, opts: MountOptions): Promise<void> {
+  requireAbsolute("mount source", source);
+  requireAbsolute("mount target", target);
+  if (!FS_TYPE.test(opts.fsType)) throw new DriverError("InvalidArgument", `invalid filesystem type ${JSON.stringify(opts.fsType)}`);
+  const flags = opts.flags ?? [];
+  validateMountFlags(flags);
+  const options = [...(opts.readOnly ? ["ro"] : []), ...flags];
+  await withRetry(() => run("mount", ["-t", opts.fsType, ...(options.length ? ["-o", options.join(",")] : []), source, target]));
+}
+
+/**
+ * Bind-mount `source` (a directory, or a device/file for block volumes) at `target`. A read-only
+ * bind needs a second step (remount,bind,ro); if that fails the bind is undone, so a read-only
+ * request never leaves a writable mount behind.
+ */
+export async function bindMount(source: string, target: string, opts: { readOnly?: boolean } = {}): Promise<void> {
+  requireAbsolute("bind source", source);
+  requireAbsolute("bind target", target);
+  await withRetry(() => run("mount", ["--bind", source, target]));
+  if (!opts.readOnly) return;
+  try {
+    await withRetry(() => run("mount", ["-o", "remount,bind,ro", target]));
+  } catch (err) {
+    await unmount(target).catch(() => {});
+    throw err;
+  }
+}
+
+/** Unmount the top mount at `target`. Not mounted is success; busy is retried, then reported. */
+export async function unmount(target: string): Promise<void> {
+  requireAbsolute("unmount target", target);
+  if (!(await isMountPoint(target))) return;
+  try {
+    await withRetry(() => run("umount", [target]));
+  } catch (err) {
+    if (!(await isMountPoint(target))) return; // someone else unmounted it meanwhile
+    throw err;
+  }
+}
+
+/** All current mounts of this process's mount namespace. */
+export async function readMounts(): Promise<MountEntry[]> {
+  return parseMountInfo(await readFile("/proc/self/mountinfo", "utf8"));
+}
+
+/** `p` resolved as the kernel writes it in mountinfo; a path that does not exist stays as it is. */
+async function resolved(p: string): Promise<string> {
+  const abs = path.resolve(p);
+  return realpath(abs).catch(() => abs);
+}
+
+/** The mounts stacked at `target`, the visible (last) one last. */
+export async function mountsAt(target: string): Promise<MountEntry[]> {
+  const want = await resolved(target);
+  return (await readMounts()).filter((e) => e.mountPoint === want);
+}
+
+/** Whether something is mounted at `p` (a bind mount of the same filesystem counts too). */
+export async function isMountPoint(p: string): Promise<boolean> {
+  return findByMountPoint(await readMounts(), await resolved(p)) !== undefined;
+}
