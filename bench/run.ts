@@ -1,15 +1,18 @@
 /**
  * `npm run bench`: throughput and latency figures (never asserted by a test).
  *
- * Journal scenario: N distinct-name creates, then N deletes, through the journal's NATS
- * commands at concurrency 1, 16 and 64, against fresh nats-server / redis-server processes and
- * one journal process. Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64").
+ * Two scenarios against fresh nats-server / redis-server processes, one journal process and one
+ * controller process: N distinct-name creates then N deletes at concurrency 1, 16 and 64, and a
+ * storm of 200 concurrent creates of one name (counting the images made: must be 1)
+ *   1. through the journal's NATS commands;
+ *   2. through the controller's CSI gRPC socket (CreateVolume / DeleteVolume).
+ * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64").
  */
 import { randomUUID } from "node:crypto";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { JournalClient } from "@csi/contracts";
+import { csiClient, JournalClient } from "@csi/contracts";
 import { connect } from "@nats-io/transport-node";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
@@ -57,46 +60,61 @@ export function row(label: string, f: Figures): string {
   return `${label.padEnd(34)} ${f.opsPerSec.toFixed(0).padStart(7)} ops/s   p50 ${f.p50.toFixed(2).padStart(6)} ms   p99 ${f.p99.toFixed(2).padStart(6)} ms   errors ${f.errors}`;
 }
 
-async function journalScenario(dir: string) {
+const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
+const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" }, mount: { fs_type: "ext4" } };
+
+async function scenario(label: string, create: (name: string) => Promise<string>, remove: (id: string) => Promise<unknown>, countImages: () => Promise<number>) {
+  console.log(`\n${label} (N=${N})`);
+  for (const c of LEVELS) {
+    const ids: string[] = [];
+    const tag = randomUUID().slice(0, 8);
+    console.log(row(`create  c=${c}`, await measure(N, c, async (i) => void (ids[i] = await create(`bench-${tag}-${i}`)))));
+    console.log(row(`delete  c=${c}`, await measure(N, c, (i) => remove(ids[i] as string))));
+  }
+  const before = await countImages();
+  const stormName = `storm-${randomUUID().slice(0, 8)}`;
+  const storm = await measure(200, 200, () => create(stormName));
+  console.log(row("storm: 200 x one name, c=200", storm), `  images created: ${(await countImages()) - before}`);
+}
+
+async function main(dir: string) {
   const nats = await startServer("nats", path.join(dir, "nats"));
   const redis = await startServer("redis", path.join(dir, "redis"));
   const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
-  const journal = await spawnService("journal", { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, LOG_LEVEL: "warn", CATCHUP_EVERY_MS: "0" }, { readyLine: /serving/, waitReady: false });
-  // LOG_LEVEL=warn hides the ready line: wait for the service to answer instead.
+  const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0" };
+  const journal = await spawnService("journal", base);
+  const sock = `unix://${path.join(dir, "controller.sock")}`;
+  const controller = await spawnService("controller", base, { args: ["--endpoint", sock] });
   const nc = await connect({ servers: nats.url });
   const client = new JournalClient(nc, 30_000);
-  for (let i = 0; i < 200; i++) {
-    try {
-      await nc.request("$SRV.PING.csi-journal-bench", "", { timeout: 200 });
-      break;
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  const ctrl = csiClient(sock, "Controller");
+  const poolDir = path.join(dir, "pools", "bench", "default");
+  const countImages = async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length;
+  try {
+    console.log(`one journal process, one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`);
+    await scenario(
+      "journal commands over NATS",
+      async (name) => (await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap })).uuid,
+      (uuid) => client.call("bench", "volume.delete", { requestId: uuid, uuid }),
+      countImages,
+    );
+    await scenario(
+      "CSI CreateVolume/DeleteVolume through the controller's gRPC socket",
+      async (name) => (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume.volume_id,
+      (id) => ctrl.DeleteVolume({ volume_id: id }),
+      countImages,
+    );
+  } finally {
+    ctrl.close();
+    await nc.close();
+    await Promise.all([journal.stop(), controller.stop()]);
+    await Promise.all([nats.stop(), redis.stop()]);
   }
-  const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-  console.log(`\njournal over NATS (N=${N}, one journal process, file pool on ${os.tmpdir()})`);
-  for (const c of LEVELS) {
-    const uuids: string[] = [];
-    const tag = randomUUID().slice(0, 8);
-    const created = await measure(N, c, async (i) => {
-      const v = await client.call("bench", "volume.create", { requestId: `b-${i}`, name: `bench-${tag}-${i}`, sizeBytes: MiB, capabilities: cap });
-      uuids[i] = v.uuid;
-    });
-    console.log(row(`create  c=${c}`, created));
-    const deleted = await measure(N, c, (i) => client.call("bench", "volume.delete", { requestId: `d-${i}`, uuid: uuids[i] as string }));
-    console.log(row(`delete  c=${c}`, deleted));
-  }
-  const storm = await measure(200, 200, () => client.call("bench", "volume.create", { requestId: "storm", name: "storm", sizeBytes: MiB, capabilities: cap }));
-  const imgs = (await readdir(path.join(dir, "pools", "bench", "default"))).filter((f) => f.endsWith(".img"));
-  console.log(row("storm: 200 x one name, c=200", storm), `  images: ${imgs.length}`);
-  await nc.close();
-  await journal.stop();
-  await Promise.all([nats.stop(), redis.stop()]);
 }
 
 const dir = await mkdtemp(path.join(os.tmpdir(), "csi-bench-"));
 try {
-  await journalScenario(dir);
+  await main(dir);
 } finally {
   await rm(dir, { recursive: true, force: true });
 }

@@ -148,7 +148,7 @@ describe("crashes and lost state", () => {
   });
 
   test("a lock whose holder was killed is free again after its TTL, without restarting anything", async () => {
-    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "1500" });
+    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "6000" });
     const other = procs[0] as ServiceProcess;
     await other.stop();
     await codeOf(client.call(CLUSTER, "volume.create", { requestId: "crash", name: "pvc-lock", sizeBytes: MiB, capabilities: cap }, { timeoutMs: 500 }));

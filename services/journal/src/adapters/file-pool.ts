@@ -7,8 +7,9 @@
  *   .tmp-<name>-<hex>   a file being built; never visible under a final name. Leftovers of a crash
  *                       older than an hour are swept by init().
  *
- * Publishing is atomic. An image is built in full under a temp name (ftruncate for a new image,
- * `cp --reflink=auto --sparse=always` for a snapshot or clone), then hard-linked to `<name>.img`.
+ * Snapshots and clones are published atomically: built in full under a temp name
+ * (`cp --reflink=auto --sparse=always`), then hard-linked to `<name>.img`. A new empty image is
+ * created in place with O_EXCL (see createImage).
  * link(2) fails with EEXIST when the name is taken, so of N racing creators exactly one wins and
  * the others see the winner's complete file, never a half-built one. The temp name is always
  * unlinked afterwards. (Needs a filesystem with hard links — ext4, xfs, btrfs, tmpfs — and GNU cp.)
@@ -22,8 +23,7 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { type BigIntStats, closeSync, fstatSync, ftruncateSync, linkSync, openSync, unlinkSync } from "node:fs";
-import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink } from "node:fs/promises";
+import { chmod, type FileHandle, link, lstat, mkdir, open, readdir, statfs, truncate, unlink } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { DriverError } from "@csi/contracts";
@@ -107,30 +107,20 @@ export class FilePool implements PoolBackend {
     const file = this.imagePath(name);
     const size = this.#checkSize(sizeBytes);
     await this.init();
-    // The hot path of CreateVolume: a few metadata syscalls, done synchronously (microseconds
-    // each) rather than as separate thread-pool round trips. Same temp + link(2) protocol.
-    const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
+    // The hot path of CreateVolume: exclusive create under the final name, then size it (four
+    // thread-pool calls, none blocking the event loop while the disk is busy). The journal
+    // creates each image name once, under its reservation lock; an image left at a smaller
+    // size by a crash is seen as incomplete (see domain/reservation.ts) and re-made.
+    let fh: FileHandle | undefined;
     try {
-      const fd = openSync(tmp, "wx", IMAGE_MODE);
-      let st: BigIntStats;
-      try {
-        ftruncateSync(fd, size);
-        st = fstatSync(fd, { bigint: true });
-      } finally {
-        closeSync(fd);
-      }
-      try {
-        linkSync(tmp, file);
-        return { name, id: st.ino.toString(16), sizeBytes: size, readOnly: false };
-      } catch (err) {
-        if (errno(err) !== "EEXIST") throw err;
-      }
+      fh = await open(file, "wx", IMAGE_MODE);
+      await fh.truncate(size);
+      const st = await fh.stat({ bigint: true });
+      return { name, id: st.ino.toString(16), sizeBytes: size, readOnly: false };
     } catch (err) {
-      fail(err, `create image "${name}"`);
+      if (errno(err) !== "EEXIST") fail(err, `create image "${name}"`);
     } finally {
-      try {
-        unlinkSync(tmp);
-      } catch {}
+      await fh?.close();
     }
     // Someone else's image of that name: the common compatibility rules decide.
     const existing = await this.#stat(name, file);

@@ -71,6 +71,9 @@ function checkCommon<R extends VolumeRecord | SnapshotRecord>(
   if (!image) {
     return { kind: "stale", uuid: dirUuid, record, reason: record.imageId ? "the image is gone from the pool" : "the image was never created" };
   }
+  if (image.sizeBytes < record.sizeBytes) {
+    return { kind: "stale", uuid: dirUuid, record, reason: `the image is ${image.sizeBytes} bytes, smaller than reserved (left half-made)` };
+  }
   if (!record.imageId) return { kind: "complete", record, image };
   return undefined;
 }

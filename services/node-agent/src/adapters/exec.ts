@@ -72,7 +72,9 @@ export function run(cmd: string, args: readonly string[], opts: RunOptions = {})
           return reject(new CommandError(name, `${shown} failed (exit ${e.code}): ${detail}`, argv, e.code, stderr, { cause: err }));
         }
         if (e.code === "ENOENT") {
-          return reject(new CommandError("FailedPrecondition", `${shown} failed: ${cmd} is not installed on this node`, argv, undefined, stderr, { cause: err }));
+          return reject(
+            new CommandError("FailedPrecondition", `${shown} failed: ${cmd} is not installed on this node`, argv, undefined, stderr, { cause: err }),
+          );
         }
         if (e.killed || e.signal) {
           const why = e.killed ? `timed out after ${opts.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms` : `killed by ${e.signal}`;

@@ -8,7 +8,7 @@
  */
 import { stat, statfs } from "node:fs/promises";
 import { DriverError } from "@csi/contracts";
-import { run } from "./exec.js";
+import { CommandError, run } from "./exec.js";
 
 export const SUPPORTED_FS = ["ext4", "xfs"] as const;
 export type FsType = (typeof SUPPORTED_FS)[number];
@@ -51,7 +51,8 @@ export async function detectFs(device: string): Promise<string | undefined> {
 
 /** Make a filesystem on an empty device. Only ext4 and xfs; a device that holds anything is refused. */
 export async function makeFs(device: string, fsType: string): Promise<void> {
-  if (!isSupportedFs(fsType)) throw new DriverError("InvalidArgument", `unsupported filesystem type ${JSON.stringify(fsType)}; supported: ${SUPPORTED_FS.join(", ")}`);
+  if (!isSupportedFs(fsType))
+    throw new DriverError("InvalidArgument", `unsupported filesystem type ${JSON.stringify(fsType)}; supported: ${SUPPORTED_FS.join(", ")}`);
   const found = await detectFs(device);
   if (found !== undefined) throw new DriverError("FailedPrecondition", `refusing to format ${device}: it already holds ${found}`);
   if (fsType === "ext4") await run("mkfs.ext4", ["-F", "-q", device], { timeoutMs: MKFS_TIMEOUT_MS });
@@ -63,8 +64,19 @@ export async function makeFs(device: string, fsType: string): Promise<void> {
  * xfs by its mount path (xfs_growfs works on a mounted filesystem only).
  */
 export async function growFs(device: string, mountPath: string, fsType: string): Promise<void> {
-  if (fsType === "ext4") await run("resize2fs", [device], { timeoutMs: GROW_TIMEOUT_MS });
-  else if (fsType === "xfs") await run("xfs_growfs", ["-d", mountPath], { timeoutMs: GROW_TIMEOUT_MS });
+  if (fsType === "ext4") {
+    await run("resize2fs", [device], { timeoutMs: GROW_TIMEOUT_MS }).catch((err: unknown) => {
+      // The kernel allows an online ext4 resize only to a process with CAP_SYS_RESOURCE.
+      if (err instanceof CommandError && /Permission denied to resize filesystem/.test(err.stderr)) {
+        throw new DriverError(
+          "FailedPrecondition",
+          `online resize of ext4 on ${device} refused by the kernel (EPERM): the node-agent needs the CAP_SYS_RESOURCE capability`,
+          { cause: err },
+        );
+      }
+      throw err;
+    });
+  } else if (fsType === "xfs") await run("xfs_growfs", ["-d", mountPath], { timeoutMs: GROW_TIMEOUT_MS });
   else throw new DriverError("InvalidArgument", `cannot grow filesystem type ${JSON.stringify(fsType)}; supported: ${SUPPORTED_FS.join(", ")}`);
 }
 

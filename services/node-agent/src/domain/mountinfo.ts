@@ -68,7 +68,10 @@ function parseLine(line: string, lineNo: number): MountEntry {
     optionalFields: f.slice(6, sep),
     fsType: unescapeMountField(f[sep + 1] ?? ""),
     source: unescapeMountField(f[sep + 2] ?? ""),
-    superOptions: f.slice(sep + 3).join(" ").split(","),
+    superOptions: f
+      .slice(sep + 3)
+      .join(" ")
+      .split(","),
   };
 }
 

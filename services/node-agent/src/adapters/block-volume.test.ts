@@ -1,0 +1,342 @@
+/**
+ * The Linux-facing adapters against the real kernel: loop devices, mkfs, mounts, bind mounts,
+ * online growth, statistics. Needs root and /dev/loop-control; skipped (with the reason) otherwise.
+ *
+ * Everything lives under one temporary directory. Whatever happens in the tests, the `after`
+ * hook unmounts every mount under it (deepest first), detaches every loop device whose backing
+ * file is in it, and only then removes it. The last test checks that the code under test itself
+ * left nothing behind, before that safety net runs.
+ */
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdtemp, readdir, readFile, realpath, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import { mountsUnder } from "../domain/mountinfo.js";
+import { run } from "./exec.js";
+import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "./filesystem.js";
+import { attach, detach, findByBackingFile, list, refreshSize } from "./loop.js";
+import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "./mount.js";
+import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "./paths.js";
+
+const MiB = 1024 * 1024;
+
+function whyNotRunnable(): string | undefined {
+  if (process.getuid?.() !== 0) return "needs root (loop devices and mounts)";
+  if (!existsSync("/dev/loop-control")) return "needs /dev/loop-control (loop module)";
+  return undefined;
+}
+const skipAll = whyNotRunnable();
+/** Online ext4 resize needs CAP_SYS_RESOURCE (bit 24), which some containers drop even for root. */
+const CAP_SYS_RESOURCE = 24n;
+const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0"}`);
+const canResizeExt4Online = ((capEff >> CAP_SYS_RESOURCE) & 1n) === 1n;
+const hasXfs = existsSync("/usr/sbin/mkfs.xfs") || existsSync("/sbin/mkfs.xfs") || existsSync("/usr/bin/mkfs.xfs");
+const skipXfs = skipAll ?? (hasXfs ? undefined : "mkfs.xfs is not installed (apt-get install -y xfsprogs)");
+if (skipAll) console.log(`# block-volume tests skipped: ${skipAll}`);
+else if (skipXfs) console.log(`# xfs tests skipped: ${skipXfs}`);
+
+let tmp = "";
+
+/** Loop devices whose backing file is under `dir` (deleted ones included). */
+async function loopsUnder(dir: string) {
+  return (await list()).filter((d) => d.backingFile?.startsWith(`${dir}/`));
+}
+
+/** The safety net: unmount everything under `dir` (deepest first), detach its loop devices, remove it. */
+async function cleanupUnder(dir: string): Promise<void> {
+  for (let round = 0; round < 3; round++) {
+    const mounts = mountsUnder(await readMounts(), dir);
+    if (mounts.length === 0) break;
+    for (const m of mounts) {
+      await run("umount", [m.mountPoint]).catch(() => run("umount", ["--lazy", m.mountPoint]).catch(() => {}));
+    }
+  }
+  for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
+  const left = mountsUnder(await readMounts(), dir);
+  if (left.length > 0) {
+    // never rm -rf through a mount: it would delete whatever is mounted there
+    console.error(`# NOT removing ${dir}: still mounted: ${left.map((m) => m.mountPoint).join(", ")}`);
+    return;
+  }
+  await rm(dir, { recursive: true, force: true });
+}
+
+before(async () => {
+  if (skipAll) return;
+  tmp = await realpath(await mkdtemp(path.join(os.tmpdir(), "node-agent-dev-")));
+});
+
+after(async () => {
+  if (tmp) await cleanupUnder(tmp);
+});
+
+async function sparseFile(file: string, size: number): Promise<void> {
+  await writeFile(file, "");
+  await truncate(file, size);
+}
+
+const rejectsWith = (p: Promise<unknown>, code: string) => assert.rejects(p, { name: "DriverError", code });
+
+function lifecycle(fsType: "ext4" | "xfs", size: number, grownSize: number, skip: string | undefined) {
+  describe(`${fsType} volume: attach, mkfs, mount, bind, grow, unmount, detach`, { skip }, () => {
+    let image = "";
+    let device = "";
+    let staging = "";
+    let target = "";
+    let roTarget = "";
+
+    before(async () => {
+      const root = safeJoin(tmp, fsType);
+      await ensureDir(root);
+      image = safeJoin(root, "image.img");
+      staging = safeJoin(root, "staging", "vol 1"); // a space, escaped as \040 in mountinfo
+      target = safeJoin(root, "pods", "p1", "mount");
+      roTarget = safeJoin(root, "pods", "p2", "mount");
+      await sparseFile(image, size);
+      for (const d of [staging, target, roTarget]) await ensureDir(d);
+    });
+
+    it("attach maps the image to a loop device, and findByBackingFile finds it", async () => {
+      device = await attach(image);
+      assert.match(device, /^\/dev\/loop\d+$/);
+      assert.equal(await findByBackingFile(image), device);
+      const entry = (await list()).find((d) => d.device === device);
+      assert.deepEqual(entry, { device, backingFile: image, deleted: false, readOnly: false, autoclear: false });
+      assert.equal(await blockDeviceSize(device), size);
+    });
+
+    it("attach read-only gives a second, read-only device", async () => {
+      const ro = await attach(image, { readOnly: true });
+      try {
+        assert.notEqual(ro, device);
+        assert.equal((await list()).find((d) => d.device === ro)?.readOnly, true);
+        assert.equal((await run("blockdev", ["--getro", ro])).stdout.trim(), "1");
+      } finally {
+        await detach(ro);
+      }
+      assert.equal(
+        (await list()).find((d) => d.device === ro && d.backingFile === image),
+        undefined,
+      );
+    });
+
+    it("detectFs finds nothing on a new image", async () => {
+      assert.equal(await detectFs(device), undefined);
+    });
+
+    it(`makeFs makes ${fsType}, detectFs sees it, and a second makeFs is refused`, async () => {
+      await makeFs(device, fsType);
+      assert.equal(await detectFs(device), fsType);
+      await rejectsWith(makeFs(device, fsType), "FailedPrecondition");
+    });
+
+    it("mount puts it at the staging path, with the given flags", async () => {
+      assert.equal(await isMountPoint(staging), false);
+      await mount(device, staging, { fsType, flags: ["noatime", "nodev"] });
+      assert.equal(await isMountPoint(staging), true);
+      const [m, ...more] = await mountsAt(staging);
+      assert.equal(more.length, 0);
+      assert.equal(m?.mountPoint, staging);
+      assert.equal(m?.source, device);
+      assert.equal(m?.fsType, fsType);
+      assert.ok(m?.options.includes("noatime") && m.options.includes("nodev"), `options ${m?.options}`);
+      await writeFile(path.join(staging, "hello.txt"), "written at the staging path");
+      await rejectsWith(removeIfEmptyDir(staging), "FailedPrecondition");
+    });
+
+    it("bindMount shows the same files at a target, writable both ways", async () => {
+      await bindMount(staging, target);
+      assert.equal(await readFile(path.join(target, "hello.txt"), "utf8"), "written at the staging path");
+      await writeFile(path.join(target, "from-target.txt"), "pod data");
+      assert.equal(await readFile(path.join(staging, "from-target.txt"), "utf8"), "pod data");
+      const [m] = await mountsAt(target);
+      assert.equal(m?.source, device);
+      assert.equal(m?.root, "/");
+    });
+
+    it("a read-only bindMount refuses writes with EROFS, the staging path stays writable", async () => {
+      await bindMount(staging, roTarget, { readOnly: true });
+      assert.equal(await readFile(path.join(roTarget, "hello.txt"), "utf8"), "written at the staging path");
+      await assert.rejects(writeFile(path.join(roTarget, "nope.txt"), "x"), { code: "EROFS" });
+      await writeFile(path.join(staging, "still-rw.txt"), "ok");
+    });
+
+    it("unmount removes the bind mounts; unmounting again is fine; the targets can be removed", async () => {
+      for (const t of [roTarget, target]) {
+        await unmount(t);
+        assert.equal(await isMountPoint(t), false);
+        await unmount(t);
+        assert.deepEqual(await readdir(t), []);
+        assert.equal(await removeIfEmptyDir(t), true);
+      }
+      assert.equal(await isMountPoint(staging), true);
+    });
+
+    it("grows online: bigger image, refreshSize, growFs, and statfs shows the larger size", async (t) => {
+      const before = await stats(staging);
+      assert.equal(before.kind, "filesystem");
+      await truncate(image, grownSize);
+      assert.equal(await blockDeviceSize(device), size, "the loop device keeps its old size until refreshed");
+      await refreshSize(device);
+      assert.equal(await blockDeviceSize(device), grownSize);
+      if (fsType === "ext4" && !canResizeExt4Online) {
+        await assert.rejects(growFs(device, staging, fsType), { code: "FailedPrecondition", message: /needs the CAP_SYS_RESOURCE capability/ });
+        t.diagnostic("this machine drops CAP_SYS_RESOURCE: online ext4 resize is refused (checked the clear error); growing offline instead");
+        await unmount(staging);
+        await run("e2fsck", ["-f", "-p", device]); // resize2fs wants a checked filesystem when it is not mounted
+        await run("resize2fs", [device]);
+        await mount(device, staging, { fsType, flags: ["noatime", "nodev"] });
+      } else {
+        await growFs(device, staging, fsType);
+      }
+      const grown = await stats(staging);
+      assert.ok(grown.kind === "filesystem" && before.kind === "filesystem");
+      assert.ok(grown.bytes.total > before.bytes.total + (grownSize - size) * 0.9, `${before.bytes.total} → ${grown.bytes.total}`);
+      assert.ok(grown.bytes.total <= grownSize);
+      assert.ok(grown.bytes.available > before.bytes.available);
+      assert.ok(grown.bytes.used > 0 && grown.inodes.total > 0 && grown.inodes.used > 0);
+      assert.equal(await readFile(path.join(staging, "from-target.txt"), "utf8"), "pod data");
+    });
+
+    it("stats of the device itself is its size as a block volume", async () => {
+      assert.deepEqual(await stats(device), { kind: "block", bytes: { total: grownSize } });
+    });
+
+    it("unmount, detach, detach again; findByBackingFile then finds nothing", async () => {
+      await unmount(staging);
+      assert.equal(await isMountPoint(staging), false);
+      await detach(device);
+      await detach(device);
+      assert.equal(await findByBackingFile(image), undefined);
+      assert.equal(await removeIfEmptyDir(staging), true);
+    });
+
+    it("the data survives: attach again, mount read-only, read it back", async () => {
+      device = await attach(image);
+      await ensureDir(staging);
+      await mount(device, staging, { fsType, readOnly: true });
+      try {
+        assert.equal(await readFile(path.join(staging, "from-target.txt"), "utf8"), "pod data");
+        await assert.rejects(writeFile(path.join(staging, "x"), "x"), { code: "EROFS" });
+      } finally {
+        await unmount(staging);
+        await detach(device);
+      }
+    });
+  });
+}
+
+lifecycle("ext4", 64 * MiB, 128 * MiB, skipAll);
+lifecycle("xfs", 320 * MiB, 512 * MiB, skipXfs); // mkfs.xfs wants at least 300 MB
+
+describe("loop devices: edge cases", { skip: skipAll }, () => {
+  let dir = "";
+  before(async () => {
+    dir = safeJoin(tmp, "edge");
+    await ensureDir(dir);
+  });
+
+  it("attach of a missing image is NotFound", async () => {
+    await rejectsWith(attach(path.join(dir, "missing.img")), "NotFound");
+  });
+
+  it("detach of a device that is not attached is success", async () => {
+    const used = new Set((await list()).map((d) => d.device));
+    let free = 200;
+    while (used.has(`/dev/loop${free}`)) free++;
+    await detach(`/dev/loop${free}`);
+  });
+
+  it("a device whose backing file was deleted is not found by path, even when a new file takes the path", async () => {
+    const image = path.join(dir, "deleted.img");
+    await sparseFile(image, 8 * MiB);
+    const device = await attach(image);
+    try {
+      await unlink(image);
+      assert.equal(await findByBackingFile(image), undefined);
+      assert.deepEqual(
+        (await list()).filter((d) => d.device === device).map((d) => [d.backingFile, d.deleted]),
+        [[image, true]],
+      );
+      await sparseFile(image, 8 * MiB);
+      assert.equal(await findByBackingFile(image), undefined);
+    } finally {
+      await detach(device);
+    }
+    assert.equal(
+      (await list()).find((d) => d.device === device && d.backingFile === image),
+      undefined,
+    );
+  });
+
+  it("detach of a mounted device is FailedPrecondition; the kernel frees it after the unmount", async () => {
+    const image = path.join(dir, "busy.img");
+    const mnt = path.join(dir, "busy-mnt");
+    await sparseFile(image, 32 * MiB);
+    await ensureDir(mnt);
+    const device = await attach(image);
+    await makeFs(device, "ext4");
+    await mount(device, mnt, { fsType: "ext4" });
+    await rejectsWith(detach(device), "FailedPrecondition");
+    assert.equal((await list()).find((d) => d.device === device)?.autoclear, true);
+    await unmount(mnt);
+    assert.equal(await findByBackingFile(image), undefined);
+    await detach(device);
+  });
+
+  it("a block volume: bind-mount the device onto a file, stats it, refuses to remove it while mounted", async () => {
+    const image = path.join(dir, "raw.img");
+    const file = path.join(dir, "pods", "p3", "volumeDevices", "dev");
+    await sparseFile(image, 16 * MiB);
+    const device = await attach(image);
+    await ensureFile(file);
+    await bindMount(device, file);
+    try {
+      assert.ok((await stat(file)).isBlockDevice());
+      assert.deepEqual(await stats(file), { kind: "block", bytes: { total: 16 * MiB } });
+      await rejectsWith(removeFile(file), "FailedPrecondition");
+    } finally {
+      await unmount(file);
+      await detach(device);
+    }
+    await removeFile(file);
+    assert.equal(existsSync(file), false);
+  });
+});
+
+describe("argument checks (no devices needed)", () => {
+  for (const flag of ["a,b", "ro,remount", "-o", "--bind", "a b", "tab\there", "", "nul\0"]) {
+    it(`rejects mount flag ${JSON.stringify(flag)}`, () => assert.throws(() => validateMountFlags([flag]), { name: "DriverError", code: "InvalidArgument" }));
+  }
+  it("accepts ordinary flags", () => validateMountFlags(["noatime", "discard", "errors=remount-ro", "context=system_u:object_r:x"]));
+
+  it("mount refuses bad flags, relative paths and odd filesystem types before running anything", async () => {
+    await rejectsWith(mount("/dev/loop0", "/mnt/x", { fsType: "ext4", flags: ["rw,suid"] }), "InvalidArgument");
+    await rejectsWith(mount("-o", "/mnt/x", { fsType: "ext4" }), "InvalidArgument");
+    await rejectsWith(mount("/dev/loop0", "mnt", { fsType: "ext4" }), "InvalidArgument");
+    await rejectsWith(mount("/dev/loop0", "/mnt/x", { fsType: "ext4 -o" }), "InvalidArgument");
+    await rejectsWith(bindMount("rel", "/mnt/x"), "InvalidArgument");
+  });
+
+  it("makeFs and growFs accept only ext4 and xfs", async () => {
+    await rejectsWith(makeFs("/dev/loop0", "btrfs"), "InvalidArgument");
+    await rejectsWith(makeFs("/dev/loop0", "ext4; rm -rf /"), "InvalidArgument");
+    await rejectsWith(growFs("/dev/loop0", "/mnt/x", "ntfs"), "InvalidArgument");
+  });
+
+  it("detectFs of a missing device is NotFound", async () => {
+    await rejectsWith(detectFs("/dev/does-not-exist"), "NotFound");
+  });
+});
+
+describe("nothing left behind", { skip: skipAll }, () => {
+  it("no loop device is backed by a file in the temp dir, nothing is mounted under it", async () => {
+    assert.deepEqual(await loopsUnder(tmp), []);
+    assert.deepEqual(
+      mountsUnder(await readMounts(), tmp).map((m) => m.mountPoint),
+      [],
+    );
+  });
+});
