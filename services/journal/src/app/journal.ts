@@ -30,12 +30,13 @@ import {
   subjects,
   type VolumeView,
 } from "@csi/contracts";
+import type { EventBody } from "@csi/contracts";
 import type { Append } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { roundUpToMiB } from "../domain/pool-backend.js";
 import { type Hash, isLive, type Kind, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "../domain/records.js";
 import { decideClaim } from "../domain/claims.js";
-import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, snapshotImageName, volumeDigest, volumeImageName } from "../domain/reservation.js";
+import { type Verdict, checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, snapshotImageName, volumeDigest, volumeImageName } from "../domain/reservation.js";
 import { type Operation, type OperationEnv, runOperation } from "./operation.js";
 
 export interface JournalDeps extends OperationEnv {
@@ -117,37 +118,10 @@ export class Journal {
       const record = hash && dirUuid ? volumeFromHash(dirUuid, hash) : undefined;
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
-      const verdict = checkVolumeReservation(ask, dirUuid, record, image);
-      let fence = nameSeq;
-      switch (verdict.kind) {
-        case "reuse":
-          return volumeView(verdict.record);
-        case "conflict":
-          throw alreadyExists(verdict.reason);
-        case "inconsistent":
-          throw new DriverError("Inconsistent", verdict.reason);
-        case "complete": {
-          const [created] = await op.append({
-            subject: this.#recordSubject("volume", verdict.record.uuid),
-            body: { type: "VolumeCreated", uuid: verdict.record.uuid, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes },
-            expectedSeq: verdict.record.seq,
-          });
-          const r = { ...verdict.record, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes, seq: created?.seq ?? 0 };
-          this.#checkCompatible(ask, r);
-          return volumeView(r);
-        }
-        case "stale": {
-          this.#d.logger.warn({ name: req.name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
-          const undone = await this.#undo(op, "volume", req.name, verdict.uuid, nameSeq, verdict.record, verdict.reason);
-          fence = undone;
-          break;
-        }
-        case "new":
-          break;
-        default: {
-          const never: never = verdict;
-          throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
-        }
+      const settled = await this.#settle(op, "volume", req.name, nameSeq, checkVolumeReservation(ask, dirUuid, record, image));
+      if ("done" in settled) {
+        this.#checkCompatible(ask, settled.done);
+        return volumeView(settled.done);
       }
       // Source checks come after the name checks: an existing volume is answered as it is.
       let source: { pool: PoolBackend; imageName: string; sizeBytes: number } | undefined;
@@ -162,44 +136,97 @@ export class Journal {
       if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
       const uuid = this.#newUuid();
       const imageName = volumeImageName(uuid);
-      await op.append(
-        { subject: this.#nameSubject("volume", req.name), body: { type: "NameReserved", kind: "volume", name: req.name, uuid }, expectedSeq: fence },
-        {
-          subject: this.#recordSubject("volume", uuid),
-          body: {
-            type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
-            sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
-          },
-          expectedSeq: 0,
-        },
-      ).catch(async (err) => {
-        // Only one of the pair may have landed (the name fence failed): undo the uuid's reservation.
-        if (op.stored.some((s) => s.event.type === "VolumeReserved" && s.event.uuid === uuid) && !op.stored.some((s) => s.event.type === "NameReserved" && s.event.uuid === uuid)) {
-          await op.append({ subject: this.#recordSubject("volume", uuid), body: { type: "ReservationUndone", kind: "volume", uuid, reason: "name fenced off" }, expectedSeq: op.stored.at(-1)?.seq ?? 0 }).catch(() => {});
+      const reserved = {
+        type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
+        sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+      } as const;
+      const built = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
+        source ? pool.cloneImage(source.imageName, imageName, sizeBytes) : pool.createImage(imageName, sizeBytes),
+      );
+      return volumeView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq, claims: [] });
+    });
+  }
+
+  /**
+   * Settle a reservation verdict: an answer (the existing record, completed if its *Created
+   * event was missing), or — for a new or undone-stale reservation — the name fence to reserve with.
+   */
+  async #settle<R extends VolumeRecord | SnapshotRecord>(op: Operation, kind: Kind, name: string, nameSeq: number, verdict: Verdict<R>): Promise<{ done: R } | { fence: number }> {
+    switch (verdict.kind) {
+      case "reuse":
+        return { done: verdict.record };
+      case "conflict":
+        throw alreadyExists(verdict.reason);
+      case "inconsistent":
+        throw new DriverError("Inconsistent", verdict.reason);
+      case "complete": {
+        const { record: r, image } = verdict;
+        const body = kind === "volume"
+          ? ({ type: "VolumeCreated", uuid: r.uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const)
+          : ({ type: "SnapshotCreated", uuid: r.uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const);
+        const [created] = await op.append({ subject: this.#recordSubject(kind, r.uuid), body, expectedSeq: r.seq });
+        return { done: { ...r, imageId: image.id, sizeBytes: image.sizeBytes, seq: created?.seq ?? r.seq } };
+      }
+      case "stale":
+        this.#d.logger.warn({ kind, name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
+        return { fence: await this.#undo(op, kind, name, verdict.uuid, nameSeq, verdict.record, verdict.reason) };
+      case "new":
+        return { fence: nameSeq };
+      default: {
+        const never: never = verdict;
+        throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  /**
+   * The new-reservation path shared by volumes and snapshots: append NameReserved and the
+   * *Reserved event together, build the image, append *Created. Any failure after the
+   * reservation removes the image and appends the undo events.
+   */
+  async #reserveAndBuild(
+    op: Operation,
+    kind: Kind,
+    name: string,
+    uuid: string,
+    fence: number,
+    pool: PoolBackend,
+    imageName: string,
+    reserved: EventBody,
+    build: () => Promise<ImageInfo>,
+  ): Promise<{ image: ImageInfo; seq: number; createdAt: string }> {
+    const recordSubject = this.#recordSubject(kind, uuid);
+    const nameLanded = () => op.stored.find((x) => x.event.type === "NameReserved" && x.event.uuid === uuid);
+    await op
+      .append(
+        { subject: this.#nameSubject(kind, name), body: { type: "NameReserved", kind, name, uuid }, expectedSeq: fence },
+        { subject: recordSubject, body: reserved, expectedSeq: 0 },
+      )
+      .catch(async (err) => {
+        // The name fence failed but the uuid's reservation landed: undo it, so the log stays true.
+        const rec = op.stored.find((x) => x.subject === recordSubject);
+        if (rec && !nameLanded()) {
+          await op.append({ subject: recordSubject, body: { type: "ReservationUndone", kind, uuid, reason: "name fenced off" }, expectedSeq: rec.seq }).catch(() => {});
         }
         throw err;
       });
-      const reservedSeq = op.stored.find((s) => s.event.type === "VolumeReserved")?.seq ?? 0;
-      const nameSeqNow = op.stored.find((s) => s.event.type === "NameReserved")?.seq ?? 0;
-      let img: ImageInfo;
-      try {
-        img = source ? await pool.cloneImage(source.imageName, imageName, sizeBytes) : await pool.createImage(imageName, sizeBytes);
-      } catch (err) {
-        await pool.deleteImage(imageName).catch(() => {});
-        await this.#appendUndo(op, "volume", req.name, uuid, reservedSeq, nameSeqNow, `image creation failed: ${(err as Error).message}`).catch(() => {});
-        throw err;
-      }
-      const [created] = await op.append({
-        subject: this.#recordSubject("volume", uuid),
-        body: { type: "VolumeCreated", uuid, imageId: img.id, sizeBytes: img.sizeBytes },
-        expectedSeq: reservedSeq,
-      });
-      return volumeView({
-        uuid, name: req.name, pool: poolName, poolId: pool.poolId, imageName, imageId: img.id, sizeBytes: img.sizeBytes, digest,
-        parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
-        createdAt: (op.stored.find((s) => s.event.type === "VolumeReserved")?.event.time ?? ""), seq: created?.seq ?? 0, claims: [],
-      });
-    });
+    const reservedEv = op.stored.find((x) => x.subject === recordSubject);
+    const nameEv = nameLanded();
+    let image: ImageInfo;
+    try {
+      image = await build();
+    } catch (err) {
+      await pool.deleteImage(imageName).catch(() => {});
+      await this.#appendUndo(op, kind, name, uuid, reservedEv?.seq ?? 0, nameEv?.seq ?? 0, `image creation failed: ${(err as Error).message}`).catch(() => {});
+      throw err;
+    }
+    const body = kind === "volume"
+      ? ({ type: "VolumeCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const)
+      : ({ type: "SnapshotCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const);
+    const [created] = await op.append({ subject: recordSubject, body, expectedSeq: reservedEv?.seq ?? 0 });
+    // A snapshot's creation time is when it was cut (as the projection records it); a volume's, its reservation.
+    const createdAt = (kind === "snapshot" ? created : reservedEv)?.event.time ?? "";
+    return { image, seq: created?.seq ?? 0, createdAt };
   }
 
   #checkCompatible(ask: Parameters<typeof checkVolumeReservation>[0], r: VolumeRecord) {
@@ -353,66 +380,17 @@ export class Journal {
       const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "snapshot", req.name, [{ kind: "volume", uuid: req.sourceUuid }]);
       const record = hash && dirUuid ? snapshotFromHash(dirUuid, hash) : undefined;
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
-      const verdict = checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image);
-      let fence = nameSeq;
-      switch (verdict.kind) {
-        case "reuse":
-          return snapshotView(verdict.record);
-        case "conflict":
-          throw alreadyExists(verdict.reason);
-        case "inconsistent":
-          throw new DriverError("Inconsistent", verdict.reason);
-        case "complete": {
-          await op.append({
-            subject: this.#recordSubject("snapshot", verdict.record.uuid),
-            body: { type: "SnapshotCreated", uuid: verdict.record.uuid, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes },
-            expectedSeq: verdict.record.seq,
-          });
-          return snapshotView({ ...verdict.record, imageId: verdict.image.id, sizeBytes: verdict.image.sizeBytes });
-        }
-        case "stale":
-          fence = await this.#undo(op, "snapshot", req.name, verdict.uuid, nameSeq, verdict.record, verdict.reason);
-          break;
-        case "new":
-          break;
-        default: {
-          const never: never = verdict;
-          throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
-        }
-      }
+      const settled = await this.#settle(op, "snapshot", req.name, nameSeq, checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image));
+      if ("done" in settled) return snapshotView(settled.done);
       const src = alsoHashes[0];
       if (!isLive(src) || !src["csi.imageid"]) throw notFound(`source volume ${req.sourceUuid} does not exist`);
       const source = volumeFromHash(req.sourceUuid, src);
       const pool = this.#pool(source.pool);
       const uuid = this.#newUuid();
       const imageName = snapshotImageName(uuid);
-      await op.append(
-        { subject: this.#nameSubject("snapshot", req.name), body: { type: "NameReserved", kind: "snapshot", name: req.name, uuid }, expectedSeq: fence },
-        {
-          subject: this.#recordSubject("snapshot", uuid),
-          body: { type: "SnapshotReserved", uuid, name: req.name, instance: this.#inst, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest },
-          expectedSeq: 0,
-        },
-      );
-      const reservedSeq = op.stored.find((s) => s.event.type === "SnapshotReserved")?.seq ?? 0;
-      const nameSeqNow = op.stored.find((s) => s.event.type === "NameReserved")?.seq ?? 0;
-      let img: ImageInfo;
-      try {
-        img = await pool.snapshotImage(source.imageName, imageName);
-      } catch (err) {
-        await pool.deleteImage(imageName).catch(() => {});
-        await this.#appendUndo(op, "snapshot", req.name, uuid, reservedSeq, nameSeqNow, `snapshot failed: ${(err as Error).message}`).catch(() => {});
-        throw err;
-      }
-      const [created] = await op.append({
-        subject: this.#recordSubject("snapshot", uuid),
-        body: { type: "SnapshotCreated", uuid, imageId: img.id, sizeBytes: img.sizeBytes },
-        expectedSeq: reservedSeq,
-      });
-      return snapshotView({
-        uuid, name: req.name, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, imageId: img.id,
-        sizeBytes: img.sizeBytes, digest, createdAt: created?.event.time ?? "", seq: created?.seq ?? 0,
-      });
+      const reserved = { type: "SnapshotReserved", uuid, name: req.name, instance: this.#inst, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest } as const;
+      const built = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () => pool.snapshotImage(source.imageName, imageName));
+      return snapshotView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq });
     });
   }
 

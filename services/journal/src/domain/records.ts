@@ -91,7 +91,7 @@ export function aggregateSeq(h: Hash | undefined): number {
   return h?._seq ? Number(h._seq) : 0;
 }
 
-export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
+function baseFromHash(uuid: string, h: Hash): RecordBase & { sizeBytes: number } {
   return {
     uuid,
     name: h["csi.volname"] ?? "",
@@ -103,6 +103,12 @@ export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
     createdAt: h["csi.created"] ?? "",
     seq: aggregateSeq(h),
     sizeBytes: Number(h["csi.size"] ?? 0),
+  };
+}
+
+export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
+  return {
+    ...baseFromHash(uuid, h),
     parameters: JSON.parse(h["csi.parameters"] ?? "{}"),
     capabilities: JSON.parse(h["csi.capabilities"] ?? "[]"),
     ...(h["csi.source"] ? { source: JSON.parse(h["csi.source"]) as ContentSource } : {}),
@@ -119,19 +125,7 @@ export function claimsOf(h: Hash): Claim[] {
 }
 
 export function snapshotFromHash(uuid: string, h: Hash): SnapshotRecord {
-  return {
-    uuid,
-    name: h["csi.volname"] ?? "",
-    pool: h["csi.pool"] ?? "",
-    poolId: Number(h["csi.poolid"] ?? 0),
-    imageName: h["csi.imagename"] ?? "",
-    imageId: h["csi.imageid"] ?? "",
-    digest: h["csi.digest"] ?? "",
-    createdAt: h["csi.created"] ?? "",
-    seq: aggregateSeq(h),
-    sourceUuid: h["csi.source"] ?? "",
-    sizeBytes: Number(h["csi.size"] ?? 0),
-  };
+  return { ...baseFromHash(uuid, h), sourceUuid: h["csi.source"] ?? "" };
 }
 
 export function volumeView(r: VolumeRecord): VolumeView {

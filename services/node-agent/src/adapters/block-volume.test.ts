@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, readdir, readFile, realpath, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import { mkdtemp, open, readdir, readFile, realpath, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -207,8 +207,8 @@ function lifecycle(fsType: "ext4" | "xfs", size: number, grownSize: number, skip
     it("unmount, detach, detach again; findByBackingFile then finds nothing", async () => {
       await unmount(staging);
       assert.equal(await isMountPoint(staging), false);
-      await detach(device);
-      await detach(device);
+      await detach(device, { backingFile: image });
+      await detach(device, { backingFile: image });
       assert.equal(await findByBackingFile(image), undefined);
       assert.equal(await removeIfEmptyDir(staging), true);
     });
@@ -222,7 +222,7 @@ function lifecycle(fsType: "ext4" | "xfs", size: number, grownSize: number, skip
         await assert.rejects(writeFile(path.join(staging, "x"), "x"), { code: "EROFS" });
       } finally {
         await unmount(staging);
-        await detach(device);
+        await detach(device, { backingFile: image });
       }
     });
   });
@@ -247,6 +247,21 @@ describe("loop devices: edge cases", { skip: skipAll }, () => {
     let free = 200;
     while (used.has(`/dev/loop${free}`)) free++;
     await detach(`/dev/loop${free}`);
+  });
+
+  it("detach with an expected backing file leaves a device that maps another file alone", async () => {
+    const mine = path.join(dir, "mine.img");
+    const other = path.join(dir, "other.img");
+    await sparseFile(mine, 8 * MiB);
+    await sparseFile(other, 8 * MiB);
+    const device = await attach(other); // as if our device had been freed and reused for another volume
+    try {
+      await detach(device, { backingFile: mine });
+      assert.equal(await findByBackingFile(other), device);
+    } finally {
+      await detach(device, { backingFile: other });
+    }
+    assert.equal(await findByBackingFile(other), undefined);
   });
 
   it("a device whose backing file was deleted is not found by path, even when a new file takes the path", async () => {
@@ -283,7 +298,27 @@ describe("loop devices: edge cases", { skip: skipAll }, () => {
     assert.equal((await list()).find((d) => d.device === device)?.autoclear, true);
     await unmount(mnt);
     assert.equal(await findByBackingFile(image), undefined);
-    await detach(device);
+    await detach(device, { backingFile: image });
+  });
+
+  it("a device with a partition table but no filesystem is not empty: makeFs refuses it", async () => {
+    const image = path.join(dir, "partitioned.img");
+    await sparseFile(image, 16 * MiB);
+    const mbr = Buffer.alloc(512);
+    mbr.writeUInt8(0x83, 446 + 4); // partition 1: type Linux
+    mbr.writeUInt32LE(2048, 446 + 8); // first sector
+    mbr.writeUInt32LE(16 * 2048 - 2048, 446 + 12); // sectors
+    mbr.writeUInt16LE(0xaa55, 510);
+    const fh = await open(image, "r+");
+    await fh.write(mbr, 0, 512, 0);
+    await fh.close();
+    const device = await attach(image);
+    try {
+      assert.equal(await detectFs(device), "partition-table:dos");
+      await rejectsWith(makeFs(device, "ext4"), "FailedPrecondition");
+    } finally {
+      await detach(device, { backingFile: image });
+    }
   });
 
   it("a block volume: bind-mount the device onto a file, stats it, refuses to remove it while mounted", async () => {
@@ -299,7 +334,7 @@ describe("loop devices: edge cases", { skip: skipAll }, () => {
       await rejectsWith(removeFile(file), "FailedPrecondition");
     } finally {
       await unmount(file);
-      await detach(device);
+      await detach(device, { backingFile: image });
     }
     await removeFile(file);
     assert.equal(existsSync(file), false);

@@ -7,10 +7,11 @@
  * at that path, so `findByBackingFile` never returns it; `list` shows it with `deleted: true`
  * so the healer can detach it.
  */
-import { realpath, stat } from "node:fs/promises";
+import { open, realpath, stat } from "node:fs/promises";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
-import { run, withRetry } from "./exec.js";
+import { CommandError, run, withRetry } from "./exec.js";
 
 export interface LoopDevice {
   /** The device node, e.g. /dev/loop3. */
@@ -90,28 +91,40 @@ const DETACH_SETTLE = { tries: 10, delayMs: 50 };
 /**
  * Detach a loop device. A device that is not attached (or does not exist) is success.
  *
- * The kernel does not refuse to detach a device that is still open or mounted: it marks it
- * "autoclear" and frees it on the last close. So after asking, we check that the device has
- * really let go of its file, and fail with FailedPrecondition if it stays in use.
+ * Pass `expect.backingFile` (the image path) whenever it is known: a free device name is
+ * reused by the next attach at once, so a retried detach by name alone could hit a device that
+ * meanwhile maps another volume. With it, a device that no longer maps that file counts as
+ * already detached and is left alone. The device is held open while it is checked and
+ * detached: a bound loop device cannot be unbound and rebound to another file while anyone has
+ * it open, so what was checked is what gets detached.
+ *
+ * The kernel does not refuse to detach a device that is still in use (mounted, open): it marks
+ * it "autoclear" and frees it on the last close. So afterwards we check that the device really
+ * let go of its file, and fail with FailedPrecondition if it stays in use.
  */
-export async function detach(device: string): Promise<void> {
-  const before = (await list()).find((d) => d.device === device);
-  if (!before?.backingFile) return;
+export async function detach(device: string, expect?: { backingFile: string }): Promise<void> {
+  const want = expect && (await canonical(expect.backingFile));
+  const pin = await open(device, "r").catch(() => undefined);
+  if (!pin) return; // no such device node
+  let mapped: string | undefined;
   try {
-    await withRetry(() => run("losetup", ["--detach", device]));
-  } catch (err) {
-    const stderr = (err as { stderr?: unknown }).stderr;
-    if (typeof stderr === "string" && /No such device or address|No such file or directory/i.test(stderr)) return;
-    throw err;
+    mapped = (await list()).find((d) => d.device === device)?.backingFile;
+    if (mapped === undefined || (want !== undefined && mapped !== want)) return;
+    await withRetry(() => run("losetup", ["--detach", device])).catch((err: unknown) => {
+      if (err instanceof CommandError && /No such device or address/i.test(err.stderr)) return; // detached meanwhile
+      throw err;
+    });
+  } finally {
+    await pin.close(); // our own hold: with it gone, an unused device is freed now
   }
   for (let i = 0; i < DETACH_SETTLE.tries; i++) {
     const now = (await list()).find((d) => d.device === device);
-    if (now?.backingFile !== before.backingFile) return; // gone, or already reused for another file
-    await new Promise((r) => setTimeout(r, DETACH_SETTLE.delayMs));
+    if (now?.backingFile !== mapped) return; // gone, or already reused for another file
+    await sleep(DETACH_SETTLE.delayMs);
   }
   throw new DriverError(
     "FailedPrecondition",
-    `loop device ${device} (${before.backingFile}) is still in use (mounted or open); the kernel will detach it when the last user closes it`,
+    `loop device ${device} (${mapped}) is still in use (mounted or open); the kernel will detach it when the last user closes it`,
   );
 }
 
