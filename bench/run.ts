@@ -68,7 +68,10 @@ async function scenario(label: string, create: (name: string) => Promise<string>
   for (const c of LEVELS) {
     const ids: string[] = [];
     const tag = randomUUID().slice(0, 8);
-    console.log(row(`create  c=${c}`, await measure(N, c, async (i) => void (ids[i] = await create(`bench-${tag}-${i}`)))));
+    const created = await measure(N, c, async (i) => {
+      ids[i] = await create(`bench-${tag}-${i}`);
+    });
+    console.log(row(`create  c=${c}`, created));
     console.log(row(`delete  c=${c}`, await measure(N, c, (i) => remove(ids[i] as string))));
   }
   const before = await countImages();

@@ -51,6 +51,24 @@ export const VolumeClaimed = ev("VolumeClaimed", {
 });
 export const VolumeUnclaimed = ev("VolumeUnclaimed", { uuid: Uuid, nodeId: z.string() });
 
+// --- device history of a volume (reported by node-agents, appended by the journal) ---
+export const DeviceState = z.enum(["attached", "staged", "published", "unpublished", "unstaged", "detached", "healed", "failed"]);
+export type DeviceState = z.infer<typeof DeviceState>;
+export const DeviceStateReported = ev("DeviceStateReported", {
+  uuid: Uuid,
+  nodeId: z.string(),
+  state: DeviceState,
+  /** What the step was about: the device path, the staging or target path. */
+  device: z.string().optional(),
+  path: z.string().optional(),
+  /** Why a step failed, or what a heal action did. */
+  reason: z.string().optional(),
+  /** Where the step came from. */
+  via: z.enum(["grpc", "nats", "healer"]),
+  /** When the node did it (the event's own time is when the journal appended it). */
+  at: z.string(),
+});
+
 // --- snapshot aggregate ---
 export const SnapshotReserved = ev("SnapshotReserved", {
   uuid: Uuid,
@@ -77,6 +95,7 @@ export const JournalEvent = z.discriminatedUnion("type", [
   VolumeDeleted,
   VolumeClaimed,
   VolumeUnclaimed,
+  DeviceStateReported,
   SnapshotReserved,
   SnapshotCreated,
   SnapshotDeleted,

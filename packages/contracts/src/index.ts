@@ -13,3 +13,4 @@ export * from "./rpc/client.js";
 export * from "./journal-client.js";
 export * from "./runtime.js";
 export * from "./nodes.js";
+export * from "./csi-messages.js";

@@ -15,7 +15,7 @@ import {
   type ResolvedCluster,
   type VolumeIdParts,
 } from "@csi/contracts";
-import type { CallContext, Handlers } from "@csi/contracts";
+import { type CallContext, type Handlers, required, toCapabilities, toCapability, unsupported } from "@csi/contracts";
 import type { NodeDirectory } from "../adapters/nodes.js";
 import {
   capacityOf,
@@ -25,12 +25,8 @@ import {
   maxEntriesOf,
   MiB,
   parsePageToken,
-  required,
   splitParameters,
-  toCapabilities,
-  toCapability,
   tryDecode,
-  unsupported,
 } from "../domain/csi.js";
 
 export const CONTROLLER_CAPABILITIES = [

@@ -20,8 +20,8 @@ export class SequenceConflict extends DriverError {
 export interface Append {
   subject: string;
   body: EventBody;
-  /** Last sequence of the subject this writer saw (0: the subject must be empty). */
-  expectedSeq: number;
+  /** Last sequence of the subject this writer saw (0: the subject must be empty); omitted: no fence (reports). */
+  expectedSeq?: number;
 }
 
 export interface EventLogOptions {
@@ -87,7 +87,8 @@ export class EventLog {
   async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
     const event = JournalEvent.parse({ ...a.body, v: 1, ...meta });
     try {
-      const ack = await this.#js.publish(a.subject, JSON.stringify(event), { expect: { lastSubjectSequence: a.expectedSeq } });
+      const opts = a.expectedSeq === undefined ? {} : { expect: { lastSubjectSequence: a.expectedSeq } };
+      const ack = await this.#js.publish(a.subject, JSON.stringify(event), opts);
       return { seq: ack.seq, subject: a.subject, event };
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });

@@ -30,7 +30,7 @@ import {
   subjects,
   type VolumeView,
 } from "@csi/contracts";
-import type { EventBody } from "@csi/contracts";
+import type { EventBody, StoredEvent } from "@csi/contracts";
 import type { Append } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { roundUpToMiB } from "../domain/pool-backend.js";
@@ -421,6 +421,34 @@ export class Journal {
     const name = req.pool ?? this.#d.cluster.defaultPool;
     const pool = this.#pool(name);
     return { pool: name, poolId: pool.poolId, ...(await pool.capacity()) };
+  }
+
+  // ---------------------------------------------------------------- device history
+
+  /** A node-agent's device-state report becomes an event in the volume's history. */
+  async reportDevice(req: ParsedRequest<"device.report">): Promise<CommandResult<"device.report">> {
+    const { requestId, ...report } = req;
+    const [ev] = (await this.#d.log.appendAll([{ subject: subjects.deviceEvents(this.#c, req.uuid), body: { type: "DeviceStateReported", ...report } }], {
+      requestId,
+      actor: this.#d.actor,
+      time: this.#d.now().toISOString(),
+    })).stored;
+    if (!ev) throw new DriverError("Unavailable", "could not append the report");
+    return { seq: ev.seq };
+  }
+
+  /** Every event of a volume, in log order: its name, its own, its device reports. */
+  async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
+    const subjectsOf = [this.#recordSubject("volume", req.uuid), subjects.deviceEvents(this.#c, req.uuid)];
+    const events: StoredEvent[] = [];
+    for (const s of subjectsOf) await this.#d.log.read(1, async (b) => void events.push(...b), { subject: s });
+    const reserved = events.find((e) => e.event.type === "VolumeReserved");
+    if (reserved && reserved.event.type === "VolumeReserved") {
+      const nameSubject = this.#nameSubject("volume", reserved.event.name);
+      await this.#d.log.read(1, async (b) => void events.push(...b.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid)), { subject: nameSubject });
+    }
+    events.sort((a, b) => a.seq - b.seq);
+    return { events: events.map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> })) };
   }
 
   // ---------------------------------------------------------------- reads

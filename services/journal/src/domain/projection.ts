@@ -81,6 +81,9 @@ export function mutationFor(k: Keys, stored: StoredEvent): Mutation {
       const key = k.record("snapshot", e.uuid);
       return { guard: [key, "_seq"], seq, ops: [["HSET", key, "csi.imageid", e.imageId, "csi.size", e.sizeBytes, "csi.created", e.time]] };
     }
+    case "DeviceStateReported":
+      // History only: the device state lives in the log, not in the omaps.
+      return { guard: [k.projection, "_noop"], seq: 0, ops: [] };
     case "VolumeDeleted":
       return ended(k, "volume", e.uuid, seq);
     case "SnapshotDeleted":
