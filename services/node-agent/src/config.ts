@@ -8,6 +8,9 @@ export const NodeAgentConfig = z.object({
   endpoint: z.string().default("unix:///run/csi/csi-node.sock"),
   nodeId: z.string().min(1).max(128).default(os.hostname()),
   dataDir: z.string().default(".data"),
+  clustersFile: z.string().optional(),
+  /** Where the node keeps its state file (default <dataDir>/node/<nodeId>). */
+  stateDir: z.string().optional(),
   logLevel: z.string().default("info"),
   maxVolumes: z.coerce.number().int().min(0).default(64),
   heartbeatMs: z.coerce.number().int().min(100).default(10_000),
@@ -21,6 +24,8 @@ export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAge
     endpoint: values.endpoint ?? env.CSI_ENDPOINT,
     nodeId: values.nodeid ?? env.NODE_ID,
     dataDir: env.DATA_DIR,
+    clustersFile: env.CLUSTERS_FILE,
+    stateDir: env.NODE_STATE_DIR,
     logLevel: env.LOG_LEVEL,
     maxVolumes: env.MAX_VOLUMES_PER_NODE,
     heartbeatMs: env.HEARTBEAT_MS,

@@ -1,13 +1,21 @@
 /**
- * Wiring of the node-agent: NATS and the CSI gRPC endpoint (Identity + Node).
- * The Node RPCs (stage/publish with loop devices and mounts), the NATS work queue, device
- * reports and the healer come with the node-agent issue; until then they answer UNIMPLEMENTED.
+ * Wiring of the node-agent: NATS (registration + heartbeat, durable node work, device
+ * reports to the journals), the state file, the healer (which runs before anything is
+ * served), and the CSI gRPC endpoint (Identity + Node).
  */
-import { csiIdentity, PLUGIN_NAME, startCsiServer, TOPOLOGY_KEY } from "@csi/contracts";
-import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
+import path from "node:path";
+import { csiIdentity, invalidArgument, JournalClient, loadClusters, PLUGIN_NAME, startCsiServer, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { validateCoPath } from "./adapters/paths.js";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
+import { StateFile } from "./adapters/state-file.js";
+import { consumeWork, type Work } from "./adapters/work-queue.js";
+import { NodeService } from "./app/node-service.js";
+import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
+import { NodeState } from "./domain/node-state.js";
+import { NODE_CAPABILITIES, nodeHandlers } from "./rpc/node.js";
 
 export { nodeAgentConfig, NodeAgentConfig } from "./config.js";
 
@@ -15,7 +23,15 @@ export const NODE_AGENT_VERSION = "0.1.0";
 
 export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const log = logger.child({ nodeId: cfg.nodeId });
+  const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
+  const reporter = new Reporter(new JournalClient(nc, 10_000), cfg.nodeId, log);
+  const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
+  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log });
+  await svc.load();
+  const healed = await svc.heal(); // before serving: put back what should be there
+  log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
+
   await ensureNodesStream(nc);
   const heartbeat = startHeartbeat(
     nc,
@@ -23,7 +39,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
       nodeId: cfg.nodeId,
       maxVolumes: cfg.maxVolumes,
       topology: { [TOPOLOGY_KEY]: cfg.nodeId },
-      capabilities: [],
+      capabilities: NODE_CAPABILITIES,
       version: NODE_AGENT_VERSION,
       time: new Date().toISOString(),
       heartbeatMs: cfg.heartbeatMs,
@@ -31,20 +47,53 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     log,
   );
   await heartbeat.beat();
+
+  const work = await consumeWork(nc, cfg.nodeId, (w: Work) => runWork(svc, w), log);
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
     services: {
       Identity: csiIdentity({ name: PLUGIN_NAME, version: NODE_AGENT_VERSION, capabilities: [], ready: async () => !nc.isClosed() }),
-      Node: {},
+      Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
     },
   });
   return {
     address: server.address,
+    service: svc,
     stop: async () => {
       heartbeat.stop();
+      await work.stop();
       await server.close();
+      await reporter.flush();
+      reporter.stop();
       await nc.drain().catch(() => {});
     },
   };
+}
+
+/** NATS work runs the same operations as kubelet's gRPC calls, with the same path checks. */
+function runWork(svc: NodeService, raw: Work): Promise<void> {
+  const via = "nats" as const;
+  const why = unsupported(raw.capability);
+  if (why) throw invalidArgument(why);
+  const w = {
+    ...raw,
+    stagingPath: validateCoPath(raw.stagingPath, "stagingPath"),
+    ...(raw.targetPath ? { targetPath: validateCoPath(raw.targetPath, "targetPath") } : {}),
+  };
+  if ((w.op === "publish" || w.op === "unpublish") && !w.targetPath) throw invalidArgument(`${w.op} needs targetPath`);
+  switch (w.op) {
+    case "stage":
+      return svc.stage({ volumeId: w.volumeId, stagingPath: w.stagingPath, capability: w.capability, publishContext: w.publishContext, via });
+    case "publish":
+      return svc.publish({ volumeId: w.volumeId, stagingPath: w.stagingPath, targetPath: w.targetPath ?? "", readOnly: w.readOnly, via });
+    case "unpublish":
+      return svc.unpublish({ volumeId: w.volumeId, targetPath: w.targetPath ?? "", via });
+    case "unstage":
+      return svc.unstage({ volumeId: w.volumeId, stagingPath: w.stagingPath, via });
+    default: {
+      const never: never = w.op;
+      throw new Error(`unknown node work ${never}`);
+    }
+  }
 }

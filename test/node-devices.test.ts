@@ -13,55 +13,22 @@ import { mkdtemp, open, readdir, readFile, realpath, rm, stat, truncate, unlink,
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { mountsUnder } from "../domain/mountinfo.js";
-import { run } from "./exec.js";
-import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "./filesystem.js";
-import { attach, detach, findByBackingFile, list, refreshSize } from "./loop.js";
-import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "./mount.js";
-import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "./paths.js";
+import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, whyNoDevices } from "./support/machine.js";
+import { mountsUnder } from "../services/node-agent/src/domain/mountinfo.js";
+import { run } from "../services/node-agent/src/adapters/exec.js";
+import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "../services/node-agent/src/adapters/filesystem.js";
+import { attach, detach, findByBackingFile, list, refreshSize } from "../services/node-agent/src/adapters/loop.js";
+import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "../services/node-agent/src/adapters/mount.js";
+import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "../services/node-agent/src/adapters/paths.js";
 
 const MiB = 1024 * 1024;
 
-function whyNotRunnable(): string | undefined {
-  if (process.getuid?.() !== 0) return "needs root (loop devices and mounts)";
-  if (!existsSync("/dev/loop-control")) return "needs /dev/loop-control (loop module)";
-  return undefined;
-}
-const skipAll = whyNotRunnable();
-/** Online ext4 resize needs CAP_SYS_RESOURCE (bit 24), which some containers drop even for root. */
-const CAP_SYS_RESOURCE = 24n;
-const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0"}`);
-const canResizeExt4Online = ((capEff >> CAP_SYS_RESOURCE) & 1n) === 1n;
-const hasXfs = existsSync("/usr/sbin/mkfs.xfs") || existsSync("/sbin/mkfs.xfs") || existsSync("/usr/bin/mkfs.xfs");
+const skipAll = whyNoDevices();
 const skipXfs = skipAll ?? (hasXfs ? undefined : "mkfs.xfs is not installed (apt-get install -y xfsprogs)");
 if (skipAll) console.log(`# block-volume tests skipped: ${skipAll}`);
 else if (skipXfs) console.log(`# xfs tests skipped: ${skipXfs}`);
 
 let tmp = "";
-
-/** Loop devices whose backing file is under `dir` (deleted ones included). */
-async function loopsUnder(dir: string) {
-  return (await list()).filter((d) => d.backingFile?.startsWith(`${dir}/`));
-}
-
-/** The safety net: unmount everything under `dir` (deepest first), detach its loop devices, remove it. */
-async function cleanupUnder(dir: string): Promise<void> {
-  for (let round = 0; round < 3; round++) {
-    const mounts = mountsUnder(await readMounts(), dir);
-    if (mounts.length === 0) break;
-    for (const m of mounts) {
-      await run("umount", [m.mountPoint]).catch(() => run("umount", ["--lazy", m.mountPoint]).catch(() => {}));
-    }
-  }
-  for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
-  const left = mountsUnder(await readMounts(), dir);
-  if (left.length > 0) {
-    // never rm -rf through a mount: it would delete whatever is mounted there
-    console.error(`# NOT removing ${dir}: still mounted: ${left.map((m) => m.mountPoint).join(", ")}`);
-    return;
-  }
-  await rm(dir, { recursive: true, force: true });
-}
 
 before(async () => {
   if (skipAll) return;

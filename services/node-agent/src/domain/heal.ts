@@ -1,0 +1,57 @@
+/**
+ * The healer's plan: compare what the state file says should be on this node with what the
+ * machine has (loop devices, /proc/self/mountinfo) and list the repairs, in order. Pure.
+ *
+ *   - a volume whose image is not attached        → attach
+ *   - a staged filesystem not mounted at staging  → mount-staging (after attach)
+ *   - a publish whose target is not a mount point → publish (after staging)
+ *   - a loop device of one of our pools that no volume wants → unmount its mounts, detach it
+ */
+import path from "node:path";
+import type { MountEntry } from "./mountinfo.js";
+import type { NodeState } from "./node-state.js";
+
+export interface Observed {
+  loops: { device: string; backingFile: string }[];
+  mounts: MountEntry[];
+}
+
+export type HealAction =
+  | { kind: "attach"; volumeId: string }
+  | { kind: "mount-staging"; volumeId: string; remountFrom?: string }
+  | { kind: "publish"; volumeId: string; target: string }
+  | { kind: "unmount"; path: string; reason: string }
+  | { kind: "detach"; device: string; backingFile: string; reason: string };
+
+const inside = (root: string, p: string) => p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
+
+export function planHeal(state: NodeState, seen: Observed, poolRoots: string[]): HealAction[] {
+  const actions: HealAction[] = [];
+  const deviceOf = new Map(seen.loops.map((l) => [l.backingFile, l.device]));
+  const mountAt = new Map(seen.mounts.map((m) => [m.mountPoint, m]));
+  const wanted = new Set<string>();
+
+  for (const v of Object.values(state.volumes)) {
+    wanted.add(v.imagePath);
+    const device = deviceOf.get(v.imagePath);
+    if (!device) actions.push({ kind: "attach", volumeId: v.volumeId });
+    if (v.staging?.capability.accessType === "mount") {
+      const m = mountAt.get(v.staging.path);
+      // A staging mount from an old device (before a re-attach) has to be replaced.
+      if (!m) actions.push({ kind: "mount-staging", volumeId: v.volumeId });
+      else if (!device || m.source !== device) actions.push({ kind: "mount-staging", volumeId: v.volumeId, remountFrom: m.source });
+    }
+    for (const p of v.publishes) {
+      if (!mountAt.has(p.target) || !device) actions.push({ kind: "publish", volumeId: v.volumeId, target: p.target });
+    }
+  }
+
+  for (const l of seen.loops) {
+    if (wanted.has(l.backingFile) || !poolRoots.some((r) => inside(r, l.backingFile))) continue;
+    for (const m of seen.mounts.filter((m) => m.source === l.device).reverse()) {
+      actions.push({ kind: "unmount", path: m.mountPoint, reason: `leftover mount of ${l.device}` });
+    }
+    actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "no volume on this node wants it" });
+  }
+  return actions;
+}

@@ -1,0 +1,65 @@
+/**
+ * What this node has done, persisted in a small state file so that after a restart the healer
+ * knows what should be attached, staged and published. Pure: the schema, the usage tracking
+ * (Nomad's: stage once per volume, unstage only when the last publish is gone) and the
+ * compatibility rules of repeated stage/publish calls.
+ */
+import { Capability, type ErrorName } from "@csi/contracts";
+import { z } from "zod";
+
+export const Publish = z.object({ target: z.string(), readOnly: z.boolean() });
+export type Publish = z.infer<typeof Publish>;
+
+export const VolumeState = z.object({
+  volumeId: z.string(),
+  clusterID: z.string(),
+  uuid: z.string(),
+  imagePath: z.string(),
+  /** Attached read-only (reader-only access mode or a read-only publish context). */
+  readOnly: z.boolean(),
+  /** The loop device it was last attached to (devices can change across restarts). */
+  device: z.string().optional(),
+  staging: z.object({ path: z.string(), capability: Capability }).optional(),
+  publishes: z.array(Publish),
+});
+export type VolumeState = z.infer<typeof VolumeState>;
+
+export const NodeState = z.object({ version: z.literal(1), volumes: z.record(z.string(), VolumeState) });
+export type NodeState = z.infer<typeof NodeState>;
+export const emptyState = (): NodeState => ({ version: 1, volumes: {} });
+
+export type Refusal = { code: ErrorName; reason: string } | undefined;
+
+const sameCapability = (a: Capability, b: Capability) =>
+  a.accessType === b.accessType &&
+  a.accessMode === b.accessMode &&
+  (a.fsType ?? "") === (b.fsType ?? "") &&
+  JSON.stringify(a.mountFlags ?? []) === JSON.stringify(b.mountFlags ?? []);
+
+/** A repeated NodeStageVolume: same path and capability → fine (idempotent), else AlreadyExists. */
+export function checkRestage(v: VolumeState, path: string, cap: Capability): Refusal {
+  if (!v.staging) return undefined;
+  if (v.staging.path !== path) return { code: "AlreadyExists", reason: `volume is already staged at ${v.staging.path}` };
+  if (!sameCapability(v.staging.capability, cap)) return { code: "AlreadyExists", reason: "volume is already staged with another capability" };
+  return undefined;
+}
+
+/** NodePublishVolume needs the volume staged at the given staging path; a repeat must match. */
+export function checkPublish(v: VolumeState | undefined, stagingPath: string, target: string, readOnly: boolean): Refusal {
+  if (!v?.staging) return { code: "FailedPrecondition", reason: "volume is not staged on this node" };
+  if (v.staging.path !== stagingPath) return { code: "FailedPrecondition", reason: `volume is staged at ${v.staging.path}, not ${stagingPath}` };
+  const existing = v.publishes.find((p) => p.target === target);
+  if (existing && existing.readOnly !== readOnly) return { code: "AlreadyExists", reason: `${target} is already published with read-only=${existing.readOnly}` };
+  return undefined;
+}
+
+/** Usage tracking: unstaging is refused while any publish of the volume remains on this node. */
+export function checkUnstage(v: VolumeState): Refusal {
+  if (v.publishes.length > 0) return { code: "FailedPrecondition", reason: `volume is still published at ${v.publishes.map((p) => p.target).join(", ")}` };
+  return undefined;
+}
+
+/** The paths a volume is reachable at on this node (for stats and expand). */
+export function pathsOf(v: VolumeState): string[] {
+  return [...(v.staging ? [v.staging.path] : []), ...v.publishes.map((p) => p.target)];
+}
