@@ -14,6 +14,8 @@ export const NodeAgentConfig = z.object({
   logLevel: z.string().default("info"),
   maxVolumes: z.coerce.number().int().min(0).default(64),
   heartbeatMs: z.coerce.number().int().min(100).default(10_000),
+  /** Fault injection for tests: SIGKILL this process right after reporting this device state. */
+  crashAfter: z.string().optional(),
 });
 export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
@@ -29,5 +31,6 @@ export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAge
     logLevel: env.LOG_LEVEL,
     maxVolumes: env.MAX_VOLUMES_PER_NODE,
     heartbeatMs: env.HEARTBEAT_MS,
+    crashAfter: env.NODE_CRASH_AFTER,
   });
 }

@@ -26,6 +26,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
   const reporter = new Reporter(new JournalClient(nc, 10_000), cfg.nodeId, log);
+  if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log });
   await svc.load();
@@ -96,4 +97,16 @@ function runWork(svc: NodeService, raw: Work): Promise<void> {
       throw new Error(`unknown node work ${never}`);
     }
   }
+}
+
+/** Fault injection (tests only): die by SIGKILL right after a step reports the given state. */
+function crashAfter(reporter: Reporter, state: string, log: Logger): void {
+  const report = reporter.report.bind(reporter);
+  reporter.report = (r) => {
+    report(r);
+    if (r.state === state) {
+      log.warn({ state }, "fault injection: crashing now");
+      process.kill(process.pid, "SIGKILL");
+    }
+  };
 }
