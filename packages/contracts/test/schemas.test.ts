@@ -6,7 +6,8 @@ import { DEFAULT_CLUSTERS, resolveClusters } from "../src/clusters.js";
 import { CSI_MAP_MAX_BYTES, CSI_NAME_MAX_BYTES, CsiName, describeZodError, mapBytes, StringMap } from "../src/common.js";
 import { DriverError, ErrorName, fromWireError, GrpcCode, grpcCodeOf, invalidArgument, notFound, toWireError, WireError } from "../src/errors.js";
 import { JournalEvent, VolumeReserved } from "../src/events.js";
-import { journalContract, replyEnvelope, splitCommand, VolumeCreate, VolumeDelete, VolumeExpand } from "../src/journal.js";
+import { journalContract, replyEnvelope, VolumeCreate, VolumeDelete, VolumeExpand } from "../src/journal.js";
+import { subjects } from "../src/subjects.js";
 
 const UUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 
@@ -127,11 +128,10 @@ describe("other journal requests", () => {
     assert.deepEqual(VolumeDelete.parse({ requestId: "r", uuid: UUID }), { requestId: "r", uuid: UUID });
   });
 
-  test("every contract entry's name splits into family and verb", () => {
+  test("every contract entry is a <family>.<verb> name that makes a command subject", () => {
     for (const c of Object.keys(journalContract) as Array<keyof typeof journalContract>) {
-      const { family, verb } = splitCommand(c);
-      assert.ok(["volume", "snapshot", "pool"].includes(family), c);
-      assert.equal(`${family}.${verb}`, c);
+      assert.match(c, /^(volume|snapshot|pool|device)\.[a-z]+$/, c);
+      assert.equal(subjects.command("c1", c), `csi.c1.journal.${c}`);
     }
   });
 
