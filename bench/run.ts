@@ -9,7 +9,7 @@
  * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64").
  */
 import { randomUUID } from "node:crypto";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { csiClient, JournalClient } from "@csi/contracts";
@@ -80,6 +80,21 @@ async function scenario(label: string, create: (name: string) => Promise<string>
   console.log(row("storm: 200 x one name, c=200", storm), `  images created: ${(await countImages()) - before}`);
 }
 
+/** What the disk under the pool charges for one file create (it varies a lot on shared VMs). */
+async function fileCreateMicros(dir: string): Promise<number> {
+  const probe = path.join(dir, "probe");
+  await mkdir(probe, { recursive: true });
+  const t = performance.now();
+  for (let i = 0; i < 200; i++) {
+    const fh = await open(path.join(probe, `f${i}`), "wx");
+    await fh.truncate(MiB);
+    await fh.close();
+  }
+  const us = ((performance.now() - t) * 1000) / 200;
+  await rm(probe, { recursive: true, force: true });
+  return us;
+}
+
 async function main(dir: string) {
   const nats = await startServer("nats", path.join(dir, "nats"));
   const redis = await startServer("redis", path.join(dir, "redis"));
@@ -95,6 +110,7 @@ async function main(dir: string) {
   const countImages = async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length;
   try {
     console.log(`one journal process, one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`);
+    console.log(`this disk right now: ${(await fileCreateMicros(dir)).toFixed(0)} µs to create, size and close one file (the pool's per-create cost)`);
     await scenario(
       "journal commands over NATS",
       async (name) => (await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap })).uuid,
