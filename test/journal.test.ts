@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { open, readdir } from "node:fs/promises";
+import { open, readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type CommandRequest, DriverError, JournalClient, subjects } from "@csi/contracts";
@@ -164,6 +164,38 @@ describe("crashes and lost state", () => {
     assert.equal(await redis.exists(lockKey), 0);
     const v = await create("pvc-lock", MiB);
     assert.equal(v.name, "pvc-lock");
+  });
+
+  test("a writer whose lock expired mid-operation is fenced off by the sequence check and aborts", async () => {
+    const frozen = await startJournalProcess({ JOURNAL_FREEZE_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
+    await (procs[0] as ServiceProcess).stop();
+    const name = "pvc-fenced";
+    const first = codeOf(client.call(CLUSTER, "volume.create", { requestId: "frozen", name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 30_000 }));
+    const pid = frozen.child.pid as number;
+    const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
+    for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await state(), "T", "the writer froze right after its reservation");
+    // Its lock expires (no renewals while frozen); another replica takes over the name.
+    const other = await startJournalProcess();
+    procs[0] = other;
+    let v: Awaited<ReturnType<typeof create>> | undefined;
+    for (let i = 0; i < 40 && !v; i++) {
+      v = await create(name, MiB).catch((e: DriverError) => {
+        assert.equal(e.code, "Aborted", e.message);
+        return undefined;
+      });
+      if (!v) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(v, "the other replica created the volume");
+    process.kill(pid, "SIGCONT"); // the old writer wakes up and carries on
+    assert.equal(await first, "Aborted", "the old writer's append was fenced off");
+    await frozen.stop();
+    const mine = (await images()).filter((f) => f.startsWith("csi-vol-"));
+    const listed = (await client.call(CLUSTER, "volume.list", {})).entries;
+    assert.deepEqual(listed.filter((x) => x.name === name).map((x) => x.uuid), [v.uuid], "one volume of that name");
+    assert.deepEqual(mine.filter((f) => !listed.some((x) => f === `${x.imageName}.img`)), [], "the old writer left no image");
+    const again = await create(name, MiB);
+    assert.equal(again.uuid, v.uuid);
   });
 
   test("a stale reservation (record removed behind the journal's back) is cleaned and re-created", async () => {

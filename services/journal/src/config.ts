@@ -16,6 +16,8 @@ export const JournalConfig = z.object({
   catchUpEveryMs: z.coerce.number().int().min(0).default(10_000),
   /** Fault injection for tests: SIGKILL this process right after appending an event of this type. */
   crashAfter: z.string().optional(),
+  /** Fault injection for tests: SIGSTOP (freeze) this process right after appending an event of this type. */
+  freezeAfter: z.string().optional(),
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
@@ -34,5 +36,6 @@ export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalCo
     lockWaitMs: env.LOCK_WAIT_MS,
     catchUpEveryMs: env.CATCHUP_EVERY_MS,
     crashAfter: env.JOURNAL_CRASH_AFTER,
+    freezeAfter: env.JOURNAL_FREEZE_AFTER,
   });
 }

@@ -53,8 +53,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   const projector = new Projector(events, store, log);
   await projector.catchUp(); // never serve from a projection behind the log
 
-  const crashAfter = cfg.crashAfter;
-  const eventLog = crashAfter ? withCrashAfter(events, crashAfter, log) : events;
+  const eventLog = withFaults(events, { SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const journal = new Journal({
     cluster,
     pools,
@@ -85,15 +84,22 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   };
 }
 
-/** Fault injection (tests only): die by SIGKILL right after an event of the given type lands. */
-function withCrashAfter(events: EventLog, type: string, log: Logger): EventLog {
+/**
+ * Fault injection (tests only): right after an event of the given type lands, SIGKILL the
+ * process (a crash) or SIGSTOP it (a freeze: its lock renewals stop, so its locks expire while
+ * it still means to go on — the case the sequence fences exist for).
+ */
+function withFaults(events: EventLog, faults: Partial<Record<"SIGKILL" | "SIGSTOP", string>>, log: Logger): EventLog {
+  const armed = Object.entries(faults).filter(([, type]) => type) as ["SIGKILL" | "SIGSTOP", string][];
+  if (armed.length === 0) return events;
   const append = events.append.bind(events);
   events.append = async (a, meta) => {
     const stored = await append(a, meta);
-    if ((stored.event as JournalEvent).type === type) {
-      log.warn({ type }, "fault injection: crashing now");
-      process.kill(process.pid, "SIGKILL");
-      await new Promise(() => {});
+    for (const [signal, type] of armed) {
+      if ((stored.event as JournalEvent).type !== type) continue;
+      log.warn({ type, signal }, "fault injection");
+      process.kill(process.pid, signal);
+      if (signal === "SIGKILL") await new Promise(() => {});
     }
     return stored;
   };

@@ -31,7 +31,7 @@ import {
   type VolumeView,
 } from "@csi/contracts";
 import type { EventBody, StoredEvent } from "@csi/contracts";
-import type { Append } from "../adapters/event-log.js";
+import { type Append, SequenceConflict } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { roundUpToMiB } from "../domain/pool-backend.js";
 import { type Hash, isLive, type Kind, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "../domain/records.js";
@@ -223,7 +223,13 @@ export class Journal {
     const body = kind === "volume"
       ? ({ type: "VolumeCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const)
       : ({ type: "SnapshotCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const);
-    const [created] = await op.append({ subject: recordSubject, body, expectedSeq: reservedEv?.seq ?? 0 });
+    const [created] = await op.append({ subject: recordSubject, body, expectedSeq: reservedEv?.seq ?? 0 }).catch(async (err) => {
+      // Fenced off: another writer ended this reservation while we worked (our lock expired).
+      // The image is ours alone (its name is the uuid's): remove it. If the log is merely
+      // unreachable, keep it: the next create of the name finds it and records it ("complete").
+      if (err instanceof SequenceConflict) await pool.deleteImage(imageName).catch(() => {});
+      throw err;
+    });
     // A snapshot's creation time is when it was cut (as the projection records it); a volume's, its reservation.
     const createdAt = (kind === "snapshot" ? created : reservedEv)?.event.time ?? "";
     return { image, seq: created?.seq ?? 0, createdAt };
