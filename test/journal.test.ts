@@ -175,19 +175,25 @@ describe("crashes and lost state", () => {
     const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
     for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
     assert.equal(await state(), "T", "the writer froze right after its reservation");
-    // Its lock expires (no renewals while frozen); another replica takes over the name.
-    const other = await startJournalProcess();
-    procs[0] = other;
+    // Its lock expires (no renewals while frozen); another replica takes over the name. The
+    // frozen one is still in the queue group: a request it gets waits until it wakes up, so
+    // tries time out quickly and are repeated (what a CO does).
     let v: Awaited<ReturnType<typeof create>> | undefined;
-    for (let i = 0; i < 40 && !v; i++) {
-      v = await create(name, MiB).catch((e: DriverError) => {
-        assert.equal(e.code, "Aborted", e.message);
-        return undefined;
-      });
-      if (!v) await new Promise((r) => setTimeout(r, 100));
+    try {
+      const other = await startJournalProcess();
+      procs[0] = other;
+      for (let i = 0; i < 60 && !v; i++) {
+        v = await client
+          .call(CLUSTER, "volume.create", { requestId: `retry-${i}`, name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 1000 })
+          .catch((e: DriverError) => {
+            assert.ok(["Aborted", "DeadlineExceeded"].includes(e.code), e.message);
+            return undefined;
+          });
+      }
+      assert.ok(v, "the other replica created the volume");
+    } finally {
+      process.kill(pid, "SIGCONT"); // the old writer wakes up and carries on
     }
-    assert.ok(v, "the other replica created the volume");
-    process.kill(pid, "SIGCONT"); // the old writer wakes up and carries on
     assert.equal(await first, "Aborted", "the old writer's append was fenced off");
     await frozen.stop();
     const mine = (await images()).filter((f) => f.startsWith("csi-vol-"));

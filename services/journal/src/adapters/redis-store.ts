@@ -15,7 +15,8 @@ import type { Mutation } from "../domain/projection.js";
 import type { Hash, Keys } from "../domain/records.js";
 
 const LOCK_AND_READ = `
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys], p=projection key}
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys],
+--   p=projection key, r=record key prefix: also read the hash <r><value of the first field>}
 local q = cjson.decode(ARGV[3])
 local taken = {}
 for i, k in ipairs(q.l) do
@@ -32,7 +33,9 @@ local fields = {}
 for i, kf in ipairs(q.f) do fields[i] = redis.call('HGET', kf[1], kf[2]) or '' end
 local counts = {}
 for i, k in ipairs(q.c) do counts[i] = redis.call('SCARD', k) end
-return {1, redis.call('EXISTS', q.p), cjson.encode(all), cjson.encode(fields), cjson.encode(counts)}
+local rec = {}
+if q.r and fields[1] and fields[1] ~= '' then rec = redis.call('HGETALL', q.r .. fields[1]) end
+return {1, redis.call('EXISTS', q.p), cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
 `;
 
 const APPLY_AND_UNLOCK = `
@@ -75,7 +78,7 @@ return 0
 `;
 
 type ScriptRedis = Redis & {
-  csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string, string]>;
+  csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string, string, string]>;
   csiApplyAndUnlock(muts: string, locks: string, proj: string, watermark: number): Promise<number>;
   csiRenew(key: string, token: string, ttl: number): Promise<number>;
 };
@@ -86,6 +89,8 @@ export interface ReadSpec {
   fields: [string, string][];
   /** Sets whose cardinality to read. */
   counts?: string[];
+  /** Also read the hash `<recordPrefix><value of fields[0]>` (the record a name points at). */
+  recordPrefix?: string;
 }
 
 export interface ReadResult {
@@ -93,6 +98,8 @@ export interface ReadResult {
   hashes: (Hash | undefined)[];
   fields: (string | undefined)[];
   counts: number[];
+  /** The hash read through `recordPrefix`, if any. */
+  record?: Hash;
 }
 
 export type LockResult = { ok: true; read: ReadResult } | { ok: false; busy: string };
@@ -132,10 +139,11 @@ export class RedisStore {
   }
 
   async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {
-    const q = JSON.stringify({ l: spec.locks, a: spec.hashes, f: spec.fields, c: spec.counts ?? [], p: this.keys.projection });
+    const q = JSON.stringify({ l: spec.locks, a: spec.hashes, f: spec.fields, c: spec.counts ?? [], p: this.keys.projection, ...(spec.recordPrefix ? { r: spec.recordPrefix } : {}) });
     const res = await this.#call(() => this.#r.csiLockAndRead(token, ttlMs, q));
     if (res[0] === 0) return { ok: false, busy: res[1] };
-    const [, present, hashesJson, fieldsJson, countsJson] = res;
+    const [, present, hashesJson, fieldsJson, countsJson, recordJson] = res;
+    const record = pairsToHash(luaArray<string>(recordJson));
     const hashes = luaArray<string[] | Record<string, never>>(hashesJson).map(pairsToHash);
     const fields = luaArray<string>(fieldsJson);
     return {
@@ -145,6 +153,7 @@ export class RedisStore {
         hashes: spec.hashes.map((_, i) => hashes[i]),
         fields: spec.fields.map((_, i) => fields[i] || undefined),
         counts: luaArray<number>(countsJson),
+        ...(record ? { record } : {}),
       },
     };
   }

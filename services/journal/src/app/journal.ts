@@ -93,12 +93,12 @@ export class Journal {
         [k.dir(kind), k.dirField(kind, name)],
         [k.dirSeq(kind), name],
       ],
+      // The record the name points at, read in the same round trip, under the lock.
+      recordPrefix: k.record(kind, ""),
     });
     const dirUuid = first.fields[0];
     const nameSeq = Number(first.fields[1] ?? 0);
-    // The record the name points at: read after the lock, so it cannot change under us.
-    const [hash] = dirUuid ? await this.#d.store.hashes([k.record(kind, dirUuid)]) : [undefined];
-    return { dirUuid, nameSeq, hash: isLive(hash) ? hash : undefined, alsoHashes: first.hashes };
+    return { dirUuid, nameSeq, hash: isLive(first.record) ? first.record : undefined, alsoHashes: first.hashes };
   }
 
   // ---------------------------------------------------------------- volumes
