@@ -4,6 +4,7 @@
  * snapshots/clones with real bytes.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { open, readdir, readFile } from "node:fs/promises";
 import path from "node:path";
@@ -13,7 +14,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { keysFor } from "@csi/journal";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
+import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 const CLUSTER = "c1";
@@ -226,6 +227,32 @@ describe("crashes and lost state", () => {
     const first = before[0] as (typeof before)[number];
     const again = await create(first.name, first.sizeBytes, { parameters: first.parameters, ...(first.source ? { source: first.source } : {}) });
     assert.equal(again.uuid, first.uuid, `re-create of ${first.name} after the rebuild`);
+  });
+});
+
+describe("operator commands", () => {
+  const admin = (...args: string[]) =>
+    execFileSync(process.execPath, ["--import", "tsx", path.join(ROOT, "services/journal/src/admin.ts"), ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...journalEnv() },
+      encoding: "utf8",
+    });
+
+  test("rebuild drops the projection and replays the log; history tells a volume's story", async () => {
+    const v = await create("pvc-admin", 3 * MiB);
+    await client.call(CLUSTER, "volume.expand", { requestId: "grow", uuid: v.uuid, sizeBytes: 5 * MiB });
+    const before = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
+    const out = JSON.parse(admin("rebuild"));
+    assert.ok(out.dropped > 0 && out.replayedTo > 0, JSON.stringify(out));
+    const after = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
+    assert.deepEqual(after, before);
+    const types = admin("history", v.uuid).trim().split("\n").map((l) => JSON.parse(l).type);
+    assert.deepEqual(types, ["VolumeReserved", "VolumeCreated", "VolumeExpanded"]);
+    const byName = admin("history", "--name", "pvc-admin").trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(byName.map((e) => [e.type, e.uuid]), [["NameReserved", v.uuid]]);
+    const full = await client.call(CLUSTER, "volume.history", { uuid: v.uuid });
+    assert.deepEqual(full.events.map((e) => e.event.type), ["NameReserved", "VolumeReserved", "VolumeCreated", "VolumeExpanded"]);
+    assert.ok(full.events.every((e) => (e.event.actor as { service: string }).service === "journal" && typeof e.event.requestId === "string"));
   });
 });
 

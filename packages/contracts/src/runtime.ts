@@ -4,13 +4,17 @@ import os from "node:os";
 import { pino, type Logger } from "pino";
 import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "./clusters.js";
 
-export function createLogger(service: string, level = "info"): Logger {
-  return pino({
+/** The root logger of a process: JSON lines on stdout (fd 1), or another fd (a CLI's stderr). */
+export function createLogger(service: string, level = "info", fd = 1): Logger {
+  return pino(
+    {
     level,
     base: { service, pid: process.pid, host: os.hostname() },
     // Defence in depth: the gRPC chain already strips secrets before logging.
     redact: { paths: ["*.secrets", "*.*.secrets", "secrets", "*.controller_publish_secrets", "*.node_stage_secrets", "*.node_publish_secrets"], censor: "***stripped***" },
-  });
+    },
+    pino.destination(fd),
+  );
 }
 
 /** The clusters file (JSON) if given, else the built-in single local cluster. */

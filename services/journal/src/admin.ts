@@ -32,7 +32,7 @@ try {
     doomed.push(keys.projection);
     // Drop in batches; keep locks so running operations are not disturbed.
     for (let i = 0; i < doomed.length; i += 500) await redis.del(...doomed.slice(i, i + 500));
-    const last = await new Projector(log, new RedisStore(redis, keys), createLogger("journal-admin")).catchUp();
+    const last = await new Projector(log, new RedisStore(redis, keys), createLogger("journal-admin", "info", 2)).catchUp();
     console.log(JSON.stringify({ dropped: doomed.length, replayedTo: last }));
   } else if (cmd === "history") {
     const subjectsToRead: string[] = [];

@@ -108,11 +108,10 @@ export async function runOperation<T>(env: OperationEnv, requestId: string, fn: 
   const op = new Operation(env, requestId);
   try {
     const result = await fn(op);
-    // The commit point is the log's ack. Applying to the projection and releasing the locks is
-    // sent now but not waited for: later commands on this Redis connection queue behind it
-    // (read-your-writes within a replica), another replica waits for the lock anyway, and a
-    // failed apply is repaired by the projector's replay.
-    void op.finish();
+    // The commit point is the log's ack; the reply still waits for the projection (one round
+    // trip that also releases the locks), so whoever reads after the reply — through any
+    // replica — sees what it was told.
+    await op.finish();
     return result;
   } catch (err) {
     await op.finish(err);
