@@ -46,6 +46,7 @@ before(async () => {
   clustersFile = await writeClustersFile(env.dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
   nc = await connect({ servers: env.nats.url });
   redis = new Redis(env.redis.url);
+  redis.on("error", () => {}); // the restart test kills it on purpose
   client = new JournalClient(nc, 20_000);
   await startJournalProcess();
 });
@@ -214,6 +215,29 @@ describe("crashes and lost state", () => {
     const imgs = await images();
     assert.ok(!imgs.includes(`${v.imageName}.img`), "the old image was removed");
     assert.ok(imgs.includes(`${again.imageName}.img`));
+  });
+
+  test("nats-server and redis-server restarts: the journal reconnects and serves the same volumes", async () => {
+    const v = await create("pvc-restarts", 2 * MiB);
+    const retry = async <T>(f: () => Promise<T>): Promise<T> => {
+      for (let i = 0; ; i++) {
+        try {
+          return await f();
+        } catch (e) {
+          if (i > 100 || !(e instanceof DriverError) || !["Unavailable", "DeadlineExceeded", "Aborted"].includes(e.code)) throw e;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+    };
+    await env.nats.kill();
+    await env.nats.restart();
+    assert.equal((await retry(() => client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 1000 }))).uuid, v.uuid);
+    await env.redis.kill();
+    assert.equal(await codeOf(client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 5000 })), "Unavailable", "no Redis: a clear Unavailable");
+    await env.redis.restart();
+    assert.equal((await retry(() => create("pvc-restarts", 2 * MiB))).uuid, v.uuid, "same volume after both restarts");
+    const w = await retry(() => create("pvc-after-restarts", MiB));
+    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: w.uuid })).name, "pvc-after-restarts");
   });
 
   test("Redis FLUSHALL: the projection is rebuilt from the log, every volume keeps its id and size", async () => {
