@@ -8,8 +8,8 @@
  * left nothing behind, before that safety net runs.
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, open, readdir, readFile, realpath, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdtemp, open, readdir, readFile, realpath, stat, truncate, unlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
