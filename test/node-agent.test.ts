@@ -290,6 +290,19 @@ describe("node-agent on real devices", { skip }, () => {
     assert.equal(info.state.messages, 0, "every piece of work was acknowledged");
   });
 
+  test("reports made while the journal is down reach the volume's history when it is back", async () => {
+    const v = await createAndPublish("pvc-reports", blockCap(), 8 * MiB);
+    const staging = kubelet("plugins", "staging", v.uuid);
+    await (procs[0] as ServiceProcess).stop(); // the only journal
+    await node.NodeStageVolume({ volume_id: v.id, staging_target_path: staging, volume_capability: blockCap(), publish_context: v.ctx });
+    await node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
+    procs[0] = await spawnService("journal", { ...base, CLUSTER_ID: "c1" });
+    const states = await deviceStates(v.uuid, ["attached", "staged", "unstaged", "detached"]);
+    assert.deepEqual(states, ["attached", "staged", "unstaged", "detached"], "every report arrived, in order");
+    await ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: NODE });
+    await ctrl.DeleteVolume({ volume_id: v.id });
+  });
+
   test("no mount and no loop device is left behind by the agent", async () => {
     assert.deepEqual((await mountsLeftUnder(root)).map((m) => m.mountPoint), []);
     assert.deepEqual(await loopsUnder(root), []);

@@ -14,3 +14,4 @@ export * from "./journal-client.js";
 export * from "./runtime.js";
 export * from "./nodes.js";
 export * from "./csi-messages.js";
+export * from "./nats/durable-queue.js";

@@ -7,7 +7,6 @@
 import { z } from "zod";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
-import { DeviceState } from "./events.js";
 
 export const Claim = z.object({
   nodeId: z.string(),
@@ -76,18 +75,6 @@ export const VolumePublish = z.object({
 });
 export const VolumeUnpublish = z.object({ ...RequestMeta, uuid: Uuid, nodeId: z.string().min(1).max(128).optional() });
 export const PublishResult = z.object({ publishContext: z.record(z.string(), z.string()) });
-export const DeviceReport = z.object({
-  requestId: z.string().min(1).max(128),
-  uuid: Uuid,
-  nodeId: z.string().min(1).max(128),
-  state: DeviceState,
-  device: z.string().max(4096).optional(),
-  path: z.string().max(4096).optional(),
-  reason: z.string().max(4096).optional(),
-  via: z.enum(["grpc", "nats", "healer"]),
-  at: z.string(),
-});
-export type DeviceReport = z.infer<typeof DeviceReport>;
 export const VolumeHistory = z.object({ uuid: Uuid });
 export const HistoryResult = z.object({ events: z.array(z.object({ seq: z.number(), subject: z.string(), event: z.record(z.string(), z.unknown()) })) });
 export const VolumeList = Paging;
@@ -122,7 +109,6 @@ export const journalContract = {
   "snapshot.get": { request: SnapshotGet, result: SnapshotView },
   "snapshot.list": { request: SnapshotList, result: page(SnapshotView) },
   "pool.stat": { request: PoolStat, result: PoolStatus },
-  "device.report": { request: DeviceReport, result: z.object({ seq: z.number() }) },
   "volume.history": { request: VolumeHistory, result: HistoryResult },
 } as const;
 

@@ -4,8 +4,10 @@
  * per subject. The controller reads it to know which nodes exist and how healthy they are.
  */
 import { z } from "zod";
-import { Capability } from "./common.js";
-import { nameToken } from "./subjects.js";
+import { Capability, Uuid } from "./common.js";
+import { DeviceState } from "./events.js";
+import { nameToken, subjects } from "./subjects.js";
+import type { QueueSpec } from "./nats/durable-queue.js";
 
 export const NodeRegistration = z.object({
   nodeId: z.string().min(1).max(128),
@@ -58,4 +60,40 @@ export const nodeWorkSubjects = {
   wildcard: "csi.nodework.*",
   /** Durable consumer name of a node (consumer names may not contain '.'). */
   consumer: (nodeId: string) => `node-${nameToken(nodeId)}`,
+};
+
+/**
+ * A node's device-state report: what a step did to a volume on the node. Node-agents publish
+ * it into the cluster's report queue; the journal appends it to the volume's history.
+ */
+export const DeviceReport = z.object({
+  /** Unique per report (also its JetStream message id, for de-duplication). */
+  requestId: z.string().min(1).max(128),
+  uuid: Uuid,
+  nodeId: z.string().min(1).max(128),
+  state: DeviceState,
+  device: z.string().max(4096).optional(),
+  path: z.string().max(4096).optional(),
+  reason: z.string().max(4096).optional(),
+  via: z.enum(["grpc", "nats", "healer"]),
+  at: z.string(),
+});
+export type DeviceReport = z.infer<typeof DeviceReport>;
+
+export const nodeQueues = {
+  /** Node work for one node: one subject, one durable consumer. */
+  work: (nodeId: string): QueueSpec => ({
+    stream: NODE_WORK_STREAM,
+    subjects: [nodeWorkSubjects.wildcard],
+    consumer: nodeWorkSubjects.consumer(nodeId),
+    filterSubject: nodeWorkSubjects.forNode(nodeId),
+  }),
+  /** A cluster's device reports: one consumer shared by the journal replicas, one in flight (order kept). */
+  reports: (cluster: string): QueueSpec => ({
+    stream: subjects.reportStreamName(cluster),
+    subjects: [subjects.reportsWildcard(cluster)],
+    consumer: "journal",
+    filterSubject: subjects.reportsWildcard(cluster),
+    maxAckPending: 1,
+  }),
 };

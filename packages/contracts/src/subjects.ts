@@ -9,7 +9,8 @@
  *   csi.<cluster>.evt.vol.<uuid>                     volume aggregate events
  *   csi.<cluster>.evt.snap.<uuid>                    snapshot aggregate events
  *   csi.<cluster>.evt.name.<kind>.<instance>.<b64>   request-name aggregate (reservation fence)
- *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume
+ *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
+ *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)
  */
 import { DriverError } from "./errors.js";
 
@@ -51,6 +52,10 @@ export const subjects = {
   nameEvents: (cluster: string, kind: NameKind, instance: string, name: string) =>
     `csi.${clusterToken(cluster)}.evt.name.${kind}.${token(instance, "instance")}.${nameToken(name)}`,
   deviceEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.dev.${token(uuid, "uuid")}`,
+  reports: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.report.${token(uuid, "uuid")}`,
+  reportsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.report.>`,
+  /** Durable queue of device reports on their way to a cluster's journal. */
+  reportStreamName: (cluster: string) => `CSI_REPORTS_${clusterToken(cluster)}`,
   /** JetStream stream holding one cluster's event log. */
   streamName: (cluster: string) => `CSI_EVENTS_${clusterToken(cluster)}`,
   journalQueue: (cluster: string) => `journal-${clusterToken(cluster)}`,

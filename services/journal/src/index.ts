@@ -2,7 +2,7 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
-import { type Clusters, DriverError, type JournalEvent, loadClusters, replicaId } from "@csi/contracts";
+import { type Clusters, consumeQueue, DeviceReport, DriverError, type JournalEvent, loadClusters, nodeQueues, replicaId } from "@csi/contracts";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -67,6 +67,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     now: () => new Date(),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION);
+  // Device reports from node-agents wait in a durable queue until a journal appends them.
+  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log);
   const timer = cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
   log.info({ pools: [...pools.keys()], stream: events.stream }, "journal serving");
@@ -77,6 +79,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     clusters,
     stop: async () => {
       clearInterval(timer);
+      await reports.stop();
       await svc.stop().catch(() => {});
       await nc.drain().catch(() => {});
       redis.disconnect();

@@ -4,13 +4,13 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { csiIdentity, invalidArgument, JournalClient, loadClusters, PLUGIN_NAME, startCsiServer, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { consumeQueue, csiIdentity, invalidArgument, loadClusters, NodeWork, nodeQueues, PLUGIN_NAME, startCsiServer, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
 import { validateCoPath } from "./adapters/paths.js";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import type { z } from "zod";
 import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
-import { consumeWork, type Work } from "./adapters/work-queue.js";
 import { NodeService } from "./app/node-service.js";
 import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
@@ -25,7 +25,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
-  const reporter = new Reporter(new JournalClient(nc, 10_000), cfg.nodeId, log);
+  const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log });
@@ -49,7 +49,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeWork(nc, cfg.nodeId, (w: Work) => runWork(svc, w), log);
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeWork, (w: Work) => runWork(svc, w), log);
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
@@ -71,6 +71,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     },
   };
 }
+
+type Work = z.output<typeof NodeWork>;
 
 /** NATS work runs the same operations as kubelet's gRPC calls, with the same path checks. */
 function runWork(svc: NodeService, raw: Work): Promise<void> {

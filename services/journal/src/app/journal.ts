@@ -30,7 +30,7 @@ import {
   subjects,
   type VolumeView,
 } from "@csi/contracts";
-import type { EventBody, StoredEvent } from "@csi/contracts";
+import type { DeviceReport, EventBody, StoredEvent } from "@csi/contracts";
 import { type Append, SequenceConflict } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { roundUpToMiB } from "../domain/pool-backend.js";
@@ -431,16 +431,15 @@ export class Journal {
 
   // ---------------------------------------------------------------- device history
 
-  /** A node-agent's device-state report becomes an event in the volume's history. */
-  async reportDevice(req: ParsedRequest<"device.report">): Promise<CommandResult<"device.report">> {
-    const { requestId, ...report } = req;
-    const [ev] = (await this.#d.log.appendAll([{ subject: subjects.deviceEvents(this.#c, req.uuid), body: { type: "DeviceStateReported", ...report } }], {
+  /** A node-agent's device-state report (from the report queue) becomes an event in the volume's history. */
+  async reportDevice(report: DeviceReport): Promise<void> {
+    const { requestId, ...body } = report;
+    const { error } = await this.#d.log.appendAll([{ subject: subjects.deviceEvents(this.#c, report.uuid), body: { type: "DeviceStateReported", ...body } }], {
       requestId,
       actor: this.#d.actor,
       time: this.#d.now().toISOString(),
-    })).stored;
-    if (!ev) throw new DriverError("Unavailable", "could not append the report");
-    return { seq: ev.seq };
+    });
+    if (error) throw error;
   }
 
   /** Every event of a volume, in log order: its name, its own, its device reports. */

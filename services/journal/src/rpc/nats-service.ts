@@ -25,7 +25,6 @@ export function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "snapshot.get": (r) => j.getSnapshot(r),
     "snapshot.list": (r) => j.listSnapshots(r),
     "pool.stat": (r) => j.poolStat(r),
-    "device.report": (r) => j.reportDevice(r),
     "volume.history": (r) => j.history(r),
   };
 }

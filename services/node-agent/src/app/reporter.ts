@@ -1,31 +1,38 @@
 /**
- * Device-state reports: every step's outcome goes to the volume's cluster journal, which
- * appends it to the volume's history. Sending never blocks a CSI call: a report is retried
- * (3 tries from 100 ms), and what still fails waits in an outbox that is retried every few
- * seconds until the journal answers again.
+ * Device-state reports: every step's outcome is published into the volume's cluster report
+ * queue (a JetStream stream), from which a journal appends it to the volume's history — so a
+ * report survives a journal that is down. Sending never blocks a CSI call: a publish is
+ * retried (3 tries from 100 ms); what still fails (NATS down) waits in an outbox retried every
+ * few seconds.
  */
-import { type DeviceReport, DriverError, type JournalClient } from "@csi/contracts";
+import { randomUUID } from "node:crypto";
+import { type DeviceReport, nodeQueues, subjects } from "@csi/contracts";
+import { jetstream } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 
 export type Report = Omit<DeviceReport, "requestId" | "nodeId" | "at" | "uuid"> & { clusterID: string; uuid: string };
+type Outgoing = DeviceReport & { clusterID: string };
 
 export class Reporter {
-  readonly #outbox: (DeviceReport & { clusterID: string })[] = [];
+  readonly #outbox: Outgoing[] = [];
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #js;
   #timer?: NodeJS.Timeout;
-  #inFlight = new Set<Promise<void>>();
+  /** Sends are chained so reports leave in the order the steps happened. */
+  #tail: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly journal: JournalClient,
+    nc: NatsConnection,
     private readonly nodeId: string,
     private readonly log: Logger,
     private readonly retryEveryMs = 3000,
-  ) {}
+  ) {
+    this.#js = jetstream(nc);
+  }
 
   report(r: Report): void {
-    const { clusterID, ...rest } = r;
-    const full = { ...rest, clusterID, nodeId: this.nodeId, at: new Date().toISOString(), requestId: `report-${rest.uuid}-${Date.now()}` };
-    const p = this.#send(full).finally(() => this.#inFlight.delete(p));
-    this.#inFlight.add(p);
+    this.#enqueue({ ...r, nodeId: this.nodeId, at: new Date().toISOString(), requestId: randomUUID() });
   }
 
   /** Wait for the reports sent so far (tests, shutdown). */
@@ -33,22 +40,29 @@ export class Reporter {
     await Promise.all([...this.#inFlight]);
   }
 
-  get pending(): number {
-    return this.#outbox.length;
+  stop(): void {
+    clearInterval(this.#timer);
   }
 
-  async #send(r: DeviceReport & { clusterID: string }): Promise<void> {
+  #enqueue(r: Outgoing): void {
+    const p = this.#tail.then(() => this.#send(r));
+    this.#tail = p;
+    this.#inFlight.add(p);
+    void p.finally(() => this.#inFlight.delete(p));
+  }
+
+  async #send(r: Outgoing): Promise<void> {
     const { clusterID, ...report } = r;
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.journal.call(clusterID, "device.report", report, { timeoutMs: 5000 });
+        // The report queue is made by the cluster's journal; the message id de-duplicates retries.
+        await this.#js.publish(subjects.reports(clusterID, report.uuid), JSON.stringify(report), { msgID: report.requestId, timeout: 5000 });
         return;
       } catch (err) {
-        const transient = err instanceof DriverError && ["Unavailable", "DeadlineExceeded", "Aborted"].includes(err.code);
-        if (!transient || attempt >= 3) {
-          if (transient) this.#queue(r);
-          else this.log.warn({ err: String(err), report: r.state }, "device report refused");
+        if (attempt >= 3) {
+          this.log.warn({ err: String(err), stream: nodeQueues.reports(clusterID).stream, state: report.state }, "device report not delivered yet; kept for retry");
+          this.#keep(r);
           return;
         }
         await new Promise((res) => setTimeout(res, delay));
@@ -57,7 +71,7 @@ export class Reporter {
     }
   }
 
-  #queue(r: DeviceReport & { clusterID: string }): void {
+  #keep(r: Outgoing): void {
     this.#outbox.push(r);
     this.#timer ??= setInterval(() => {
       const batch = this.#outbox.splice(0);
@@ -66,15 +80,8 @@ export class Reporter {
         this.#timer = undefined;
         return;
       }
-      for (const b of batch) {
-        const p = this.#send(b).finally(() => this.#inFlight.delete(p));
-        this.#inFlight.add(p);
-      }
+      for (const b of batch) this.#enqueue(b);
     }, this.retryEveryMs);
     this.#timer.unref();
-  }
-
-  stop(): void {
-    clearInterval(this.#timer);
   }
 }
