@@ -6,7 +6,8 @@
  * storm of 200 concurrent creates of one name (counting the images made: must be 1)
  *   1. through the journal's NATS commands;
  *   2. through the controller's CSI gRPC socket (CreateVolume / DeleteVolume).
- * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64").
+ * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64"), BENCH_JOURNALS (journal
+ * replicas in the queue group, default 1).
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
@@ -19,6 +20,7 @@ import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,16,64").split(",").map(Number);
+const REPLICAS = Number(process.env.BENCH_JOURNALS ?? 1);
 const MiB = 1024 * 1024;
 
 export interface Figures {
@@ -100,7 +102,7 @@ async function main(dir: string) {
   const redis = await startServer("redis", path.join(dir, "redis"));
   const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
   const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0" };
-  const journal = await spawnService("journal", base);
+  const journals = await Promise.all(Array.from({ length: REPLICAS }, () => spawnService("journal", base)));
   const sock = `unix://${path.join(dir, "controller.sock")}`;
   const controller = await spawnService("controller", base, { args: ["--endpoint", sock] });
   const nc = await connect({ servers: nats.url });
@@ -109,7 +111,7 @@ async function main(dir: string) {
   const poolDir = path.join(dir, "pools", "bench", "default");
   const countImages = async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length;
   try {
-    console.log(`one journal process, one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`);
+    console.log(`${REPLICAS} journal process(es), one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`);
     console.log(`this disk right now: ${(await fileCreateMicros(dir)).toFixed(0)} µs to create, size and close one file (the pool's per-create cost)`);
     await scenario(
       "journal commands over NATS",
@@ -126,7 +128,7 @@ async function main(dir: string) {
   } finally {
     ctrl.close();
     await nc.close();
-    await Promise.all([journal.stop(), controller.stop()]);
+    await Promise.all([...journals.map((j) => j.stop()), controller.stop()]);
     await Promise.all([nats.stop(), redis.stop()]);
   }
 }
