@@ -11,6 +11,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type CommandRequest, DriverError, JournalClient, subjects } from "@csi/contracts";
 import { jetstreamManager } from "@nats-io/jetstream";
+import { Svcm } from "@nats-io/services";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { keysFor } from "@csi/journal";
@@ -98,6 +99,7 @@ describe("volumes", () => {
   test("200 concurrent creates of one name over 2 replicas → one volume, one image, one reservation", async () => {
     const second = await startJournalProcess();
     const name = "pvc-storm";
+    const imagesBefore = (await images()).length;
     const results = await Promise.allSettled(Array.from({ length: 200 }, () => create(name, 10 * MiB)));
     const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
     const errs = results.flatMap((r) => (r.status === "rejected" ? [r.reason as DriverError] : []));
@@ -106,11 +108,18 @@ describe("volumes", () => {
     for (const e of errs) assert.equal(e.code, "Aborted", `unexpected error ${e.code}: ${e.message}`);
     const uuid = ok[0]?.uuid as string;
     assert.deepEqual((await images()).filter((f) => f.includes(uuid)), [`csi-vol-${uuid}.img`]);
+    assert.equal((await images()).length, imagesBefore + 1, "exactly one image was made");
     const keys = keysFor(CLUSTER, "default");
     assert.equal(await redis.hget(keys.dir("volume"), keys.dirField("volume", name)), uuid);
     const reservations = (await client.call(CLUSTER, "volume.list", {})).entries.filter((v) => v.name === name);
     assert.equal(reservations.length, 1);
-    // Both replicas did work (queue group spreads requests).
+    // Both replicas took part: the queue group spread the requests (their service stats say so).
+    const perReplica: number[] = [];
+    for await (const st of await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client().stats(`csi-journal-${CLUSTER}`)) {
+      perReplica.push(st.endpoints?.find((e) => e.name === "volume-create")?.num_requests ?? 0);
+    }
+    assert.equal(perReplica.length, 2, "two replicas answer");
+    assert.ok(perReplica.every((n) => n > 0), `requests per replica: ${perReplica}`);
     await second.stop();
   });
 });
