@@ -78,7 +78,6 @@ export class DriverError extends Error {
 export const invalidArgument = (msg: string) => new DriverError("InvalidArgument", msg);
 export const notFound = (msg: string) => new DriverError("NotFound", msg);
 export const alreadyExists = (msg: string) => new DriverError("AlreadyExists", msg);
-export const failedPrecondition = (msg: string) => new DriverError("FailedPrecondition", msg);
 export const aborted = (msg: string) => new DriverError("Aborted", msg);
 
 /** Wire shape of an error inside a NATS reply. */

@@ -30,10 +30,6 @@ export const nodeSubjects = {
   wildcard: "csi.nodes.*",
 };
 
-/** A node is healthy while its last heartbeat is younger than three intervals. */
-export function nodeHealthy(r: NodeRegistration, now: Date): boolean {
-  return now.getTime() - Date.parse(r.time) < 3 * r.heartbeatMs;
-}
 
 /**
  * Work a front-end sends a node without kubelet: stage/publish/unpublish/unstage a volume.
