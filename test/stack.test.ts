@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { after, test } from "node:test";
 import { csiClient, PLUGIN_NAME_RE } from "@csi/contracts";
@@ -32,6 +33,7 @@ async function runStack(extraEnv: Record<string, string>) {
   const exited = new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
   cleanups.push(async () => {
     if (child.exitCode === null) child.kill("SIGKILL");
+    await rm(dir, { recursive: true, force: true });
   });
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`stack not ready in 60s:\n${out}`)), 60_000);
