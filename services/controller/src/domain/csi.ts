@@ -4,7 +4,6 @@
  */
 import {
   composeVolumeId,
-  type ContentSource,
   decomposeVolumeId,
   DriverError,
   invalidArgument,
@@ -59,18 +58,15 @@ export function splitParameters(params: Record<string, string> | undefined): { c
   return { ...(p.clusterID ? { clusterID: p.clusterID } : {}), ...(p.pool ? { pool: p.pool } : {}), rest };
 }
 
-export function contentSourceOf(clusterID: string, poolIdOf: (s: ContentSource) => number, s: ContentSource | undefined): Msg {
-  if (!s) return null;
-  const id = composeVolumeId({ clusterID, poolID: poolIdOf(s), uuid: s.uuid });
-  return s.kind === "snapshot" ? { snapshot: { snapshot_id: id } } : { volume: { volume_id: id } };
-}
-
-export function csiVolume(clusterID: string, v: VolumeView, sourceId?: Msg): Msg {
+export function csiVolume(clusterID: string, v: VolumeView): Msg {
+  // A source is in the volume's pool (clones never cross pools), so its id shares the pool id.
+  const sourceId = v.source && composeVolumeId({ clusterID, poolID: v.poolId, uuid: v.source.uuid });
+  const content_source = !v.source ? null : v.source.kind === "snapshot" ? { snapshot: { snapshot_id: sourceId } } : { volume: { volume_id: sourceId } };
   return {
     volume_id: volumeIdOf(clusterID, v),
     capacity_bytes: String(v.sizeBytes),
     volume_context: { ...v.parameters, clusterID, pool: v.pool, imageName: v.imageName },
-    content_source: sourceId ?? null,
+    content_source,
     accessible_topology: [],
   };
 }

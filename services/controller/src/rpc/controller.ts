@@ -19,7 +19,6 @@ import { type CallContext, type Handlers, required, toCapabilities, toCapability
 import type { NodeDirectory } from "../adapters/nodes.js";
 import {
   capacityOf,
-  contentSourceOf,
   csiSnapshot,
   csiVolume,
   maxEntriesOf,
@@ -127,7 +126,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
         },
         ctx,
       );
-      return { volume: csiVolume(cluster.clusterID, v, contentSourceOf(cluster.clusterID, () => v.poolId, v.source)) };
+      return { volume: csiVolume(cluster.clusterID, v) };
     },
 
     DeleteVolume: async (req: Msg, ctx) => {
@@ -155,7 +154,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const l = mustLocate(req.volume_id, "volume");
       const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
       return {
-        volume: csiVolume(l.cluster.clusterID, v, contentSourceOf(l.cluster.clusterID, () => v.poolId, v.source)),
+        volume: csiVolume(l.cluster.clusterID, v),
         status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: v.condition ?? { abnormal: false, message: "" } },
       };
     },

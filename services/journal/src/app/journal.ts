@@ -119,19 +119,16 @@ export class Journal {
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
       const settled = await this.#settle(op, "volume", req.name, nameSeq, checkVolumeReservation(ask, dirUuid, record, image));
-      if ("done" in settled) {
-        this.#checkCompatible(ask, settled.done);
-        return volumeView(settled.done);
-      }
+      if ("done" in settled) return volumeView(settled.done);
       // Source checks come after the name checks: an existing volume is answered as it is.
-      let source: { pool: PoolBackend; imageName: string; sizeBytes: number } | undefined;
+      let source: { imageName: string } | undefined;
       if (req.source) {
         const h = alsoHashes[0];
         if (!isLive(h) || !h["csi.imageid"]) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
         const rec = req.source.kind === "volume" ? volumeFromHash(req.source.uuid, h) : snapshotFromHash(req.source.uuid, h);
         if (rec.pool !== poolName) throw invalidArgument(`source ${req.source.kind} is in pool ${rec.pool}, not ${poolName}: cross-pool clones are not supported`);
         if (sizeBytes < rec.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${rec.sizeBytes}`);
-        source = { pool, imageName: rec.imageName, sizeBytes: rec.sizeBytes };
+        source = { imageName: rec.imageName };
       }
       if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
       const uuid = this.#newUuid();
@@ -233,11 +230,6 @@ export class Journal {
     // A snapshot's creation time is when it was cut (as the projection records it); a volume's, its reservation.
     const createdAt = (kind === "snapshot" ? created : reservedEv)?.event.time ?? "";
     return { image, seq: created?.seq ?? 0, createdAt };
-  }
-
-  #checkCompatible(ask: Parameters<typeof checkVolumeReservation>[0], r: VolumeRecord) {
-    const v = checkVolumeReservation(ask, r.uuid, r, { name: r.imageName, id: r.imageId, sizeBytes: r.sizeBytes, readOnly: false });
-    if (v.kind === "conflict") throw alreadyExists(v.reason);
   }
 
   #poolOf(name: string): PoolBackend | undefined {

@@ -8,7 +8,7 @@ import { type Actor, aborted, type EventBody, type StoredEvent } from "@csi/cont
 import type { Logger } from "pino";
 import { type Append, SequenceConflict, type EventLog } from "../adapters/event-log.js";
 import { type ReadResult, type ReadSpec, RedisStore } from "../adapters/redis-store.js";
-import { mutationFor } from "../domain/projection.js";
+import { mutationsFor } from "../domain/projection.js";
 import type { Projector } from "./projector.js";
 
 export interface OperationEnv {
@@ -70,7 +70,7 @@ export class Operation {
     const locks = this.#locks.map((k) => [k, this.token] as [string, string]);
     this.#locks.length = 0;
     try {
-      await this.env.store.applyAndUnlock(this.stored.map((e) => mutationFor(this.env.store.keys, e)), locks);
+      await this.env.store.applyAndUnlock(mutationsFor(this.env.store.keys, this.stored), locks);
     } catch (applyErr) {
       // The events are in the log; the projector replays them. Locks expire by TTL.
       this.env.logger.error({ err: applyErr }, "could not apply events after append");

@@ -7,7 +7,7 @@
 import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
 import type { RedisStore } from "../adapters/redis-store.js";
-import { mutationFor } from "../domain/projection.js";
+import { mutationsFor } from "../domain/projection.js";
 
 export class Projector {
   #running?: Promise<number>;
@@ -34,7 +34,7 @@ export class Projector {
     const last = await this.log.read(from, async (batch) => {
       events += batch.length;
       const last = batch[batch.length - 1]?.seq ?? 0;
-      applied += await this.store.applyAndUnlock(batch.map((e) => mutationFor(this.store.keys, e)), [], last);
+      applied += await this.store.applyAndUnlock(mutationsFor(this.store.keys, batch), [], last);
     });
     await this.store.markPresent(); // even for an empty log
     if (events > 0) {

@@ -19,7 +19,12 @@ export interface Mutation {
 /** How long a deleted aggregate's tombstone (its last seq) is kept, so old replays cannot resurrect it. */
 export const TOMBSTONE_TTL_MS = 24 * 3600 * 1000;
 
-export function mutationFor(k: Keys, stored: StoredEvent): Mutation {
+/** The projection mutations of a batch of events (events that project nothing are skipped). */
+export function mutationsFor(k: Keys, events: StoredEvent[]): Mutation[] {
+  return events.flatMap((e) => mutationFor(k, e) ?? []);
+}
+
+export function mutationFor(k: Keys, stored: StoredEvent): Mutation | undefined {
   const { seq, event: e } = stored;
   switch (e.type) {
     case "NameReserved":
@@ -82,8 +87,7 @@ export function mutationFor(k: Keys, stored: StoredEvent): Mutation {
       return { guard: [key, "_seq"], seq, ops: [["HSET", key, "csi.imageid", e.imageId, "csi.size", e.sizeBytes, "csi.created", e.time]] };
     }
     case "DeviceStateReported":
-      // History only: the device state lives in the log, not in the omaps.
-      return { guard: [k.projection, "_noop"], seq: 0, ops: [] };
+      return undefined; // history only: device states live in the log, not in the omaps
     case "VolumeDeleted":
       return ended(k, "volume", e.uuid, seq);
     case "SnapshotDeleted":

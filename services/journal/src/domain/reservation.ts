@@ -85,14 +85,15 @@ export function checkVolumeReservation(
   image: ImageInfo | undefined,
 ): Verdict<VolumeRecord> {
   const common = checkCommon(ask.name, dirUuid, record, image);
-  if (common) return common;
-  const r = record as VolumeRecord;
+  if (common && common.kind !== "complete") return common;
+  // A reservation whose image exists but was never recorded is judged with the image's size.
+  const r = common ? { ...common.record, sizeBytes: common.image.sizeBytes } : (record as VolumeRecord);
   if (!sameSource(r.source, ask.source)) return { kind: "conflict", reason: `volume ${ask.name} exists with another content source` };
   if (r.digest !== ask.digest) return { kind: "conflict", reason: `volume ${ask.name} exists with other parameters` };
   if (r.sizeBytes < ask.sizeBytes || (ask.limitBytes > 0 && r.sizeBytes > ask.limitBytes)) {
     return { kind: "conflict", reason: `volume ${ask.name} exists with size ${r.sizeBytes}, outside the requested range` };
   }
-  return { kind: "reuse", record: r };
+  return common ?? { kind: "reuse", record: r };
 }
 
 export function checkSnapshotReservation(
@@ -106,10 +107,10 @@ export function checkSnapshotReservation(
     return { kind: "conflict", reason: `snapshot ${ask.name} exists for another source volume` };
   }
   const common = checkCommon(ask.name, dirUuid, record, image);
-  if (common) return common;
-  const r = record as SnapshotRecord;
+  if (common && common.kind !== "complete") return common;
+  const r = common ? common.record : (record as SnapshotRecord);
   if (r.digest !== ask.digest) return { kind: "conflict", reason: `snapshot ${ask.name} exists with other parameters` };
-  return { kind: "reuse", record: r };
+  return common ?? { kind: "reuse", record: r };
 }
 
 export const volumeImageName = (uuid: string) => `csi-vol-${uuid}`;

@@ -5,7 +5,7 @@
  * Each step is idempotent, persisted in the state file, and reported to the journal. The same
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
-import { realpath } from "node:fs/promises";
+import { lstat, realpath } from "node:fs/promises";
 import {
   type Capability,
   type Clusters,
@@ -167,11 +167,10 @@ export class NodeService {
     return this.#mutex.run(req.volumeId, async () => {
       const v = this.#state.volumes[req.volumeId];
       while (await mnt.isMountPoint(req.targetPath)) await mnt.unmount(req.targetPath);
-      // Remove the target the agent made: an empty directory or a (bind target) file, never recursively.
-      await removeIfEmptyDir(req.targetPath).catch(async (err: DriverError) => {
-        if (err.code === "InvalidArgument" || /not a directory/i.test(err.message)) await removeFile(req.targetPath);
-        else throw err;
-      });
+      // Remove the target the agent made: an empty directory or a (block bind target) file, never recursively.
+      const st = await lstat(req.targetPath).catch(() => undefined);
+      if (st?.isDirectory()) await removeIfEmptyDir(req.targetPath);
+      else if (st) await removeFile(req.targetPath);
       if (!v) return;
       v.publishes = v.publishes.filter((p) => p.target !== req.targetPath);
       await this.#save();
