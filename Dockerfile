@@ -19,6 +19,7 @@ WORKDIR /app
 # Do not set NODE_ENV=production before this step, or npm would skip devDependencies.
 COPY package.json package-lock.json ./
 COPY packages/contracts/package.json packages/contracts/
+COPY packages/runtime/package.json packages/runtime/
 COPY services/journal/package.json services/journal/
 COPY services/controller/package.json services/controller/
 COPY services/node-agent/package.json services/node-agent/

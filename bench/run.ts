@@ -13,7 +13,7 @@ import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { csiClient, JournalClient } from "@csi/contracts";
+import { csiClient, JournalClient } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
@@ -63,7 +63,7 @@ export function row(label: string, f: Figures): string {
 }
 
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" }, mount: { fs_type: "ext4" } };
+const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
 
 async function scenario(label: string, create: (name: string) => Promise<string>, remove: (id: string) => Promise<unknown>, countImages: () => Promise<number>) {
   console.log(`\n${label} (N=${N})`);
@@ -121,7 +121,7 @@ async function main(dir: string) {
     );
     await scenario(
       "CSI CreateVolume/DeleteVolume through the controller's gRPC socket",
-      async (name) => (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume.volume_id,
+      async (name) => (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume?.volume_id ?? "",
       (id) => ctrl.DeleteVolume({ volume_id: id }),
       countImages,
     );

@@ -10,15 +10,15 @@
  */
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { csiClient, csiMethods, type CsiService } from "@csi/contracts";
+import { csiClient, type CsiService, methodsOf } from "@csi/runtime";
 
 const { positionals, values } = parseArgs({ allowPositionals: true, options: { endpoint: { type: "string" } } });
 const [which, method, body] = positionals;
 const services: Record<string, CsiService> = { controller: "Controller", node: "Node", identity: "Identity" };
 const service = services[which ?? ""];
-if (!service || !method || !(csiMethods[service] as readonly string[]).includes(method)) {
+if (!service || !method || !(methodsOf(service) as string[]).includes(method)) {
   console.error("usage: npm run csi -- controller|node|identity <Method> ['<json request>'] [--endpoint unix:///…]");
-  if (service) console.error(`${service} methods: ${csiMethods[service].join(", ")}`);
+  if (service) console.error(`${service} methods: ${methodsOf(service).join(", ")}`);
   process.exit(2);
 }
 const runDir = process.env.RUN_DIR ?? path.resolve("run");

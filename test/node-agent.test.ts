@@ -11,7 +11,8 @@ import { existsSync } from "node:fs";
 import { open, readFile, realpath, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type CsiClient, csiClient, decomposeVolumeId, JournalClient, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
+import { type AccessMode, decomposeVolumeId, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
+import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
@@ -33,8 +34,8 @@ let journal: JournalClient;
 const procs: ServiceProcess[] = [];
 
 const fsType = hasXfs ? "xfs" : "ext4";
-const mountCap = (mode = "SINGLE_NODE_WRITER", fs = fsType) => ({ access_mode: { mode }, mount: { fs_type: fs, mount_flags: [] } });
-const blockCap = (mode = "SINGLE_NODE_WRITER") => ({ access_mode: { mode }, block: {} });
+const mountCap = (mode: AccessMode = "SINGLE_NODE_WRITER", fs = fsType) => ({ access_mode: { mode }, mount: { fs_type: fs, mount_flags: [] } });
+const blockCap = (mode: AccessMode = "SINGLE_NODE_WRITER") => ({ access_mode: { mode }, block: {} });
 const code = (p: Promise<unknown>) => p.then(() => 0, (e: { code: number }) => e.code);
 const kubelet = (...parts: string[]) => path.join(root, "kubelet", ...parts);
 
@@ -45,7 +46,7 @@ async function startAgent(extra: Record<string, string> = {}) {
 }
 
 async function createAndPublish(name: string, cap: object, size: number) {
-  const v = (await ctrl.CreateVolume({ name, volume_capabilities: [cap], capacity_range: { required_bytes: String(size) } })).volume;
+  const v = (await ctrl.CreateVolume({ name, volume_capabilities: [cap], capacity_range: { required_bytes: String(size) } })).volume!;
   const pub = await ctrl.ControllerPublishVolume({ volume_id: v.volume_id, node_id: NODE, volume_capability: cap, readonly: false });
   return { id: v.volume_id as string, uuid: decomposeVolumeId(v.volume_id).uuid, ctx: pub.publish_context as Record<string, string> };
 }
@@ -114,9 +115,9 @@ describe("node-agent on real devices", { skip }, () => {
 
     const stats = await node.NodeGetVolumeStats({ volume_id: v.id, volume_path: a });
     const bytes = stats.usage.find((u: { unit: string }) => u.unit === "BYTES");
-    assert.ok(Number(bytes.total) > 0 && Number(bytes.used) > 0);
+    assert.ok(Number(bytes?.total) > 0 && Number(bytes?.used) > 0);
     assert.ok(stats.usage.some((u: { unit: string }) => u.unit === "INODES"));
-    assert.equal(stats.volume_condition.abnormal, false);
+    assert.equal(stats.volume_condition?.abnormal, false);
     assert.equal(await code(node.NodeGetVolumeStats({ volume_id: v.id, volume_path: b })), 5, "path where the volume is not");
     assert.equal(await code(node.NodeGetVolumeStats({ volume_id: "some-vol-id", volume_path: a })), 5);
 
@@ -164,7 +165,7 @@ describe("node-agent on real devices", { skip }, () => {
     await img.close();
     assert.deepEqual(back, pattern, "bytes written through the target are in the image");
     const st = await node.NodeGetVolumeStats({ volume_id: v.id, volume_path: target });
-    assert.equal(st.usage[0].total, String(16 * MiB));
+    assert.equal(st.usage[0]?.total, String(16 * MiB));
     const ex = await node.NodeExpandVolume({ volume_id: v.id, volume_path: target });
     assert.equal(ex.capacity_bytes, String(16 * MiB));
     await node.NodeUnpublishVolume({ volume_id: v.id, target_path: target });
@@ -205,7 +206,7 @@ describe("node-agent on real devices", { skip }, () => {
     assert.equal(await code(node.NodeUnstageVolume({ volume_id: valid, staging_target_path: stagingPath })), 0);
     const info = await node.NodeGetInfo({});
     assert.equal(info.node_id, NODE);
-    const caps = (await node.NodeGetCapabilities({})).capabilities.map((c: { rpc: { type: string } }) => c.rpc.type);
+    const caps = (await node.NodeGetCapabilities({})).capabilities.map((c) => String(c.rpc?.type));
     for (const c of ["STAGE_UNSTAGE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME_STATS", "VOLUME_CONDITION"]) assert.ok(caps.includes(c), c);
   });
 

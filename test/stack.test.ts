@@ -10,7 +10,8 @@ import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import { after, test } from "node:test";
-import { csiClient, PLUGIN_NAME_RE } from "@csi/contracts";
+import { PLUGIN_NAME_RE } from "@csi/contracts";
+import { csiClient } from "@csi/runtime";
 import { ROOT } from "./support/processes.js";
 import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
 
@@ -70,11 +71,11 @@ async function checkIdentity(socket: string) {
 async function lifecycle(ctrlSocket: string, runDir: string) {
   const c = csiClient(`unix://${ctrlSocket}`, "Controller");
   try {
-    const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" }, mount: { fs_type: "ext4" } };
-    const v = (await c.CreateVolume({ name: "stack-vol", volume_capabilities: [cap], capacity_range: { required_bytes: String(8 * 1024 * 1024) } })).volume;
-    const snap = (await c.CreateSnapshot({ name: "stack-snap", source_volume_id: v.volume_id })).snapshot;
-    const restored = (await c.CreateVolume({ name: "stack-restored", volume_capabilities: [cap], volume_content_source: { snapshot: { snapshot_id: snap.snapshot_id } } })).volume;
-    const cloned = (await c.CreateVolume({ name: "stack-clone", volume_capabilities: [cap], volume_content_source: { volume: { volume_id: v.volume_id } } })).volume;
+    const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
+    const v = (await c.CreateVolume({ name: "stack-vol", volume_capabilities: [cap], capacity_range: { required_bytes: String(8 * 1024 * 1024) } })).volume!;
+    const snap = (await c.CreateSnapshot({ name: "stack-snap", source_volume_id: v.volume_id })).snapshot!;
+    const restored = (await c.CreateVolume({ name: "stack-restored", volume_capabilities: [cap], volume_content_source: { snapshot: { snapshot_id: snap.snapshot_id } } })).volume!;
+    const cloned = (await c.CreateVolume({ name: "stack-clone", volume_capabilities: [cap], volume_content_source: { volume: { volume_id: v.volume_id } } })).volume!;
     const grown = await c.ControllerExpandVolume({ volume_id: v.volume_id, capacity_range: { required_bytes: String(16 * 1024 * 1024) } });
     assert.equal(grown.capacity_bytes, String(16 * 1024 * 1024));
     const nodeId = (await csiNodeInfo(runDir)).node_id;

@@ -7,7 +7,16 @@ import { z } from "zod";
 import { Capability, Uuid } from "./common.js";
 import { DeviceState } from "./events.js";
 import { nameToken, subjects } from "./subjects.js";
-import type { QueueSpec } from "./nats/durable-queue.js";
+
+/** A durable work queue on JetStream (stream + one durable consumer); the runtime consumes it. */
+export interface QueueSpec {
+  stream: string;
+  subjects: string[];
+  consumer: string;
+  filterSubject: string;
+  /** 1 = strictly one message in flight across every replica (keeps order). */
+  maxAckPending?: number;
+}
 
 export const NodeRegistration = z.object({
   nodeId: z.string().min(1).max(128),

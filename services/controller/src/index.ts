@@ -3,7 +3,8 @@
  * (Identity + Controller). Stateless: any number of replicas can run; node registrations are
  * read from the CSI_NODES stream.
  */
-import { csiIdentity, JournalClient, loadClusters, PLUGIN_NAME, startCsiServer, subjects } from "@csi/contracts";
+import { subjects } from "@csi/contracts";
+import { csiIdentity, JournalClient, loadClusters, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeDirectory } from "./adapters/nodes.js";
@@ -40,7 +41,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     endpoint: cfg.endpoint,
     log: logger,
     services: {
-      Identity: csiIdentity({ name: PLUGIN_NAME, version: CONTROLLER_VERSION, capabilities: ["CONTROLLER_SERVICE", "VOLUME_EXPANSION:ONLINE"], ready }),
+      Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
       Controller: controllerHandlers({ clusters, journal, nodes }),
     },
   });

@@ -1,6 +1,6 @@
 #!/usr/bin/env -S npx tsx
 /** The controller process: `csi-controller --endpoint unix:///path/csi-controller.sock`. */
-import { createLogger, runMain } from "@csi/contracts";
+import { createLogger, runMain } from "@csi/runtime";
 import { controllerConfig, startController } from "./index.js";
 
 const cfg = controllerConfig(process.argv.slice(2), process.env);

@@ -7,7 +7,8 @@
  * Uses NATS_URL, REDIS_URL, CLUSTERS_FILE, CLUSTER_ID, DATA_DIR like the journal.
  */
 import { parseArgs } from "node:util";
-import { createLogger, isUuid, loadClusters, type StoredEvent, subjects } from "@csi/contracts";
+import { isUuid, type StoredEvent, subjects } from "@csi/contracts";
+import { createLogger, loadClusters } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { EventLog } from "./adapters/event-log.js";

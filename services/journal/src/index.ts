@@ -2,7 +2,8 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
-import { type Clusters, consumeQueue, DeviceReport, DriverError, type JournalEvent, loadClusters, nodeQueues, replicaId } from "@csi/contracts";
+import { type Clusters, DeviceReport, DriverError, type JournalEvent, nodeQueues } from "@csi/contracts";
+import { consumeQueue, loadClusters, replicaId } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";

@@ -1,6 +1,6 @@
 #!/usr/bin/env -S npx tsx
 /** The journal process: `csi-journal [--cluster ID] [--clusters-file FILE]`. */
-import { createLogger, runMain } from "@csi/contracts";
+import { createLogger, runMain } from "@csi/runtime";
 import { journalConfig, startJournal } from "./index.js";
 
 const cfg = journalConfig(process.argv.slice(2), process.env);

@@ -4,7 +4,8 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { consumeQueue, csiIdentity, invalidArgument, loadClusters, NodeWork, nodeQueues, PLUGIN_NAME, startCsiServer, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { invalidArgument, NodeWork, nodeQueues, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
 import { validateCoPath } from "./adapters/paths.js";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -40,7 +41,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
       nodeId: cfg.nodeId,
       maxVolumes: cfg.maxVolumes,
       topology: { [TOPOLOGY_KEY]: cfg.nodeId },
-      capabilities: NODE_CAPABILITIES,
+      capabilities: [...NODE_CAPABILITIES],
       version: NODE_AGENT_VERSION,
       time: new Date().toISOString(),
       heartbeatMs: cfg.heartbeatMs,
@@ -54,7 +55,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     endpoint: cfg.endpoint,
     log,
     services: {
-      Identity: csiIdentity({ name: PLUGIN_NAME, version: NODE_AGENT_VERSION, capabilities: [], ready: async () => !nc.isClosed() }),
+      Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() }),
       Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
     },
   });

@@ -1,6 +1,6 @@
 #!/usr/bin/env -S npx tsx
 /** The node-agent process: `csi-node-agent --endpoint unix:///path/csi-node.sock --nodeid NODE`. */
-import { createLogger, runMain } from "@csi/contracts";
+import { createLogger, runMain } from "@csi/runtime";
 import { nodeAgentConfig, startNodeAgent } from "./index.js";
 
 const cfg = nodeAgentConfig(process.argv.slice(2), process.env);

@@ -2,21 +2,12 @@
  * Pure translation between CSI messages (proto-loader objects: keepCase, longs as strings,
  * oneofs named) and the journal's contract, with the CSI argument checks. No I/O.
  */
-import {
-  composeVolumeId,
-  decomposeVolumeId,
-  DriverError,
-  invalidArgument,
-  type SnapshotView,
-  type VolumeIdParts,
-  type VolumeView,
-} from "@csi/contracts";
+import { composeVolumeId, decomposeVolumeId, DriverError, invalidArgument, type SnapshotView, type VolumeIdParts, type VolumeView } from "@csi/contracts";
+import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
 
 export const MiB = 1024 * 1024;
 export const GiB = 1024 * MiB;
 export const DEFAULT_VOLUME_BYTES = GiB;
-// biome-ignore lint/suspicious/noExplicitAny: proto-loader messages are plain objects
-type Msg = any;
 
 const toBytes = (v: unknown, field: string): number => {
   const n = Number(v ?? 0);
@@ -25,7 +16,7 @@ const toBytes = (v: unknown, field: string): number => {
 };
 
 /** CapacityRange → (size to ask for, limit). No range → the default size. */
-export function capacityOf(range: Msg, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
+export function capacityOf(range: CapacityRangeMsg | null | undefined, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
   const req = toBytes(range?.required_bytes, "capacity_range.required_bytes");
   const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes");
   if (limit > 0 && req > limit) throw new DriverError("OutOfRange", `required_bytes ${req} exceeds limit_bytes ${limit}`);
@@ -58,7 +49,7 @@ export function splitParameters(params: Record<string, string> | undefined): { c
   return { ...(p.clusterID ? { clusterID: p.clusterID } : {}), ...(p.pool ? { pool: p.pool } : {}), rest };
 }
 
-export function csiVolume(clusterID: string, v: VolumeView): Msg {
+export function csiVolume(clusterID: string, v: VolumeView): VolumeMsg {
   // A source is in the volume's pool (clones never cross pools), so its id shares the pool id.
   const sourceId = v.source && composeVolumeId({ clusterID, poolID: v.poolId, uuid: v.source.uuid });
   const content_source = !v.source ? null : v.source.kind === "snapshot" ? { snapshot: { snapshot_id: sourceId } } : { volume: { volume_id: sourceId } };
@@ -71,7 +62,7 @@ export function csiVolume(clusterID: string, v: VolumeView): Msg {
   };
 }
 
-export function csiSnapshot(clusterID: string, s: SnapshotView): Msg {
+export function csiSnapshot(clusterID: string, s: SnapshotView): SnapshotMsg {
   return {
     snapshot_id: composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.uuid }),
     source_volume_id: composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.sourceUuid }),

@@ -3,19 +3,10 @@
  * expects), route by cluster (the `clusterID` parameter on create, the volume id otherwise),
  * send the journal command, map the reply to the CSI response.
  */
-import {
-  type Clusters,
-  type CommandRequest,
-  type CommandResult,
-  DriverError,
-  invalidArgument,
-  type JournalClient,
-  type JournalCommand,
-  notFound,
-  type ResolvedCluster,
-  type VolumeIdParts,
-} from "@csi/contracts";
-import { type CallContext, type Handlers, required, toCapabilities, toCapability, unsupported } from "@csi/contracts";
+import { type Clusters, type CommandRequest, type CommandResult, DriverError, invalidArgument, type JournalCommand, notFound, type ResolvedCluster, type VolumeIdParts } from "@csi/contracts";
+import { type JournalClient } from "@csi/runtime";
+import { unsupported } from "@csi/contracts";
+import { type CallContext, type Handlers, required, toCapabilities, toCapability } from "@csi/runtime";
 import type { NodeDirectory } from "../adapters/nodes.js";
 import {
   capacityOf,
@@ -43,12 +34,9 @@ export const CONTROLLER_CAPABILITIES = [
   "GET_VOLUME",
   "SINGLE_NODE_MULTI_WRITER",
   "GET_SNAPSHOT",
-];
+] as const;
 
-// biome-ignore lint/suspicious/noExplicitAny: proto-loader messages are plain objects
-type Msg = any;
-
-export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory }): Handlers {
+export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory }): Handlers<"Controller"> {
   const { clusters, journal, nodes } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
 
@@ -89,7 +77,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
   return {
     ControllerGetCapabilities: async () => ({ capabilities: CONTROLLER_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
-    CreateVolume: async (req: Msg, ctx) => {
+    CreateVolume: async (req, ctx) => {
       required(req.name, "name");
       const capabilities = toCapabilities(req.volume_capabilities);
       for (const c of capabilities) {
@@ -129,7 +117,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return { volume: csiVolume(cluster.clusterID, v) };
     },
 
-    DeleteVolume: async (req: Msg, ctx) => {
+    DeleteVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const l = locate(req.volume_id);
       if (!l) return {}; // malformed or foreign: nothing of ours to delete
@@ -137,7 +125,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return {};
     },
 
-    ControllerExpandVolume: async (req: Msg, ctx) => {
+    ControllerExpandVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       if (!req.capacity_range) throw invalidArgument("capacity_range is required");
       const { sizeBytes, limitBytes } = capacityOf(req.capacity_range);
@@ -149,7 +137,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return { capacity_bytes: String(v.sizeBytes), node_expansion_required: !block };
     },
 
-    ControllerGetVolume: async (req: Msg, ctx) => {
+    ControllerGetVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const l = mustLocate(req.volume_id, "volume");
       const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
@@ -159,7 +147,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       };
     },
 
-    ValidateVolumeCapabilities: async (req: Msg, ctx) => {
+    ValidateVolumeCapabilities: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const caps = toCapabilities(req.volume_capabilities);
       const l = mustLocate(req.volume_id, "volume");
@@ -174,7 +162,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       };
     },
 
-    ListVolumes: async (req: Msg, ctx) => {
+    ListVolumes: async (req, ctx) => {
       return fanOut(String(req.starting_token ?? ""), maxEntriesOf(req.max_entries), async (cluster, maxEntries, inner) => {
         const page = await call(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx);
         const entries = page.entries.map((v) => ({
@@ -185,7 +173,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       });
     },
 
-    GetCapacity: async (req: Msg, ctx) => {
+    GetCapacity: async (req, ctx) => {
       const params = splitParameters(req.parameters);
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
       if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
@@ -200,7 +188,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       };
     },
 
-    ControllerPublishVolume: async (req: Msg, ctx) => {
+    ControllerPublishVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       required(req.node_id, "node_id");
       const capability = toCapability(req.volume_capability);
@@ -218,7 +206,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return { publish_context: r.publishContext };
     },
 
-    ControllerUnpublishVolume: async (req: Msg, ctx) => {
+    ControllerUnpublishVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const l = locate(req.volume_id);
       if (!l) return {}; // CSI: a volume we cannot have is unpublished everywhere
@@ -226,7 +214,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return {};
     },
 
-    CreateSnapshot: async (req: Msg, ctx) => {
+    CreateSnapshot: async (req, ctx) => {
       required(req.source_volume_id, "source_volume_id");
       required(req.name, "name");
       const l = mustLocate(req.source_volume_id, "source volume");
@@ -235,7 +223,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return { snapshot: csiSnapshot(l.cluster.clusterID, s) };
     },
 
-    DeleteSnapshot: async (req: Msg, ctx) => {
+    DeleteSnapshot: async (req, ctx) => {
       required(req.snapshot_id, "snapshot_id");
       const l = locate(req.snapshot_id);
       if (!l) return {};
@@ -243,14 +231,14 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return {};
     },
 
-    GetSnapshot: async (req: Msg, ctx) => {
+    GetSnapshot: async (req, ctx) => {
       required(req.snapshot_id, "snapshot_id");
       const l = mustLocate(req.snapshot_id, "snapshot");
       const s = await call(l.cluster.clusterID, "snapshot.get", { uuid: l.parts.uuid }, ctx);
       return { snapshot: csiSnapshot(l.cluster.clusterID, s) };
     },
 
-    ListSnapshots: async (req: Msg, ctx) => {
+    ListSnapshots: async (req, ctx) => {
       const max = maxEntriesOf(req.max_entries);
       if (req.snapshot_id || req.source_volume_id) {
         const snap = req.snapshot_id ? locate(req.snapshot_id) : undefined;

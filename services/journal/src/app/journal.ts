@@ -18,18 +18,7 @@
  * records ("complete"). A writer whose lock expired is fenced off by the sequence checks.
  */
 import { randomUUID } from "node:crypto";
-import {
-  alreadyExists,
-  type CommandResult,
-  DriverError,
-  invalidArgument,
-  notFound,
-  type ParsedRequest,
-  type ResolvedCluster,
-  type SnapshotView,
-  subjects,
-  type VolumeView,
-} from "@csi/contracts";
+import { alreadyExists, type CommandResult, DriverError, invalidArgument, notFound, type ParsedRequest, type ResolvedCluster, type SnapshotView, subjects, type VolumeView } from "@csi/contracts";
 import type { DeviceReport, EventBody, StoredEvent } from "@csi/contracts";
 import { type Append, SequenceConflict } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";

@@ -6,15 +6,7 @@
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
 import { lstat, realpath } from "node:fs/promises";
-import {
-  type Capability,
-  type Clusters,
-  DriverError,
-  decomposeVolumeId,
-  type DeviceState,
-  notFound,
-  readerOnly,
-} from "@csi/contracts";
+import { type Capability, type Clusters, DriverError, decomposeVolumeId, type DeviceState, notFound, readerOnly } from "@csi/contracts";
 import type { Logger } from "pino";
 import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";

@@ -2,7 +2,7 @@
 import { readFileSync } from "node:fs";
 import os from "node:os";
 import { pino, type Logger } from "pino";
-import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "./clusters.js";
+import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "@csi/contracts";
 
 /** The root logger of a process: JSON lines on stdout (fd 1), or another fd (a CLI's stderr). */
 export function createLogger(service: string, level = "info", fd = 1): Logger {

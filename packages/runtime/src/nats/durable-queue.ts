@@ -9,20 +9,10 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy,
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
-import { describeZodError } from "../common.js";
-import { DriverError } from "../errors.js";
+import { describeZodError, DriverError, type QueueSpec } from "@csi/contracts";
 
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
-
-export interface QueueSpec {
-  stream: string;
-  subjects: string[];
-  consumer: string;
-  filterSubject: string;
-  /** 1 = strictly one message in flight across every replica (keeps order). */
-  maxAckPending?: number;
-}
 
 /** Create the stream and the durable consumer if missing (safe from several processes at once). */
 export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<void> {

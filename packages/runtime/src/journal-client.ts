@@ -4,10 +4,17 @@
  * back; an error reply becomes the DriverError it names.
  */
 import type { NatsConnection } from "@nats-io/nats-core";
-import { describeZodError } from "./common.js";
-import { DriverError, fromWireError } from "./errors.js";
-import { type CommandRequest, type CommandResult, type JournalCommand, journalContract, replyEnvelope } from "./journal.js";
-import { subjects } from "./subjects.js";
+import {
+  type CommandRequest,
+  type CommandResult,
+  describeZodError,
+  DriverError,
+  fromWireError,
+  type JournalCommand,
+  journalContract,
+  replyEnvelope,
+  subjects,
+} from "@csi/contracts";
 
 const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]) => [k, replyEnvelope(v.result)]));
 

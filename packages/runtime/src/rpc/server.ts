@@ -11,8 +11,8 @@ import { randomUUID } from "node:crypto";
 import { unlink } from "node:fs/promises";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
-import { csiServices } from "../csi.js";
-import { DriverError, GrpcCode, grpcCodeOf } from "../errors.js";
+import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } from "@csi/contracts";
+import { type CsiService, csiServices, type Methods, type RequestOf, type ResponseOf } from "../csi.js";
 import { parseEndpoint } from "./endpoint.js";
 import { redactSecrets } from "./redact.js";
 
@@ -25,14 +25,16 @@ export interface CallContext {
   deadline?: number;
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: CSI messages are proto-loader plain objects
-export type Handler = (req: any, ctx: CallContext) => Promise<unknown>;
-export type Handlers = Partial<Record<string, Handler>>;
+/** The handlers of one CSI service, typed from the proto: request (defaults filled in) → response. */
+export type Handlers<S extends CsiService> = {
+  [M in Methods<S>]?: (req: RequestOf<S, M>, ctx: CallContext) => Promise<ResponseOf<S, M>>;
+};
+type AnyHandler = (req: unknown, ctx: CallContext) => Promise<unknown>;
 
 export interface CsiServerOptions {
   endpoint: string;
   log: Logger;
-  services: { Identity: Handlers; Controller?: Handlers; Node?: Handlers };
+  services: { Identity: Handlers<"Identity">; Controller?: Handlers<"Controller">; Node?: Handlers<"Node">; GroupController?: Handlers<"GroupController"> };
   slowCallMs?: number;
 }
 
@@ -46,7 +48,7 @@ export function statusOf(err: unknown): { code: number; details: string } {
   return { code: GrpcCode.INTERNAL, details: "internal error" };
 }
 
-function wrap(method: string, handler: Handler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
+function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
     const started = performance.now();
     const requestId = String(call.metadata.get("x-request-id")[0] ?? randomUUID());
@@ -85,10 +87,11 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   const server = new grpc.Server({ "grpc.max_receive_message_length": 4 * 1024 * 1024 });
   for (const [name, handlers] of Object.entries(opts.services)) {
     if (!handlers) continue;
-    const def = defs[name as keyof typeof defs];
+    const def = defs[name as CsiService];
     const impl: grpc.UntypedServiceImplementation = {};
     for (const method of Object.keys(def)) {
-      impl[method] = wrap(`${name}.${method}`, handlers[method], opts.log, opts.slowCallMs ?? 1000);
+      const handler = (handlers as Record<string, AnyHandler | undefined>)[method];
+      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000);
     }
     server.addService(def, impl);
   }
@@ -107,18 +110,15 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   };
 }
 
-/** Identity service handlers, the same shape for every CSI endpoint. */
-export function csiIdentity(info: {
-  name: string;
-  version: string;
-  capabilities: string[];
-  ready: () => Promise<boolean>;
-}): Handlers {
+/** Identity service handlers, the same for every CSI endpoint of the plugin (name and capabilities from contracts). */
+export function csiIdentity(info: { version: string; ready: () => Promise<boolean> }): Handlers<"Identity"> {
   return {
-    GetPluginInfo: async () => ({ name: info.name, vendor_version: info.version, manifest: {} }),
+    GetPluginInfo: async () => ({ name: PLUGIN_NAME, vendor_version: info.version, manifest: {} }),
     GetPluginCapabilities: async () => ({
-      capabilities: info.capabilities.map((c) =>
-        c.startsWith("VOLUME_EXPANSION:") ? { volume_expansion: { type: c.split(":")[1] } } : { service: { type: c } },
+      capabilities: PLUGIN_CAPABILITIES.map((c) =>
+        c.startsWith("VOLUME_EXPANSION:")
+          ? { volume_expansion: { type: c.split(":")[1] as "ONLINE" | "OFFLINE" } }
+          : { service: { type: c as "CONTROLLER_SERVICE" } },
       ),
     }),
     Probe: async () => ({ ready: { value: await info.ready() } }),

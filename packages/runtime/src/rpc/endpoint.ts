@@ -1,6 +1,6 @@
 /** CSI endpoints as drivers conventionally take them: unix:///abs/path.sock or tcp://host:port. */
 import path from "node:path";
-import { DriverError } from "../errors.js";
+import { DriverError } from "@csi/contracts";
 
 export interface Endpoint {
   /** The address grpc-js binds/dials ("unix:/abs/path" or "host:port"). */

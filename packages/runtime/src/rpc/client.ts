@@ -1,0 +1,24 @@
+/** A CSI gRPC client for one service (tests, benchmarks, the CLI): typed, promise-returning methods. */
+import * as grpc from "@grpc/grpc-js";
+import { type ClientRequestOf, type ClientResponseOf, type CsiService, csiServices, type Methods } from "../csi.js";
+import { parseEndpoint } from "./endpoint.js";
+
+export type CsiClient<S extends CsiService> = {
+  [M in Methods<S>]: (req: ClientRequestOf<S, M>, metadata?: grpc.Metadata) => Promise<ClientResponseOf<S, M>>;
+} & { close(): void };
+
+/** The method names of a service, from its loaded definition. */
+export const methodsOf = <S extends CsiService>(service: S): Methods<S>[] => Object.keys(csiServices()[service]) as Methods<S>[];
+
+export function csiClient<S extends CsiService>(endpoint: string, service: S): CsiClient<S> {
+  const def = csiServices()[service];
+  const Ctor = grpc.makeGenericClientConstructor(def, service);
+  const raw = new Ctor(parseEndpoint(endpoint).grpcAddress, grpc.credentials.createInsecure()) as unknown as grpc.Client &
+    Record<string, (req: unknown, md: grpc.Metadata, cb: (err: unknown, res: unknown) => void) => void>;
+  const client: Record<string, unknown> = { close: () => raw.close() };
+  for (const method of Object.keys(def)) {
+    client[method] = (req: unknown, md = new grpc.Metadata()) =>
+      new Promise((resolve, reject) => raw[method]?.call(raw, req, md, (err, res) => (err ? reject(err) : resolve(res))));
+  }
+  return client as CsiClient<S>;
+}
