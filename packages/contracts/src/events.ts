@@ -54,6 +54,9 @@ export const VolumeUnclaimed = ev("VolumeUnclaimed", { uuid: Uuid, nodeId: z.str
 // --- device history of a volume (reported by node-agents, appended by the journal) ---
 export const DeviceState = z.enum(["attached", "staged", "published", "unpublished", "unstaged", "detached", "healed", "failed"]);
 export type DeviceState = z.infer<typeof DeviceState>;
+/** Where a node step came from: kubelet's gRPC call, NATS node work, or the node's healer. */
+export const Via = z.enum(["grpc", "nats", "healer"]);
+export type Via = z.infer<typeof Via>;
 export const DeviceStateReported = ev("DeviceStateReported", {
   uuid: Uuid,
   nodeId: z.string(),
@@ -64,7 +67,7 @@ export const DeviceStateReported = ev("DeviceStateReported", {
   /** Why a step failed, or what a heal action did. */
   reason: z.string().optional(),
   /** Where the step came from. */
-  via: z.enum(["grpc", "nats", "healer"]),
+  via: Via,
   /** When the node did it (the event's own time is when the journal appended it). */
   at: z.string(),
 });

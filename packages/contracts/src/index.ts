@@ -8,3 +8,4 @@ export * from "./events.js";
 export * from "./clusters.js";
 export * from "./nodes.js";
 export * from "./plugin.js";
+export * from "./images.js";

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { Capability, Uuid } from "./common.js";
-import { DeviceState } from "./events.js";
+import { DeviceState, Via } from "./events.js";
 import { nameToken, subjects } from "./subjects.js";
 
 /** A durable work queue on JetStream (stream + one durable consumer); the runtime consumes it. */
@@ -80,7 +80,7 @@ export const DeviceReport = z.object({
   device: z.string().max(4096).optional(),
   path: z.string().max(4096).optional(),
   reason: z.string().max(4096).optional(),
-  via: z.enum(["grpc", "nats", "healer"]),
+  via: Via,
   at: z.string(),
 });
 export type DeviceReport = z.infer<typeof DeviceReport>;

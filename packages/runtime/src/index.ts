@@ -7,3 +7,5 @@ export * from "./rpc/client.js";
 export * from "./journal-client.js";
 export * from "./process.js";
 export * from "./nats/durable-queue.js";
+export * from "./keyed-mutex.js";
+export * from "./retry.js";

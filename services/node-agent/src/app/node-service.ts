@@ -15,7 +15,7 @@ import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from ".
 import type { StateFile } from "../adapters/state-file.js";
 import { type HealAction, planHeal } from "../domain/heal.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
-import { KeyedMutex } from "./keyed-mutex.js";
+import { KeyedMutex } from "@csi/runtime";
 import type { Reporter } from "./reporter.js";
 
 export type Via = "grpc" | "nats" | "healer";
