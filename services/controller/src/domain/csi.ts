@@ -2,11 +2,22 @@
  * Pure translation between CSI messages (proto-loader objects: keepCase, longs as strings,
  * oneofs named) and the journal's contract, with the CSI argument checks. No I/O.
  */
-import { composeVolumeId, decomposeVolumeId, DriverError, invalidArgument, type SnapshotView, type VolumeIdParts, type VolumeView } from "@csi/contracts";
+import {
+  composeVolumeId,
+  DriverError,
+  decomposeVolumeId,
+  GiB,
+  invalidArgument,
+  isUuid,
+  type ResolvedCluster,
+  roundUpToMiB,
+  type SnapshotView,
+  type VolumeIdParts,
+  type VolumeView,
+} from "@csi/contracts";
 import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
+import { accessibleTopology } from "./topology.js";
 
-export const MiB = 1024 * 1024;
-export const GiB = 1024 * MiB;
 export const DEFAULT_VOLUME_BYTES = GiB;
 
 const toBytes = (v: unknown, field: string): number => {
@@ -21,8 +32,9 @@ export function capacityOf(range: CapacityRangeMsg | null | undefined, defaultBy
   const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes");
   if (limit > 0 && req > limit) throw new DriverError("OutOfRange", `required_bytes ${req} exceeds limit_bytes ${limit}`);
   const size = req > 0 ? req : limit > 0 ? Math.min(defaultBytes, limit) : defaultBytes;
-  const rounded = Math.ceil(size / MiB) * MiB;
-  if (limit > 0 && rounded > limit) throw new DriverError("OutOfRange", `the smallest size this driver makes, ${rounded} bytes (whole MiB), exceeds limit_bytes ${limit}`);
+  const rounded = roundUpToMiB(size);
+  if (limit > 0 && rounded > limit)
+    throw new DriverError("OutOfRange", `the smallest size this driver makes, ${rounded} bytes (whole MiB), exceeds limit_bytes ${limit}`);
   return { sizeBytes: rounded, limitBytes: limit };
 }
 
@@ -49,7 +61,8 @@ export function splitParameters(params: Record<string, string> | undefined): { c
   return { ...(p.clusterID ? { clusterID: p.clusterID } : {}), ...(p.pool ? { pool: p.pool } : {}), rest };
 }
 
-export function csiVolume(clusterID: string, v: VolumeView): VolumeMsg {
+export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {
+  const clusterID = cluster.clusterID;
   // A source is in the volume's pool (clones never cross pools), so its id shares the pool id.
   const sourceId = v.source && composeVolumeId({ clusterID, poolID: v.poolId, uuid: v.source.uuid });
   const content_source = !v.source ? null : v.source.kind === "snapshot" ? { snapshot: { snapshot_id: sourceId } } : { volume: { volume_id: sourceId } };
@@ -58,7 +71,7 @@ export function csiVolume(clusterID: string, v: VolumeView): VolumeMsg {
     capacity_bytes: String(v.sizeBytes),
     volume_context: { ...v.parameters, clusterID, pool: v.pool, imageName: v.imageName },
     content_source,
-    accessible_topology: [],
+    accessible_topology: accessibleTopology(cluster.pools.find((p) => p.name === v.pool)),
   };
 }
 
@@ -79,7 +92,7 @@ export function parsePageToken(token: string, clusters: string[]): { cluster: st
   const slash = token.indexOf("/");
   const cluster = token.slice(0, slash);
   const inner = token.slice(slash + 1);
-  if (slash < 0 || !clusters.includes(cluster) || (inner !== "" && !/^[0-9a-f-]{36}$/.test(inner))) {
+  if (slash < 0 || !clusters.includes(cluster) || (inner !== "" && !isUuid(inner))) {
     throw new DriverError("Aborted", `invalid starting_token ${JSON.stringify(token)}`);
   }
   return inner ? { cluster, inner } : { cluster };

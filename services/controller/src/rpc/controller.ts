@@ -3,21 +3,24 @@
  * expects), route by cluster (the `clusterID` parameter on create, the volume id otherwise),
  * send the journal command, map the reply to the CSI response.
  */
-import { type Clusters, type CommandRequest, type CommandResult, DriverError, invalidArgument, type JournalCommand, notFound, type ResolvedCluster, type VolumeIdParts } from "@csi/contracts";
-import { type JournalClient } from "@csi/runtime";
-import { unsupported } from "@csi/contracts";
-import { type CallContext, type Handlers, required, toCapabilities, toCapability } from "@csi/runtime";
-import type { NodeDirectory } from "../adapters/nodes.js";
 import {
-  capacityOf,
-  csiSnapshot,
-  csiVolume,
-  maxEntriesOf,
+  type Clusters,
+  type CommandRequest,
+  type CommandResult,
+  DriverError,
+  invalidArgument,
+  type JournalCommand,
   MiB,
-  parsePageToken,
-  splitParameters,
-  tryDecode,
-} from "../domain/csi.js";
+  notFound,
+  type ResolvedCluster,
+  type ResolvedPool,
+  unsupported,
+  type VolumeIdParts,
+} from "@csi/contracts";
+import { type CallContext, type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
+import type { NodeDirectory } from "../adapters/nodes.js";
+import { capacityOf, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters, tryDecode } from "../domain/csi.js";
+import { choosePool, reaches } from "../domain/topology.js";
 
 export const CONTROLLER_CAPABILITIES = [
   "CREATE_DELETE_VOLUME",
@@ -59,7 +62,11 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
   };
 
   /** One page over every cluster in turn: the token says where the previous page stopped. */
-  async function fanOut<T>(token: string, max: number, fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: T[]; nextToken?: string }>) {
+  async function fanOut<T>(
+    token: string,
+    max: number,
+    fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: T[]; nextToken?: string }>,
+  ) {
     let { cluster, inner } = parsePageToken(token, clusterIds);
     const entries: T[] = [];
     for (let i = clusterIds.indexOf(cluster); i < clusterIds.length; i++) {
@@ -73,6 +80,29 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
     }
     return { entries, next_token: "" };
   }
+
+  /** The pools a new volume may go to, in preference order: the named one, else the default pool first. */
+  const poolCandidates = (cluster: ResolvedCluster, named?: string): ResolvedPool[] => {
+    if (named) {
+      const p = cluster.pools.find((x) => x.name === named);
+      if (!p) throw invalidArgument(`unknown pool ${named} in cluster ${cluster.clusterID}`);
+      return [p];
+    }
+    return [...cluster.pools].sort((a, b) => Number(b.name === cluster.defaultPool) - Number(a.name === cluster.defaultPool));
+  };
+
+  /** Where a new volume goes: the named pool, else the source's pool (clones stay in it), else by topology. */
+  const placeVolume = (cluster: ResolvedCluster, named: string | undefined, sourcePoolId: number | undefined, reqs: TopologyRequirementMsg | null) => {
+    const sourcePool = sourcePoolId === undefined ? undefined : cluster.pools.find((p) => p.id === sourcePoolId);
+    if (sourcePoolId !== undefined && !sourcePool) throw notFound(`the source's pool ${sourcePoolId} is not configured in cluster ${cluster.clusterID}`);
+    const candidates = sourcePool && !named ? [sourcePool] : poolCandidates(cluster, named);
+    const chosen = choosePool(candidates, {
+      requisite: (reqs?.requisite ?? []).map((t) => t.segments),
+      preferred: (reqs?.preferred ?? []).map((t) => t.segments),
+    });
+    if (chosen.kind === "none") throw new DriverError("ResourceExhausted", chosen.reason);
+    return chosen.pool;
+  };
 
   return {
     ControllerGetCapabilities: async () => ({ capabilities: CONTROLLER_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
@@ -88,7 +118,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const params = splitParameters(req.parameters);
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
       if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
-      let source: { kind: "snapshot" | "volume"; uuid: string } | undefined;
+      let source: { kind: "snapshot" | "volume"; uuid: string; poolID: number } | undefined;
       const cs = req.volume_content_source;
       if (cs?.snapshot || cs?.volume) {
         const kind = cs.snapshot ? "snapshot" : "volume";
@@ -96,9 +126,9 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
         required(id, `volume_content_source.${kind}.${kind}_id`);
         const l = mustLocate(id, `source ${kind}`);
         if (l.cluster.clusterID !== cluster.clusterID) throw invalidArgument(`source ${kind} is in cluster ${l.cluster.clusterID}, not ${cluster.clusterID}`);
-        source = { kind, uuid: l.parts.uuid };
+        source = { kind, uuid: l.parts.uuid, poolID: l.parts.poolID };
       }
-      const poolName = params.pool ?? (source ? undefined : cluster.defaultPool);
+      const pool = placeVolume(cluster, params.pool, source?.poolID, req.accessibility_requirements);
       const v = await call(
         cluster.clusterID,
         "volume.create",
@@ -107,14 +137,14 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
           name: req.name,
           sizeBytes,
           limitBytes,
-          ...(poolName ? { pool: poolName } : {}),
+          pool: pool.name,
           parameters: params.rest,
           capabilities,
-          ...(source ? { source } : {}),
+          ...(source ? { source: { kind: source.kind, uuid: source.uuid } } : {}),
         },
         ctx,
       );
-      return { volume: csiVolume(cluster.clusterID, v) };
+      return { volume: csiVolume(cluster, v) };
     },
 
     DeleteVolume: async (req, ctx) => {
@@ -142,7 +172,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const l = mustLocate(req.volume_id, "volume");
       const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
       return {
-        volume: csiVolume(l.cluster.clusterID, v),
+        volume: csiVolume(l.cluster, v),
         status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: v.condition ?? { abnormal: false, message: "" } },
       };
     },
@@ -157,7 +187,12 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       for (const [k, val] of Object.entries(asked)) if (v.parameters[k] !== val) reasons.push(`parameter ${k} differs from the volume's`);
       if (reasons.length) return { confirmed: null, message: reasons.join("; ") };
       return {
-        confirmed: { volume_context: req.volume_context ?? {}, volume_capabilities: req.volume_capabilities, parameters: req.parameters ?? {}, mutable_parameters: {} },
+        confirmed: {
+          volume_context: req.volume_context ?? {},
+          volume_capabilities: req.volume_capabilities,
+          parameters: req.parameters ?? {},
+          mutable_parameters: {},
+        },
         message: "",
       };
     },
@@ -165,8 +200,9 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
     ListVolumes: async (req, ctx) => {
       return fanOut(String(req.starting_token ?? ""), maxEntriesOf(req.max_entries), async (cluster, maxEntries, inner) => {
         const page = await call(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx);
+        const config = clusters.get(cluster) as ResolvedCluster;
         const entries = page.entries.map((v) => ({
-          volume: csiVolume(cluster, v),
+          volume: csiVolume(config, v),
           status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: null },
         }));
         return page.nextToken ? { entries, nextToken: page.nextToken } : { entries };
@@ -177,10 +213,14 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const params = splitParameters(req.parameters);
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
       if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
+      const none = { available_capacity: "0", maximum_volume_size: null, minimum_volume_size: null };
       if (req.volume_capabilities?.length) {
-        for (const c of toCapabilities(req.volume_capabilities)) if (unsupported(c)) return { available_capacity: "0", maximum_volume_size: null, minimum_volume_size: null };
+        for (const c of toCapabilities(req.volume_capabilities)) if (unsupported(c)) return none;
       }
-      const s = await call(cluster.clusterID, "pool.stat", params.pool ? { pool: params.pool } : {}, ctx);
+      const topology = req.accessible_topology?.segments;
+      const chosen = choosePool(poolCandidates(cluster, params.pool), { requisite: topology ? [topology] : [], preferred: [] });
+      if (chosen.kind === "none") return none; // no pool is reachable from that topology: nothing to offer there
+      const s = await call(cluster.clusterID, "pool.stat", { pool: chosen.pool.name }, ctx);
       return {
         available_capacity: String(s.freeBytes),
         maximum_volume_size: { value: String(Math.min(s.maxImageBytes, s.freeBytes)) },
@@ -197,6 +237,9 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const l = mustLocate(req.volume_id, "volume");
       const node = await nodes.get(req.node_id);
       if (!node) throw notFound(`node ${req.node_id} is not registered`);
+      const pool = l.cluster.pools.find((p) => p.id === l.parts.poolID);
+      if (pool && !reaches(node.topology, pool))
+        throw new DriverError("FailedPrecondition", `node ${req.node_id} cannot reach pool ${pool.name} of this volume (topology)`);
       const r = await call(
         l.cluster.clusterID,
         "volume.publish",
@@ -210,7 +253,12 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       required(req.volume_id, "volume_id");
       const l = locate(req.volume_id);
       if (!l) return {}; // CSI: a volume we cannot have is unpublished everywhere
-      await call(l.cluster.clusterID, "volume.unpublish", { requestId: ctx.requestId, uuid: l.parts.uuid, ...(req.node_id ? { nodeId: req.node_id } : {}) }, ctx);
+      await call(
+        l.cluster.clusterID,
+        "volume.unpublish",
+        { requestId: ctx.requestId, uuid: l.parts.uuid, ...(req.node_id ? { nodeId: req.node_id } : {}) },
+        ctx,
+      );
       return {};
     },
 
@@ -219,7 +267,12 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       required(req.name, "name");
       const l = mustLocate(req.source_volume_id, "source volume");
       const params = splitParameters(req.parameters);
-      const s = await call(l.cluster.clusterID, "snapshot.create", { requestId: ctx.requestId, name: req.name, sourceUuid: l.parts.uuid, parameters: params.rest }, ctx);
+      const s = await call(
+        l.cluster.clusterID,
+        "snapshot.create",
+        { requestId: ctx.requestId, name: req.name, sourceUuid: l.parts.uuid, parameters: params.rest },
+        ctx,
+      );
       return { snapshot: csiSnapshot(l.cluster.clusterID, s) };
     },
 
@@ -250,7 +303,12 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
         const page = await call(
           cluster,
           "snapshot.list",
-          { maxEntries: max, ...(inner ? { startingToken: inner } : {}), ...(snap ? { snapshotUuid: snap.parts.uuid } : {}), ...(src ? { sourceUuid: src.parts.uuid } : {}) },
+          {
+            maxEntries: max,
+            ...(inner ? { startingToken: inner } : {}),
+            ...(snap ? { snapshotUuid: snap.parts.uuid } : {}),
+            ...(src ? { sourceUuid: src.parts.uuid } : {}),
+          },
           ctx,
         );
         return { entries: page.entries.map((s) => ({ snapshot: csiSnapshot(cluster, s) })), next_token: page.nextToken ? `${cluster}/${page.nextToken}` : "" };
