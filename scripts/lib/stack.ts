@@ -7,9 +7,10 @@
  *   …
  *   await stack.stop();                                     // services first, then our servers
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { DEFAULT_CLUSTERS, TOPOLOGY_KEY } from "@csi/contracts";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { type ServiceProcess, spawnService } from "./processes.js";
 
@@ -67,10 +68,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     mkdirSync(opts.runDir, { recursive: true });
     const natsUrl = opts.natsUrl || (await server("nats"));
     const redisUrl = opts.redisUrl || (await server("redis"));
-    const env = { NATS_URL: natsUrl, REDIS_URL: redisUrl, DATA_DIR: opts.dataDir, LOG_LEVEL: process.env.LOG_LEVEL ?? "info", ...opts.env };
+    const nodeId = opts.nodeId || os.hostname();
+    const clustersFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE ?? writeLocalClusters(opts.runDir, nodeId);
+    const env = { NATS_URL: natsUrl, REDIS_URL: redisUrl, DATA_DIR: opts.dataDir, LOG_LEVEL: process.env.LOG_LEVEL ?? "info", CLUSTERS_FILE: clustersFile, ...opts.env };
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
-    const nodeId = opts.nodeId || os.hostname();
     const onLine = opts.onLine;
     // The journal first: the controller's Probe wants a journal to answer.
     services.push(await spawnService("journal", env, { onLine }));
@@ -88,4 +90,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     await stop();
     throw err;
   }
+}
+
+/**
+ * The built-in single cluster and pool, with the pool's topology set to this machine's node
+ * segment: the pool's files live on this machine, so only its node-agent can attach them.
+ */
+function writeLocalClusters(runDir: string, nodeId: string): string {
+  const file = path.join(runDir, "clusters.json");
+  const clusters = DEFAULT_CLUSTERS.clusters.map((c) => ({ ...c, pools: c.pools.map((p) => ({ ...p, topology: [{ [TOPOLOGY_KEY]: nodeId }] })) }));
+  writeFileSync(file, `${JSON.stringify({ ...DEFAULT_CLUSTERS, clusters }, null, 2)}\n`);
+  return file;
 }

@@ -1,0 +1,51 @@
+/**
+ * The safety net of tests that touch the machine (loop devices, mounts): whatever a test did or
+ * failed to do, `cleanupUnder(dir)` unmounts every mount under `dir` (deepest first), detaches
+ * every loop device whose backing file is under it, and only then removes it — never rm -rf
+ * through a mount. Plus what this machine allows.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { run } from "../../services/node-agent/src/adapters/exec.js";
+import { list } from "../../services/node-agent/src/adapters/loop.js";
+import { readMounts } from "../../services/node-agent/src/adapters/mount.js";
+import { mountsUnder } from "../../services/node-agent/src/domain/mountinfo.js";
+
+/** Why real-device tests cannot run here, or undefined when they can. */
+export function whyNoDevices(): string | undefined {
+  if (process.getuid?.() !== 0) return "needs root (loop devices and mounts)";
+  if (!existsSync("/dev/loop-control")) return "needs /dev/loop-control (loop module)";
+  return undefined;
+}
+
+/** Online ext4 resize needs CAP_SYS_RESOURCE (bit 24), which some containers drop even for root. */
+export const canResizeExt4Online = (() => {
+  const capEff = BigInt(`0x${/^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0"}`);
+  return ((capEff >> 24n) & 1n) === 1n;
+})();
+
+export const hasXfs = ["/usr/sbin/mkfs.xfs", "/sbin/mkfs.xfs", "/usr/bin/mkfs.xfs"].some((p) => existsSync(p));
+
+/** Loop devices whose backing file is under `dir` (deleted ones included). */
+export async function loopsUnder(dir: string) {
+  return (await list()).filter((d) => d.backingFile?.startsWith(`${dir}/`));
+}
+
+export async function mountsLeftUnder(dir: string) {
+  return mountsUnder(await readMounts(), dir);
+}
+
+export async function cleanupUnder(dir: string): Promise<void> {
+  for (let round = 0; round < 3; round++) {
+    const mounts = await mountsLeftUnder(dir);
+    if (mounts.length === 0) break;
+    for (const m of mounts) await run("umount", [m.mountPoint]).catch(() => run("umount", ["--lazy", m.mountPoint]).catch(() => {}));
+  }
+  for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
+  const left = await mountsLeftUnder(dir);
+  if (left.length > 0) {
+    console.error(`# NOT removing ${dir}: still mounted: ${left.map((m) => m.mountPoint).join(", ")}`);
+    return;
+  }
+  await rm(dir, { recursive: true, force: true });
+}
