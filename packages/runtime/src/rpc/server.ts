@@ -5,7 +5,11 @@
  *  - one middleware chain per call: a request id (from the `x-request-id` metadata or new) in a
  *    pino child logger, the request logged with secrets stripped, slow calls warned, thrown
  *    errors mapped through the error table (a DriverError keeps its message; anything else
- *    becomes INTERNAL "internal error" and its stack stays in our log), cancellation respected.
+ *    becomes INTERNAL "internal error" and its stack stays in our log);
+ *  - the caller's deadline and cancellation reach the handler as `ctx.deadline` and `ctx.signal`:
+ *    the controller stops waiting for the journal when either ends the call (the journal's own
+ *    operation still finishes or fails on its own and releases its locks), so nothing waits for
+ *    a caller that has gone.
  */
 import { randomUUID } from "node:crypto";
 import { unlink } from "node:fs/promises";

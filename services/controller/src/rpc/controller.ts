@@ -46,7 +46,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
   const call = <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext): Promise<CommandResult<C>> => {
     const left = ctx.deadline ? ctx.deadline - Date.now() : undefined;
     if (left !== undefined && left <= 0) throw new DriverError("DeadlineExceeded", "deadline passed");
-    return journal.call(cluster, command, req, left !== undefined ? { timeoutMs: left } : {});
+    return journal.call(cluster, command, req, { signal: ctx.signal, ...(left !== undefined ? { timeoutMs: left } : {}) });
   };
 
   /** The cluster and parts of an id, or undefined when the id cannot name anything we have. */
