@@ -64,14 +64,20 @@ export async function spawnService(
   return { child, logs, exited, stop: () => signal("SIGTERM"), kill: async () => void (await signal("SIGKILL")) };
 }
 
-/** A clusters file for tests: one cluster with one or more pools rooted under `dir`. */
-export async function writeClustersFile(dir: string, clusters: { clusterID: string; pools: string[] }[]): Promise<string> {
+/** A pool of a test clusters file: its name, or its name and the topology segments it is reachable from. */
+export type TestPool = string | { name: string; topology: Record<string, string>[] };
+
+/** A clusters file for tests: clusters with one or more pools rooted under `dir` (the first is the default). */
+export async function writeClustersFile(dir: string, clusters: { clusterID: string; pools: TestPool[] }[]): Promise<string> {
   const file = path.join(dir, "clusters.json");
   const body = {
     defaultCluster: clusters[0]?.clusterID,
     clusters: clusters.map((c) => ({
       clusterID: c.clusterID,
-      pools: c.pools.map((name, i) => ({ name, id: i + 1, root: path.join(dir, "pools", c.clusterID, name) })),
+      pools: c.pools.map((p, i) => {
+        const { name, ...more } = typeof p === "string" ? { name: p } : p;
+        return { name, id: i + 1, root: path.join(dir, "pools", c.clusterID, name), ...more };
+      }),
     })),
   };
   await writeFile(file, JSON.stringify(body, null, 2));
