@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { AccessMode, Actor, Capability, ContentSource, Uuid } from "./common.js";
+import { Kind } from "./kinds.js";
 
 const meta = {
   v: z.literal(1),
@@ -16,8 +17,6 @@ const meta = {
 
 const ev = <T extends string, S extends z.ZodRawShape>(type: T, data: S) =>
   z.object({ type: z.literal(type), ...meta, ...data });
-
-const Kind = z.enum(["volume", "snapshot"]);
 
 // --- request-name aggregate: the fence for "one name, one reservation" ---
 export const NameReserved = ev("NameReserved", { kind: Kind, name: z.string(), uuid: Uuid });
@@ -105,8 +104,6 @@ export const JournalEvent = z.discriminatedUnion("type", [
   ReservationUndone,
 ]);
 export type JournalEvent = z.infer<typeof JournalEvent>;
-export type EventType = JournalEvent["type"];
-export type EventOf<T extends EventType> = Extract<JournalEvent, { type: T }>;
 /** An event as a writer builds it: the metadata is stamped by the appender. */
 export type EventBody<E extends JournalEvent = JournalEvent> = E extends JournalEvent ? Omit<E, "v" | "time" | "requestId" | "actor"> : never;
 

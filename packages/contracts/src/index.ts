@@ -1,5 +1,6 @@
 export * from "./errors.js";
 export * from "./volume-id.js";
+export * from "./kinds.js";
 export * from "./subjects.js";
 export * from "./common.js";
 export * from "./capabilities.js";

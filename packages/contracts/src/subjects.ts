@@ -6,13 +6,13 @@
  *
  * Layout (one storage cluster = one prefix, one stream, one journal queue group):
  *   csi.<cluster>.journal.<family>.<verb>            commands (request/reply)
- *   csi.<cluster>.evt.vol.<uuid>                     volume aggregate events
- *   csi.<cluster>.evt.snap.<uuid>                    snapshot aggregate events
- *   csi.<cluster>.evt.name.<kind>.<instance>.<b64>   request-name aggregate (reservation fence)
+ *   csi.<cluster>.evt.<token>.<uuid>                 a volume's (vol) or snapshot's (snap) events (kinds.ts)
+ *   csi.<cluster>.evt.name.<token>.<instance>.<b64>  request-name aggregate (reservation fence)
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)
  */
 import { DriverError } from "./errors.js";
+import { KIND_TOKENS, type Kind, type KindToken } from "./kinds.js";
 
 export class SubjectError extends DriverError {
   constructor(what: string, value: string) {
@@ -39,7 +39,9 @@ export function nameToken(name: string): string {
   return Buffer.from(name, "utf8").toString("base64url") || "_";
 }
 
-export type NameKind = "vol" | "snap";
+function aggregateEvents(cluster: string, kind: Kind, uuid: string): string {
+  return `csi.${clusterToken(cluster)}.evt.${KIND_TOKENS[kind]}.${token(uuid, "uuid")}`;
+}
 
 export const subjects = {
   /** `command` is "<family>.<verb>", e.g. "volume.create". */
@@ -47,9 +49,12 @@ export const subjects = {
     `csi.${clusterToken(cluster)}.journal.${command.split(".").map((t) => token(t, "command")).join(".")}`,
   commandWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.journal.>`,
   eventsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.evt.>`,
-  volumeEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.vol.${token(uuid, "uuid")}`,
-  snapshotEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.snap.${token(uuid, "uuid")}`,
-  nameEvents: (cluster: string, kind: NameKind, instance: string, name: string) =>
+  /** The events of one volume, snapshot, … (its kind's token, then its uuid). */
+  aggregateEvents,
+  volumeEvents: (cluster: string, uuid: string) => aggregateEvents(cluster, "volume", uuid),
+  snapshotEvents: (cluster: string, uuid: string) => aggregateEvents(cluster, "snapshot", uuid),
+  /** The request-name aggregate of a kind (`KIND_TOKENS[kind]`). */
+  nameEvents: (cluster: string, kind: KindToken, instance: string, name: string) =>
     `csi.${clusterToken(cluster)}.evt.name.${kind}.${token(instance, "instance")}.${nameToken(name)}`,
   deviceEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.dev.${token(uuid, "uuid")}`,
   reports: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.report.${token(uuid, "uuid")}`,

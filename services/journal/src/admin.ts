@@ -7,7 +7,7 @@
  * Uses NATS_URL, REDIS_URL, CLUSTERS_FILE, CLUSTER_ID, DATA_DIR like the journal.
  */
 import { parseArgs } from "node:util";
-import { isUuid, type StoredEvent, subjects } from "@csi/contracts";
+import { isUuid } from "@csi/contracts";
 import { createLogger, loadClusters } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
@@ -15,7 +15,7 @@ import { EventLog } from "./adapters/event-log.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Projector } from "./app/projector.js";
 import { journalConfig } from "./config.js";
-import { keysFor } from "./domain/records.js";
+import { KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
 
 const { positionals, values } = parseArgs({ allowPositionals: true, options: { name: { type: "string" }, snapshot: { type: "boolean" } } });
 const cfg = journalConfig([], process.env);
@@ -37,12 +37,10 @@ try {
     console.log(JSON.stringify({ dropped: doomed.length, replayedTo: last }));
   } else if (cmd === "history") {
     const subjectsToRead: string[] = [];
-    if (values.name) subjectsToRead.push(subjects.nameEvents(cluster.clusterID, values.snapshot ? "snap" : "vol", cluster.instance, values.name));
-    if (arg && isUuid(arg)) subjectsToRead.push(subjects.volumeEvents(cluster.clusterID, arg), subjects.snapshotEvents(cluster.clusterID, arg), subjects.deviceEvents(cluster.clusterID, arg));
+    if (values.name) subjectsToRead.push(KINDS[values.snapshot ? "snapshot" : "volume"].nameEvents(cluster.clusterID, cluster.instance, values.name));
+    if (arg && isUuid(arg)) subjectsToRead.push(...uuidSubjects(cluster.clusterID, arg));
     if (subjectsToRead.length === 0) throw new Error("history needs a uuid or --name");
-    const all: StoredEvent[] = [];
-    for (const s of subjectsToRead) await log.read(1, async (b) => void all.push(...b), { subject: s });
-    for (const e of all.sort((a, b) => a.seq - b.seq)) console.log(JSON.stringify({ seq: e.seq, subject: e.subject, ...e.event }));
+    for (const e of await log.history(subjectsToRead)) console.log(JSON.stringify({ seq: e.seq, subject: e.subject, ...e.event }));
   } else {
     console.error("usage: csi-journal-admin rebuild | history <uuid> | history --name <name> [--snapshot]");
     process.exitCode = 2;

@@ -13,13 +13,13 @@ import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
 import { Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
-import { keysFor } from "./domain/records.js";
+import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
 import { serveJournal } from "./rpc/nats-service.js";
 
 export { journalConfig, JournalConfig } from "./config.js";
-export { FilePool } from "./adapters/file-pool.js";
-export { keysFor } from "./domain/records.js";
+/** The Redis key layout (test/journal.test.ts reads the projection with it). */
+export { keysFor } from "./domain/kinds.js";
 
 export interface RunningJournal {
   journal: Journal;

@@ -17,6 +17,25 @@ export class SequenceConflict extends DriverError {
   }
 }
 
+/**
+ * Some appends of a batch failed. `landed[i]` is the i-th append as stored, or undefined if it
+ * did not land; the code and message are those of the first failure (its cause).
+ */
+export class AppendError extends DriverError {
+  constructor(
+    readonly landed: (StoredEvent | undefined)[],
+    cause: unknown,
+  ) {
+    const first = cause instanceof DriverError ? cause : new DriverError("Internal", "append failed");
+    super(first.code, first.message, { cause });
+  }
+}
+
+/** Whether an append failed on its sequence fence (another writer changed the subject first). */
+export function isFenced(err: unknown): boolean {
+  return err instanceof SequenceConflict || (err instanceof AppendError && err.cause instanceof SequenceConflict);
+}
+
 export interface Append {
   subject: string;
   body: EventBody;
@@ -98,18 +117,22 @@ export class EventLog {
 
   /**
    * Append several events to different subjects in one round trip (they are published
-   * concurrently). Every append is tried; if any failed, the stored ones are returned with the
-   * first error so the caller can undo what did land.
+   * concurrently) and return them as stored, in the order given. Every append is tried; if any
+   * failed, the AppendError says which landed, so the caller can undo them.
    */
-  async appendAll(list: Append[], meta: { requestId: string; actor: Actor; time: string }): Promise<{ stored: StoredEvent[]; error?: unknown }> {
+  async appendAll(list: Append[], meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent[]> {
     const results = await Promise.allSettled(list.map((a) => this.append(a, meta)));
-    const stored: StoredEvent[] = [];
-    let error: unknown;
-    for (const r of results) {
-      if (r.status === "fulfilled") stored.push(r.value);
-      else error ??= r.reason;
-    }
-    return error === undefined ? { stored } : { stored, error };
+    const failed = results.find((r) => r.status === "rejected");
+    const landed = results.map((r) => (r.status === "fulfilled" ? r.value : undefined));
+    if (failed) throw new AppendError(landed, failed.reason);
+    return landed as StoredEvent[];
+  }
+
+  /** Every event of these subjects, in log order (an aggregate's history). */
+  async history(subjectList: string[]): Promise<StoredEvent[]> {
+    const events: StoredEvent[] = [];
+    for (const subject of subjectList) await this.read(1, async (b) => void events.push(...b), { subject });
+    return events.sort((a, b) => a.seq - b.seq);
   }
 
   /**

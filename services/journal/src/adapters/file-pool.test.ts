@@ -3,7 +3,8 @@ import { mkdtemp, open, readdir, rm, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { FilePool, MiB, roundUpToMiB } from "./file-pool.js";
+import { MiB } from "@csi/contracts";
+import { FilePool } from "./file-pool.js";
 
 let dir: string;
 let pool: FilePool;
@@ -46,17 +47,6 @@ async function readAt(file: string, offset: number, length: number): Promise<Buf
     await fh.close();
   }
 }
-
-describe("roundUpToMiB", () => {
-  for (const [n, want] of [
-    [1, MiB],
-    [MiB, MiB],
-    [MiB + 1, 2 * MiB],
-    [5 * MiB - 1, 5 * MiB],
-  ] as const) {
-    it(`${n} → ${want}`, () => assert.equal(roundUpToMiB(n), want));
-  }
-});
 
 describe("FilePool", () => {
   it("creates a sparse image rounded up to a whole MiB", async () => {

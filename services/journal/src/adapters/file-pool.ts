@@ -27,21 +27,13 @@ import { closeSync, fstatSync, ftruncateSync, openSync } from "node:fs";
 import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
-import { DriverError } from "@csi/contracts";
-import {
-  type ImageInfo,
-  MiB,
-  type PoolBackend,
-  type PoolCapacity,
-  roundUpToMiB,
-} from "../domain/pool-backend.js";
-
-export { MiB, roundUpToMiB };
+import { DriverError, IMAGE_NAME_RE, MiB, roundUpToMiB } from "@csi/contracts";
+import { KeyedMutex } from "@csi/runtime";
+import type { ImageInfo, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
 
 /** Default largest image: 1 TiB (sparse, so it costs nothing until written). */
 export const DEFAULT_MAX_IMAGE_BYTES = 1024 * 1024 * MiB;
 
-const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 const IMG = ".img";
 const TMP_PREFIX = ".tmp-";
 const IMAGE_MODE = 0o644;
@@ -65,7 +57,7 @@ export class FilePool implements PoolBackend {
   readonly maxImageBytes: number;
   readonly #rootPrefix: string;
   #ready: Promise<void> | undefined;
-  readonly #locks = new Map<string, Promise<unknown>>();
+  readonly #resizes = new KeyedMutex();
 
   constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES }: FilePoolOptions) {
     if (!Number.isSafeInteger(id) || id < 0) {
@@ -134,7 +126,7 @@ export class FilePool implements PoolBackend {
   async resizeImage(name: string, sizeBytes: number): Promise<ImageInfo> {
     const file = this.imagePath(name);
     const size = this.#checkSize(sizeBytes);
-    return this.#serialize(name, async () => {
+    return this.#resizes.run(name, async () => {
       const img = await this.#stat(name, file);
       if (!img) throw new DriverError("NotFound", `image "${name}" not found`);
       if (img.readOnly) throw new DriverError("InvalidArgument", `image "${name}" is a read-only snapshot`);
@@ -291,16 +283,6 @@ export class FilePool implements PoolBackend {
     }
   }
 
-  #serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const next = (this.#locks.get(key) ?? Promise.resolve()).then(fn, fn);
-    const tail = next.catch(() => {});
-    this.#locks.set(key, tail);
-    void tail.then(() => {
-      if (this.#locks.get(key) === tail) this.#locks.delete(key);
-    });
-    return next;
-  }
-
   async #sweepTemps(): Promise<void> {
     const cutoff = Date.now() - STALE_TMP_MS;
     for (const entry of await readdir(this.root)) {
@@ -313,7 +295,7 @@ export class FilePool implements PoolBackend {
 }
 
 function isImageName(name: string): boolean {
-  return typeof name === "string" && NAME_RE.test(name) && !name.includes("..");
+  return typeof name === "string" && IMAGE_NAME_RE.test(name) && !name.includes("..");
 }
 
 /** onExisting for create/clone: same rounded size and writable → the image; else AlreadyExists. */

@@ -12,7 +12,8 @@ import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Mutation } from "../domain/projection.js";
-import type { Hash, Keys } from "../domain/records.js";
+import type { Keys } from "../domain/kinds.js";
+import type { Hash } from "../domain/records.js";
 
 const LOCK_AND_READ = `
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys],
@@ -132,10 +133,6 @@ export class RedisStore {
 
   static newToken(): string {
     return randomBytes(16).toString("hex");
-  }
-
-  get redis(): Redis {
-    return this.#r;
   }
 
   async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {

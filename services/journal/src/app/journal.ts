@@ -18,29 +18,44 @@
  * records ("complete"). A writer whose lock expired is fenced off by the sequence checks.
  */
 import { randomUUID } from "node:crypto";
-import { alreadyExists, type CommandResult, DriverError, invalidArgument, notFound, type ParsedRequest, type ResolvedCluster, type SnapshotView, subjects, type VolumeView } from "@csi/contracts";
-import type { DeviceReport, EventBody, StoredEvent } from "@csi/contracts";
-import { type Append, SequenceConflict } from "../adapters/event-log.js";
-import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
-import { roundUpToMiB } from "../domain/pool-backend.js";
-import { type Hash, isLive, type Kind, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "../domain/records.js";
+import {
+  alreadyExists,
+  type CommandResult,
+  type DeviceReport,
+  DriverError,
+  type EventBody,
+  invalidArgument,
+  isUuid,
+  type Kind,
+  notFound,
+  type ParsedRequest,
+  type ResolvedCluster,
+  readerOnly,
+  roundUpToMiB,
+  type SnapshotView,
+  type StoredEvent,
+  subjects,
+  type VolumeView,
+} from "@csi/contracts";
+import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
-import { type Verdict, checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, snapshotImageName, volumeDigest, volumeImageName } from "../domain/reservation.js";
+import { createdEvent, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
+import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
+import { foldRecord } from "../domain/projection.js";
+import { type Hash, isLive, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
+import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
 import { type Operation, type OperationEnv, runOperation } from "./operation.js";
 
 export interface JournalDeps extends OperationEnv {
   cluster: ResolvedCluster;
   pools: Map<string, PoolBackend>;
-  newUuid?: () => string;
 }
 
 export class Journal {
   readonly #d: JournalDeps;
-  readonly #newUuid: () => string;
 
   constructor(deps: JournalDeps) {
     this.#d = deps;
-    this.#newUuid = deps.newUuid ?? randomUUID;
   }
 
   get #k() {
@@ -59,24 +74,32 @@ export class Journal {
     return p;
   }
 
+  #poolOf(name: string): PoolBackend | undefined {
+    return this.#d.pools.get(name);
+  }
+
   #recordSubject(kind: Kind, uuid: string) {
-    return kind === "volume" ? subjects.volumeEvents(this.#c, uuid) : subjects.snapshotEvents(this.#c, uuid);
+    return KINDS[kind].events(this.#c, uuid);
   }
   #nameSubject(kind: Kind, name: string) {
-    return subjects.nameEvents(this.#c, kind === "volume" ? "vol" : "snap", this.#inst, name);
+    return KINDS[kind].nameEvents(this.#c, this.#inst, name);
   }
-  #nameLock(kind: Kind, name: string) {
-    return this.#k.lock(`name.${kind}.${name}`);
-  }
-  #uuidLock(kind: Kind, uuid: string) {
-    return this.#k.lock(`${kind}.${uuid}`);
+
+  /**
+   * The record of `kind`/`uuid` once `landed` is applied to `hash` (read under the lock): the
+   * same fold the projection applies, so a reply shows what a later read shows.
+   */
+  #after<K extends Kind>(kind: K, uuid: string, hash: Hash | undefined, landed: StoredEvent[]): RecordOf<K> {
+    const h = foldRecord(kind, uuid, hash, landed);
+    if (!isLive(h)) throw new DriverError("Internal", `${kind} ${uuid} has no record after its own events`);
+    return KINDS[kind].fromHash(uuid, h);
   }
 
   /** Lock a request name (+ extra uuids) and read its directory entry, fence and record. */
   async #lockName(op: Operation, kind: Kind, name: string, also: { kind: Kind; uuid: string }[] = []) {
     const k = this.#k;
     const first = await op.lock({
-      locks: [this.#nameLock(kind, name), ...also.map((a) => this.#uuidLock(a.kind, a.uuid))],
+      locks: [k.nameLock(kind, name), ...also.map((a) => k.uuidLock(a.kind, a.uuid))],
       hashes: also.map((a) => k.record(a.kind, a.uuid)),
       fields: [
         [k.dir(kind), k.dirField(kind, name)],
@@ -93,43 +116,43 @@ export class Journal {
   // ---------------------------------------------------------------- volumes
 
   async createVolume(req: ParsedRequest<"volume.create">): Promise<VolumeView> {
-    const poolName = req.pool ?? this.#d.cluster.defaultPool;
-    const pool = this.#pool(poolName);
+    if (req.pool) this.#pool(req.pool); // an unknown pool is refused before anything is locked
     const sizeBytes = roundUpToMiB(req.sizeBytes);
     if (req.limitBytes > 0 && sizeBytes > req.limitBytes) {
       throw new DriverError("OutOfRange", `${req.sizeBytes} bytes rounded up to ${sizeBytes} exceeds the limit ${req.limitBytes}`);
     }
-    const digest = volumeDigest(poolName, req.parameters);
-    const also = req.source ? [{ kind: req.source.kind as Kind, uuid: req.source.uuid }] : [];
+    const also = req.source ? [{ kind: req.source.kind, uuid: req.source.uuid }] : [];
 
     return runOperation(this.#d, req.requestId, async (op) => {
       const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "volume", req.name, also);
       const record = hash && dirUuid ? volumeFromHash(dirUuid, hash) : undefined;
+      const sourceHash = alsoHashes[0];
+      const source = req.source && isLive(sourceHash) && sourceHash["csi.imageid"] ? KINDS[req.source.kind].fromHash(req.source.uuid, sourceHash) : undefined;
+      // The pool (and so the digest) is known only now: a clone or restore lands in its source's pool.
+      const poolName = poolForCreate(req, source, record, this.#d.cluster.defaultPool);
+      const digest = volumeDigest(poolName, req.parameters);
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
-      const settled = await this.#settle(op, "volume", req.name, nameSeq, checkVolumeReservation(ask, dirUuid, record, image));
+      const settled = await this.#settle(op, "volume", req.name, nameSeq, hash, checkVolumeReservation(ask, dirUuid, record, image));
       if ("done" in settled) return volumeView(settled.done);
       // Source checks come after the name checks: an existing volume is answered as it is.
-      let source: { imageName: string } | undefined;
-      if (req.source) {
-        const h = alsoHashes[0];
-        if (!isLive(h) || !h["csi.imageid"]) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
-        const rec = req.source.kind === "volume" ? volumeFromHash(req.source.uuid, h) : snapshotFromHash(req.source.uuid, h);
-        if (rec.pool !== poolName) throw invalidArgument(`source ${req.source.kind} is in pool ${rec.pool}, not ${poolName}: cross-pool clones are not supported`);
-        if (sizeBytes < rec.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${rec.sizeBytes}`);
-        source = { imageName: rec.imageName };
+      if (req.source && !source) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
+      if (source && source.pool !== poolName) {
+        throw invalidArgument(`source ${req.source?.kind} is in pool ${source.pool}, not ${poolName}: cross-pool clones are not supported`);
       }
+      if (source && sizeBytes < source.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${source.sizeBytes}`);
+      const pool = this.#pool(poolName);
       if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
-      const uuid = this.#newUuid();
-      const imageName = volumeImageName(uuid);
+      const uuid = randomUUID();
+      const imageName = KINDS.volume.imageName(uuid);
       const reserved = {
         type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
         sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
       } as const;
-      const built = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
+      const landed = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
         source ? pool.cloneImage(source.imageName, imageName, sizeBytes) : pool.createImage(imageName, sizeBytes),
       );
-      return volumeView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq, claims: [] });
+      return volumeView(this.#after("volume", uuid, undefined, landed));
     });
   }
 
@@ -137,7 +160,14 @@ export class Journal {
    * Settle a reservation verdict: an answer (the existing record, completed if its *Created
    * event was missing), or — for a new or undone-stale reservation — the name fence to reserve with.
    */
-  async #settle<R extends VolumeRecord | SnapshotRecord>(op: Operation, kind: Kind, name: string, nameSeq: number, verdict: Verdict<R>): Promise<{ done: R } | { fence: number }> {
+  async #settle<K extends Kind>(
+    op: Operation,
+    kind: K,
+    name: string,
+    nameSeq: number,
+    hash: Hash | undefined,
+    verdict: Verdict<RecordOf<K>>,
+  ): Promise<{ done: RecordOf<K> } | { fence: number }> {
     switch (verdict.kind) {
       case "reuse":
         return { done: verdict.record };
@@ -147,11 +177,8 @@ export class Journal {
         throw new DriverError("Inconsistent", verdict.reason);
       case "complete": {
         const { record: r, image } = verdict;
-        const body = kind === "volume"
-          ? ({ type: "VolumeCreated", uuid: r.uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const)
-          : ({ type: "SnapshotCreated", uuid: r.uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const);
-        const [created] = await op.append({ subject: this.#recordSubject(kind, r.uuid), body, expectedSeq: r.seq });
-        return { done: { ...r, imageId: image.id, sizeBytes: image.sizeBytes, seq: created?.seq ?? r.seq } };
+        const created = await op.append({ subject: this.#recordSubject(kind, r.uuid), body: createdEvent(kind, r.uuid, image), expectedSeq: r.seq });
+        return { done: this.#after(kind, r.uuid, hash, created) };
       }
       case "stale":
         this.#d.logger.warn({ kind, name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
@@ -168,7 +195,8 @@ export class Journal {
   /**
    * The new-reservation path shared by volumes and snapshots: append NameReserved and the
    * *Reserved event together, build the image, append *Created. Any failure after the
-   * reservation removes the image and appends the undo events.
+   * reservation removes the image and appends the undo events. Returns the aggregate's events
+   * (reserved, created) as stored.
    */
   async #reserveAndBuild(
     op: Operation,
@@ -180,62 +208,52 @@ export class Journal {
     imageName: string,
     reserved: EventBody,
     build: () => Promise<ImageInfo>,
-  ): Promise<{ image: ImageInfo; seq: number; createdAt: string }> {
+  ): Promise<StoredEvent[]> {
     const recordSubject = this.#recordSubject(kind, uuid);
-    const nameLanded = () => op.stored.find((x) => x.event.type === "NameReserved" && x.event.uuid === uuid);
-    await op
+    const [nameEv, reservedEv] = await op
       .append(
         { subject: this.#nameSubject(kind, name), body: { type: "NameReserved", kind, name, uuid }, expectedSeq: fence },
         { subject: recordSubject, body: reserved, expectedSeq: 0 },
       )
-      .catch(async (err) => {
+      .catch(async (err: unknown) => {
         // The name fence failed but the uuid's reservation landed: undo it, so the log stays true.
-        const rec = op.stored.find((x) => x.subject === recordSubject);
-        if (rec && !nameLanded()) {
-          await op.append({ subject: recordSubject, body: { type: "ReservationUndone", kind, uuid, reason: "name fenced off" }, expectedSeq: rec.seq }).catch(() => {});
+        const [nameLanded, recordLanded] = err instanceof AppendError ? err.landed : [];
+        if (recordLanded && !nameLanded) {
+          await op.append({ subject: recordSubject, body: { type: "ReservationUndone", kind, uuid, reason: "name fenced off" }, expectedSeq: recordLanded.seq }).catch(() => {});
         }
         throw err;
       });
-    const reservedEv = op.stored.find((x) => x.subject === recordSubject);
-    const nameEv = nameLanded();
+    const reservedSeq = reservedEv?.seq ?? 0;
     let image: ImageInfo;
     try {
       image = await build();
     } catch (err) {
       await pool.deleteImage(imageName).catch(() => {});
-      await this.#appendUndo(op, kind, name, uuid, reservedEv?.seq ?? 0, nameEv?.seq ?? 0, `image creation failed: ${(err as Error).message}`).catch(() => {});
+      await this.#appendUndo(op, kind, name, uuid, reservedSeq, nameEv?.seq ?? 0, `image creation failed: ${(err as Error).message}`).catch(() => {});
       throw err;
     }
-    const body = kind === "volume"
-      ? ({ type: "VolumeCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const)
-      : ({ type: "SnapshotCreated", uuid, imageId: image.id, sizeBytes: image.sizeBytes } as const);
-    const [created] = await op.append({ subject: recordSubject, body, expectedSeq: reservedEv?.seq ?? 0 }).catch(async (err) => {
+    const [createdEv] = await op.append({ subject: recordSubject, body: createdEvent(kind, uuid, image), expectedSeq: reservedSeq }).catch(async (err: unknown) => {
       // Fenced off: another writer ended this reservation while we worked (our lock expired).
       // The image is ours alone (its name is the uuid's): remove it. If the log is merely
       // unreachable, keep it: the next create of the name finds it and records it ("complete").
-      if (err instanceof SequenceConflict) await pool.deleteImage(imageName).catch(() => {});
+      if (isFenced(err)) await pool.deleteImage(imageName).catch(() => {});
       throw err;
     });
-    // A snapshot's creation time is when it was cut (as the projection records it); a volume's, its reservation.
-    const createdAt = (kind === "snapshot" ? created : reservedEv)?.event.time ?? "";
-    return { image, seq: created?.seq ?? 0, createdAt };
-  }
-
-  #poolOf(name: string): PoolBackend | undefined {
-    return this.#d.pools.get(name);
+    return [reservedEv, createdEv].filter((e) => e !== undefined);
   }
 
   /** Undo a stale reservation: remove a partial image, end the record, release the name. Returns the name fence after. */
-  async #undo(op: Operation, kind: Kind, name: string, uuid: string, nameSeq: number, record: VolumeRecord | SnapshotRecord | undefined, reason: string): Promise<number> {
+  async #undo(op: Operation, kind: Kind, name: string, uuid: string, nameSeq: number, record: RecordOf<Kind> | undefined, reason: string): Promise<number> {
     // Without a record, the image name is still derived from the uuid; try every pool.
-    const imageName = record?.imageName ?? (kind === "volume" ? volumeImageName(uuid) : snapshotImageName(uuid));
+    const imageName = record?.imageName ?? KINDS[kind].imageName(uuid);
     const pools = record ? [this.#poolOf(record.pool)] : [...this.#d.pools.values()];
     for (const p of pools) await p?.deleteImage(imageName);
     const recSeq = record?.seq ?? (await this.#d.log.lastSeqOf(this.#recordSubject(kind, uuid)));
-    const appended = await this.#appendUndo(op, kind, name, uuid, recSeq, nameSeq, reason, recSeq > 0);
-    return appended.find((s) => s.event.type === "NameReleased")?.seq ?? nameSeq;
+    const [released] = await this.#appendUndo(op, kind, name, uuid, recSeq, nameSeq, reason, recSeq > 0);
+    return released?.seq ?? nameSeq;
   }
 
+  /** NameReleased (first), then ReservationUndone if the record is to be ended. */
   #appendUndo(op: Operation, kind: Kind, name: string, uuid: string, recSeq: number, nameSeq: number, reason: string, endRecord = true) {
     const list: Append[] = [{ subject: this.#nameSubject(kind, name), body: { type: "NameReleased", kind, name, uuid }, expectedSeq: nameSeq }];
     if (endRecord) list.push({ subject: this.#recordSubject(kind, uuid), body: { type: "ReservationUndone", kind, uuid, reason }, expectedSeq: recSeq });
@@ -243,24 +261,23 @@ export class Journal {
   }
 
   async deleteVolume(req: ParsedRequest<"volume.delete">): Promise<CommandResult<"volume.delete">> {
-    return this.#deleteAggregate("volume", req.uuid, req.requestId, async (h) => {
-      const r = volumeFromHash(req.uuid, h);
+    return this.#deleteAggregate("volume", req.uuid, req.requestId, async (r) => {
       if (r.claims.length > 0) {
         throw new DriverError("FailedPrecondition", `volume is published to ${r.claims.map((c) => c.nodeId).join(", ")}: unpublish it first`);
       }
-      return r;
     });
   }
 
-  async #deleteAggregate(kind: Kind, uuid: string, requestId: string, check: (h: Hash) => Promise<VolumeRecord | SnapshotRecord>) {
+  async #deleteAggregate<K extends Kind>(kind: K, uuid: string, requestId: string, check: (r: RecordOf<K>) => Promise<void>) {
     return runOperation(this.#d, requestId, async (op) => {
       const k = this.#k;
-      const first = await op.lock({ locks: [this.#uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] });
+      const first = await op.lock({ locks: [k.uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] });
       const h = first.hashes[0];
       if (!isLive(h)) return { deleted: false }; // unknown: deleting is idempotent
-      const r = await check(h);
+      const r = KINDS[kind].fromHash(uuid, h);
+      await check(r);
       const second = await op.lock({
-        locks: [this.#nameLock(kind, r.name)],
+        locks: [k.nameLock(kind, r.name)],
         hashes: [],
         fields: [
           [k.dir(kind), k.dirField(kind, r.name)],
@@ -268,9 +285,7 @@ export class Journal {
         ],
       });
       await this.#poolOf(r.pool)?.deleteImage(r.imageName);
-      const list: Append[] = [
-        { subject: this.#recordSubject(kind, uuid), body: kind === "volume" ? { type: "VolumeDeleted", uuid } : { type: "SnapshotDeleted", uuid }, expectedSeq: r.seq },
-      ];
+      const list: Append[] = [{ subject: this.#recordSubject(kind, uuid), body: { type: KINDS[kind].deleted, uuid }, expectedSeq: r.seq }];
       if (second.fields[0] === uuid) {
         list.push({ subject: this.#nameSubject(kind, r.name), body: { type: "NameReleased", kind, name: r.name, uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
       }
@@ -281,15 +296,15 @@ export class Journal {
 
   async expandVolume(req: ParsedRequest<"volume.expand">): Promise<VolumeView> {
     return runOperation(this.#d, req.requestId, async (op) => {
-      const read = await op.lock({ locks: [this.#uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
+      const read = await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
       const h = read.hashes[0];
       if (!isLive(h)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const want = roundUpToMiB(req.sizeBytes);
       if (want <= r.sizeBytes) return volumeView(r); // never shrink: the current size answers
       const img = await this.#pool(r.pool).resizeImage(r.imageName, want);
-      const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
-      return volumeView({ ...r, sizeBytes: img.sizeBytes, seq: ev?.seq ?? r.seq });
+      const expanded = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
+      return volumeView(this.#after("volume", r.uuid, h, expanded));
     });
   }
 
@@ -310,7 +325,7 @@ export class Journal {
   async publishVolume(req: ParsedRequest<"volume.publish">): Promise<CommandResult<"volume.publish">> {
     return runOperation(this.#d, req.requestId, async (op) => {
       const read = await op.lock({
-        locks: [this.#uuidLock("volume", req.uuid)],
+        locks: [this.#k.uuidLock("volume", req.uuid)],
         hashes: [this.#k.record("volume", req.uuid)],
         fields: [],
         counts: [this.#k.nodeClaims(req.nodeId)],
@@ -318,7 +333,7 @@ export class Journal {
       const h = read.hashes[0];
       if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
-      const readOnly = req.readOnly || req.capability.accessMode.endsWith("READER_ONLY");
+      const readOnly = req.readOnly || readerOnly(req.capability);
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
       const verdict = decideClaim(r.claims, ask, { nodeVolumes: read.counts[0] ?? 0, maxVolumes: req.maxVolumes });
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
@@ -338,7 +353,7 @@ export class Journal {
   /** ControllerUnpublishVolume: release the node's claim (or every claim without a node); idempotent. */
   async unpublishVolume(req: ParsedRequest<"volume.unpublish">): Promise<CommandResult<"volume.unpublish">> {
     return runOperation(this.#d, req.requestId, async (op) => {
-      const read = await op.lock({ locks: [this.#uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
+      const read = await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
       const h = read.hashes[0];
       if (!isLive(h)) return { deleted: false }; // CSI: a volume that is gone is unpublished everywhere
       const r = volumeFromHash(req.uuid, h);
@@ -367,22 +382,23 @@ export class Journal {
       const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "snapshot", req.name, [{ kind: "volume", uuid: req.sourceUuid }]);
       const record = hash && dirUuid ? snapshotFromHash(dirUuid, hash) : undefined;
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
-      const settled = await this.#settle(op, "snapshot", req.name, nameSeq, checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image));
+      const verdict = checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image);
+      const settled = await this.#settle(op, "snapshot", req.name, nameSeq, hash, verdict);
       if ("done" in settled) return snapshotView(settled.done);
       const src = alsoHashes[0];
       if (!isLive(src) || !src["csi.imageid"]) throw notFound(`source volume ${req.sourceUuid} does not exist`);
       const source = volumeFromHash(req.sourceUuid, src);
       const pool = this.#pool(source.pool);
-      const uuid = this.#newUuid();
-      const imageName = snapshotImageName(uuid);
+      const uuid = randomUUID();
+      const imageName = KINDS.snapshot.imageName(uuid);
       const reserved = { type: "SnapshotReserved", uuid, name: req.name, instance: this.#inst, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest } as const;
-      const built = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () => pool.snapshotImage(source.imageName, imageName));
-      return snapshotView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq });
+      const landed = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () => pool.snapshotImage(source.imageName, imageName));
+      return snapshotView(this.#after("snapshot", uuid, undefined, landed));
     });
   }
 
   async deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Promise<CommandResult<"snapshot.delete">> {
-    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async (h) => snapshotFromHash(req.uuid, h));
+    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async () => {});
   }
 
   async getSnapshot(req: ParsedRequest<"snapshot.get">): Promise<SnapshotView> {
@@ -415,25 +431,21 @@ export class Journal {
   /** A node-agent's device-state report (from the report queue) becomes an event in the volume's history. */
   async reportDevice(report: DeviceReport): Promise<void> {
     const { requestId, ...body } = report;
-    const { error } = await this.#d.log.appendAll([{ subject: subjects.deviceEvents(this.#c, report.uuid), body: { type: "DeviceStateReported", ...body } }], {
-      requestId,
-      actor: this.#d.actor,
-      time: this.#d.now().toISOString(),
-    });
-    if (error) throw error;
+    const meta = { requestId, actor: this.#d.actor, time: this.#d.now().toISOString() };
+    await this.#d.log.append({ subject: subjects.deviceEvents(this.#c, report.uuid), body: { type: "DeviceStateReported", ...body } }, meta);
   }
 
-  /** Every event of a volume, in log order: its name, its own, its device reports. */
+  /** Every event of a volume (or snapshot), in log order: its own, its device reports, its name's. */
   async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
-    const subjectsOf = [this.#recordSubject("volume", req.uuid), subjects.deviceEvents(this.#c, req.uuid)];
-    const events: StoredEvent[] = [];
-    for (const s of subjectsOf) await this.#d.log.read(1, async (b) => void events.push(...b), { subject: s });
-    const reserved = events.find((e) => e.event.type === "VolumeReserved");
-    if (reserved && reserved.event.type === "VolumeReserved") {
-      const nameSubject = this.#nameSubject("volume", reserved.event.name);
-      await this.#d.log.read(1, async (b) => void events.push(...b.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid)), { subject: nameSubject });
+    const own = await this.#d.log.history(uuidSubjects(this.#c, req.uuid));
+    const named: StoredEvent[] = [];
+    for (const k of Object.values(KINDS)) {
+      const reserved = own.find((e) => e.event.type === k.reserved)?.event;
+      if (!reserved || !("name" in reserved)) continue;
+      const ofName = await this.#d.log.history([k.nameEvents(this.#c, this.#inst, reserved.name)]);
+      named.push(...ofName.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid));
     }
-    events.sort((a, b) => a.seq - b.seq);
+    const events = [...own, ...named].sort((a, b) => a.seq - b.seq);
     return { events: events.map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> })) };
   }
 
@@ -446,7 +458,7 @@ export class Journal {
   }
 
   async #page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
-    if (token !== undefined && !/^[0-9a-f-]{36}$/.test(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
+    if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
     if ((await this.#d.store.watermark()) === undefined) await this.#d.projector.catchUp();
     const uuids = await this.#d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
     const next = nextToken(uuids, maxEntries);

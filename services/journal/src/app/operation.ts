@@ -3,10 +3,10 @@
  * runs, append its events, then apply them to the projection and release the locks in one
  * round trip. Everything a journal command does to state goes through here.
  */
-import { setTimeout as sleep } from "node:timers/promises";
-import { type Actor, aborted, type EventBody, type StoredEvent } from "@csi/contracts";
+import { type Actor, aborted, type StoredEvent } from "@csi/contracts";
+import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
-import { type Append, SequenceConflict, type EventLog } from "../adapters/event-log.js";
+import { type Append, AppendError, type EventLog, isFenced } from "../adapters/event-log.js";
 import { type ReadResult, type ReadSpec, RedisStore } from "../adapters/redis-store.js";
 import { mutationsFor } from "../domain/projection.js";
 import type { Projector } from "./projector.js";
@@ -22,9 +22,17 @@ export interface OperationEnv {
   now: () => Date;
 }
 
+/** A lock someone else holds (retried until the bounded wait is over, then Aborted). */
+class LockBusy extends Error {
+  constructor(readonly key: string) {
+    super(`lock ${key} is busy`);
+  }
+}
+
 export class Operation {
   readonly token = RedisStore.newToken();
-  readonly stored: StoredEvent[] = [];
+  /** Everything appended so far: applied to the projection when the operation ends. */
+  readonly #landed: StoredEvent[] = [];
   readonly #locks: string[] = [];
   #renewTimer?: NodeJS.Timeout;
 
@@ -35,33 +43,53 @@ export class Operation {
 
   /** Take `spec.locks` (all or none, waiting a bounded time) and read `spec`'s keys. */
   async lock(spec: ReadSpec): Promise<ReadResult> {
-    const deadline = Date.now() + this.env.lockWaitMs;
-    let pause = 1;
     for (;;) {
-      const res = await this.env.store.lockAndRead(this.token, this.env.lockTtlMs, spec);
-      if (res.ok) {
-        this.#locks.push(...spec.locks);
-        this.#startRenewing();
-        if (res.read.projectionPresent) return res.read;
-        // Redis lost the projection (flushed, replaced): rebuild it from the log, then read again.
-        this.env.logger.warn("projection missing: rebuilding from the event log");
-        await this.#release(spec.locks);
-        await this.env.projector.catchUp();
-        continue;
-      }
-      if (Date.now() >= deadline) throw aborted(`an operation on the same ${describeLock(res.busy)} is in progress, retry`);
-      await sleep(pause + Math.random() * pause);
-      pause = Math.min(pause * 2, 50);
+      const read = await this.#take(spec);
+      if (read.projectionPresent) return read;
+      // Redis lost the projection (flushed, replaced): rebuild it from the log, then read again.
+      this.env.logger.warn("projection missing: rebuilding from the event log");
+      await this.#release(spec.locks);
+      await this.env.projector.catchUp();
     }
   }
 
-  /** Append events (concurrently when several); what landed is applied when the operation ends. */
+  async #take(spec: ReadSpec): Promise<ReadResult> {
+    const attempt = async () => {
+      const res = await this.env.store.lockAndRead(this.token, this.env.lockTtlMs, spec);
+      if (!res.ok) throw new LockBusy(res.busy);
+      this.#locks.push(...spec.locks);
+      this.#startRenewing();
+      return res.read;
+    };
+    try {
+      return await retry(attempt, {
+        tries: Number.POSITIVE_INFINITY,
+        deadline: Date.now() + this.env.lockWaitMs,
+        firstDelayMs: 1,
+        maxDelayMs: 50,
+        jitter: 1,
+        retryIf: (err) => err instanceof LockBusy,
+      });
+    } catch (err) {
+      if (err instanceof LockBusy) throw aborted(`an operation on the same ${describeLock(err.key)} is in progress, retry`);
+      throw err;
+    }
+  }
+
+  /**
+   * Append events (concurrently when several) and return them as stored, in the order given.
+   * If some failed, the AppendError says which landed. What landed is applied when the operation ends.
+   */
   async append(...list: Append[]): Promise<StoredEvent[]> {
     const meta = { requestId: this.requestId, actor: this.env.actor, time: this.env.now().toISOString() };
-    const { stored, error } = await this.env.log.appendAll(list, meta);
-    this.stored.push(...stored);
-    if (error) throw error;
-    return stored;
+    try {
+      const stored = await this.env.log.appendAll(list, meta);
+      this.#landed.push(...stored);
+      return stored;
+    } catch (err) {
+      if (err instanceof AppendError) this.#landed.push(...err.landed.filter((e) => e !== undefined));
+      throw err;
+    }
   }
 
   /** Apply what was appended and release every lock (one round trip); catch up after a fence conflict. */
@@ -70,12 +98,12 @@ export class Operation {
     const locks = this.#locks.map((k) => [k, this.token] as [string, string]);
     this.#locks.length = 0;
     try {
-      await this.env.store.applyAndUnlock(mutationsFor(this.env.store.keys, this.stored), locks);
+      await this.env.store.applyAndUnlock(mutationsFor(this.env.store.keys, this.#landed), locks);
     } catch (applyErr) {
       // The events are in the log; the projector replays them. Locks expire by TTL.
       this.env.logger.error({ err: applyErr }, "could not apply events after append");
     }
-    if (err instanceof SequenceConflict) await this.env.projector.catchUp().catch(() => {});
+    if (isFenced(err)) await this.env.projector.catchUp().catch(() => {});
   }
 
   async #release(keys: string[]): Promise<void> {
@@ -98,9 +126,10 @@ export class Operation {
   }
 }
 
+/** "name" for a request-name lock (`lock.name.<kind>.<name>`), else the kind (`lock.<kind>.<uuid>`). */
 function describeLock(key: string): string {
   const what = key.split("lock.")[1] ?? key;
-  return what.startsWith("name.") ? "name" : what.startsWith("volume.") ? "volume" : "snapshot";
+  return what.startsWith("name.") ? "name" : (what.split(".")[0] ?? "volume");
 }
 
 /** Run `fn` as one operation: finish() always runs, with the error if there was one. */
@@ -118,5 +147,3 @@ export async function runOperation<T>(env: OperationEnv, requestId: string, fn: 
     throw err;
   }
 }
-
-export type { Append, EventBody };

@@ -2,19 +2,15 @@
  * Claims (Nomad's model): ControllerPublishVolume records that a node uses a volume with an
  * access mode. Pure rules deciding whether a new claim fits the existing ones.
  */
-import type { AccessMode, Claim } from "@csi/contracts";
+import { type Claim, isReaderOnlyMode, isSingleNode } from "@csi/contracts";
 
 export type ClaimVerdict =
   | { kind: "exists" }
   | { kind: "new" }
   | { kind: "refused"; code: "AlreadyExists" | "FailedPrecondition" | "ResourceExhausted"; reason: string };
 
-const SINGLE_NODE: ReadonlySet<AccessMode> = new Set(["SINGLE_NODE_WRITER", "SINGLE_NODE_READER_ONLY", "SINGLE_NODE_SINGLE_WRITER", "SINGLE_NODE_MULTI_WRITER"]);
-const READER_ONLY: ReadonlySet<AccessMode> = new Set(["SINGLE_NODE_READER_ONLY", "MULTI_NODE_READER_ONLY"]);
-
-export const isSingleNode = (m: AccessMode) => SINGLE_NODE.has(m);
 /** A claim that can write: not read-only, and not a reader-only access mode. */
-export const writes = (c: Claim) => !c.readOnly && !READER_ONLY.has(c.accessMode);
+const writes = (c: Claim) => !c.readOnly && !isReaderOnlyMode(c.accessMode);
 
 export function decideClaim(existing: Claim[], ask: Claim, opts: { nodeVolumes: number; maxVolumes: number }): ClaimVerdict {
   const mine = existing.find((c) => c.nodeId === ask.nodeId);

@@ -1,17 +1,10 @@
 /**
  * The pool backend port: what the journal needs from a storage pool (Ceph RBD, or the embedded
- * file pool). Types plus one pure size helper; no I/O here. Adapters live in `../adapters/`.
+ * file pool). Types only; no I/O here. Adapters live in `../adapters/`.
  *
- * Sizes are bytes. Every image size is a whole number of MiB: requests are rounded UP, so the
- * image is never smaller than asked for.
+ * Sizes are bytes. Every image size is a whole number of MiB (`roundUpToMiB` in @csi/contracts):
+ * requests are rounded UP, so the image is never smaller than asked for.
  */
-
-export const MiB = 1024 * 1024;
-
-/** `n` rounded up to a whole MiB (1 → 1 MiB, 1 MiB → 1 MiB, 1 MiB + 1 → 2 MiB). */
-export function roundUpToMiB(n: number): number {
-  return Math.ceil(n / MiB) * MiB;
-}
 
 export interface ImageInfo {
   name: string;

@@ -1,56 +1,9 @@
 /**
  * The journal's records: what the projection holds for one volume or snapshot, rebuilt from
- * events. Pure code: parsing the Redis hash shape and building the views replies carry.
- *
- * Redis layout (ceph-csi's omaps, one Redis hash tag per cluster so Lua scripts touch one slot):
- *   {c}:csi.volumes.<instance>      hash  csi.volume.<name> → uuid     (the name directory)
- *   {c}:csi.volumes.<instance>.seq  hash  <name> → last seq of the name's subject (fence)
- *   {c}:csi.snaps.<instance>        hash  csi.snap.<name> → uuid
- *   {c}:csi.snaps.<instance>.seq    hash  <name> → seq
- *   {c}:csi.volume.<uuid>           hash  csi.volname, csi.imagename, csi.imageid, csi.size, ...,
- *                                         _seq (last applied seq of the volume's subject)
- *   {c}:csi.snap.<uuid>             hash  csi.snapname, csi.imagename, csi.imageid, csi.source, ...
- *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)
- *   {c}:csi.index.snap.src.<uuid>   zset  snapshot uuids of one source volume
- *   {c}:csi.node.<nodeId>           set   volume uuids the node holds claims on
- *   {c}:projection                  hash  applied → stream seq up to which the log was replayed
- *   {c}:lock.<what>                 string lock token (SET NX PX)
+ * events. Pure code: parsing the Redis hash shape (see kinds.ts for the key layout and
+ * projection.ts for how events write it) and building the views replies carry.
  */
 import { type Capability, Claim, type ContentSource, type SnapshotView, type VolumeView } from "@csi/contracts";
-
-export type Kind = "volume" | "snapshot";
-
-export interface Keys {
-  prefix: string;
-  dir(kind: Kind): string;
-  dirSeq(kind: Kind): string;
-  dirField(kind: Kind, name: string): string;
-  record(kind: Kind, uuid: string): string;
-  index(kind: Kind): string;
-  snapsOf(sourceUuid: string): string;
-  /** Set of volume uuids a node holds claims on. */
-  nodeClaims(nodeId: string): string;
-  projection: string;
-  lock(what: string): string;
-}
-
-export function keysFor(cluster: string, instance: string): Keys {
-  const prefix = `{${cluster}}:`;
-  const plural = (k: Kind) => (k === "volume" ? "volumes" : "snaps");
-  const single = (k: Kind) => (k === "volume" ? "volume" : "snap");
-  return {
-    prefix,
-    dir: (k) => `${prefix}csi.${plural(k)}.${instance}`,
-    dirSeq: (k) => `${prefix}csi.${plural(k)}.${instance}.seq`,
-    dirField: (k, name) => `csi.${single(k)}.${name}`,
-    record: (k, uuid) => `${prefix}csi.${single(k)}.${uuid}`,
-    index: (k) => `${prefix}csi.index.${single(k)}`,
-    snapsOf: (src) => `${prefix}csi.index.snap.src.${src}`,
-    nodeClaims: (nodeId) => `${prefix}csi.node.${nodeId}`,
-    projection: `${prefix}projection`,
-    lock: (what) => `${prefix}lock.${what}`,
-  };
-}
 
 interface RecordBase {
   uuid: string;
@@ -117,7 +70,7 @@ export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
 }
 
 /** Claims are fields `claim.<nodeId>` of the volume hash. */
-export function claimsOf(h: Hash): Claim[] {
+function claimsOf(h: Hash): Claim[] {
   return Object.entries(h)
     .filter(([k]) => k.startsWith("claim."))
     .map(([, v]) => Claim.parse(JSON.parse(v)))

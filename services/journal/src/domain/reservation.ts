@@ -45,7 +45,20 @@ export function volumeDigest(pool: string, parameters: Record<string, string>): 
   return digestOf({ pool, parameters });
 }
 
-export const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;
+const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;
+
+/**
+ * The pool a volume create lands in: the one the request names, else its content source's (a
+ * clone or restore stays beside its source), else the cluster's default. The source's pool comes
+ * from its record; a source deleted since is known only through the volume already made from it
+ * under this name (`existing`, whose pool was the source's).
+ */
+export function poolForCreate(ask: { pool?: string; source?: ContentSource }, source: { pool: string } | undefined, existing: VolumeRecord | undefined, defaultPool: string): string {
+  if (ask.pool) return ask.pool;
+  if (!ask.source) return defaultPool;
+  if (source) return source.pool;
+  return existing && sameSource(existing.source, ask.source) ? existing.pool : defaultPool;
+}
 
 export interface VolumeAsk {
   name: string;
@@ -112,9 +125,6 @@ export function checkSnapshotReservation(
   if (r.digest !== ask.digest) return { kind: "conflict", reason: `snapshot ${ask.name} exists with other parameters` };
   return common ?? { kind: "reuse", record: r };
 }
-
-export const volumeImageName = (uuid: string) => `csi-vol-${uuid}`;
-export const snapshotImageName = (uuid: string) => `csi-snap-${uuid}`;
 
 /** Page over a sorted list of uuids: the token is the last uuid of the previous page. */
 export function nextToken(uuids: string[], maxEntries: number): string | undefined {

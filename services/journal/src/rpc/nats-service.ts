@@ -11,7 +11,7 @@ import type { Journal } from "../app/journal.js";
 
 type Handler = (req: never) => Promise<unknown>;
 
-export function handlersOf(j: Journal): Record<JournalCommand, Handler> {
+function handlersOf(j: Journal): Record<JournalCommand, Handler> {
   return {
     "volume.create": (r) => j.createVolume(r),
     "volume.delete": (r) => j.deleteVolume(r),
