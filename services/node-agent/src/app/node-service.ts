@@ -6,7 +6,19 @@
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
 import { lstat, realpath } from "node:fs/promises";
-import { type Capability, type Clusters, DriverError, decomposeVolumeId, type DeviceState, notFound, readerOnly } from "@csi/contracts";
+import {
+  type Capability,
+  type Clusters,
+  DEFAULT_FS,
+  DriverError,
+  decomposeVolumeId,
+  type DeviceState,
+  IMAGE_NAME_RE,
+  notFound,
+  readerOnly,
+  type Via,
+  volumeImageName,
+} from "@csi/contracts";
 import type { Logger } from "pino";
 import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";
@@ -18,9 +30,6 @@ import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, p
 import { KeyedMutex } from "@csi/runtime";
 import type { Reporter } from "./reporter.js";
 
-export type Via = "grpc" | "nats" | "healer";
-const IMAGE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
-const DEFAULT_FS = "ext4";
 
 export interface NodeServiceDeps {
   nodeId: string;
@@ -62,8 +71,8 @@ export class NodeService {
     const cluster = this.d.clusters.get(parts.clusterID);
     const pool = cluster?.pools.find((p) => p.id === parts.poolID);
     if (!cluster || !pool) throw notFound(`volume ${volumeId}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
-    const imageName = publishContext.imageName ?? `csi-vol-${parts.uuid}`;
-    if (!IMAGE_NAME.test(imageName)) throw new DriverError("InvalidArgument", `publish context imageName ${JSON.stringify(imageName)} is not an image name`);
+    const imageName = publishContext.imageName ?? volumeImageName(parts.uuid);
+    if (!IMAGE_NAME_RE.test(imageName)) throw new DriverError("InvalidArgument", `publish context imageName ${JSON.stringify(imageName)} is not an image name`);
     const file = safeJoin(pool.root, `${imageName}.img`);
     const imagePath = await realpath(file).catch(() => {
       throw notFound(`volume ${volumeId}: image ${imageName} does not exist in pool ${pool.name}`);
