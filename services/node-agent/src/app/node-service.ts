@@ -94,7 +94,7 @@ export class NodeService {
 
   async #mountStaging(v: VolumeState, device: string, via: Via): Promise<void> {
     const staging = v.staging;
-    if (!staging || staging.capability.accessType !== "mount") return;
+    if (staging?.capability.accessType !== "mount") return;
     const cap = staging.capability;
     let fs = await fsx.detectFs(device);
     if (!fs) {
@@ -107,7 +107,7 @@ export class NodeService {
     }
     await ensureDir(staging.path);
     const current = (await mnt.mountsAt(staging.path)).at(-1);
-    if (current && current.source === device) return;
+    if (current?.source === device) return;
     if (current) await mnt.unmount(staging.path);
     await mnt.mount(device, staging.path, { fsType: fs, flags: cap.mountFlags ?? [], readOnly: v.readOnly });
     this.#report(v, "staged", via, { device, path: staging.path });
@@ -198,11 +198,24 @@ export class NodeService {
     });
   }
 
-  #volumeAt(volumeId: string, volumePath: string): VolumeState {
+  /** The volume staged or published here at `volumePath` (a clean path; undefined: an invalid one, shown as `shown`), else NotFound. */
+  #volumeAt(volumeId: string, volumePath: string | undefined, shown: string = volumePath ?? ""): VolumeState {
     const v = this.#state.volumes[volumeId];
     if (!v) throw notFound(`volume ${volumeId} is not staged on this node`);
-    if (!pathsOf(v).includes(volumePath)) throw notFound(`volume ${volumeId} is not at ${volumePath}`);
+    if (volumePath === undefined || !pathsOf(v).includes(volumePath)) throw notFound(`volume ${volumeId} is not at ${JSON.stringify(shown.slice(0, 256))}`);
     return v;
+  }
+
+  // ------------------------------------------------------------------ where volumes are (the NOT_FOUND checks)
+
+  /** NotFound unless the volume is staged here or its image is in one of this node's pools. */
+  async requireInPool(volumeId: string, publishContext: Record<string, string>): Promise<void> {
+    if (!this.#state.volumes[volumeId]) await this.#locate(volumeId, publishContext);
+  }
+
+  /** NotFound unless the volume is staged or published here at `path`. */
+  requireAt(volumeId: string, path: string | undefined, shown: string): void {
+    this.#volumeAt(volumeId, path, shown);
   }
 
   /** Grow the device and the filesystem to the image's size; returns the new capacity. */
