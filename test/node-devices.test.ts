@@ -13,8 +13,7 @@ import { mkdtemp, open, readdir, readFile, realpath, stat, truncate, unlink, wri
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, whyNoDevices } from "./support/machine.js";
-import { mountsUnder } from "../services/node-agent/src/domain/mountinfo.js";
+import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsUnder, whyNoDevices } from "./support/machine.js";
 import { run } from "../services/node-agent/src/adapters/exec.js";
 import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "../services/node-agent/src/adapters/filesystem.js";
 import { attach, detach, findByBackingFile, list, refreshSize } from "../services/node-agent/src/adapters/loop.js";

@@ -6,10 +6,11 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
+import path from "node:path";
 import { run } from "../../services/node-agent/src/adapters/exec.js";
 import { list } from "../../services/node-agent/src/adapters/loop.js";
 import { readMounts } from "../../services/node-agent/src/adapters/mount.js";
-import { mountsUnder } from "../../services/node-agent/src/domain/mountinfo.js";
+import type { MountEntry } from "../../services/node-agent/src/domain/mountinfo.js";
 
 /** Why real-device tests cannot run here, or undefined when they can. */
 export function whyNoDevices(): string | undefined {
@@ -29,6 +30,18 @@ export const hasXfs = ["/usr/sbin/mkfs.xfs", "/sbin/mkfs.xfs", "/usr/bin/mkfs.xf
 /** Loop devices whose backing file is under `dir` (deleted ones included). */
 export async function loopsUnder(dir: string) {
   return (await list()).filter((d) => d.backingFile?.startsWith(`${dir}/`));
+}
+
+/** Every mount at `dir` or below it, deepest first, and later mounts before earlier ones: the order to unmount them in. */
+export function mountsUnder(entries: readonly MountEntry[], dir: string): MountEntry[] {
+  const root = path.posix.normalize(dir).replace(/(.)\/$/, "$1");
+  const prefix = root === "/" ? "/" : `${root}/`;
+  const depth = (p: string) => p.split("/").length;
+  return entries
+    .map((e, order) => ({ e, order }))
+    .filter(({ e }) => e.mountPoint === root || e.mountPoint.startsWith(prefix))
+    .sort((a, b) => depth(b.e.mountPoint) - depth(a.e.mountPoint) || b.order - a.order)
+    .map(({ e }) => e);
 }
 
 export async function mountsLeftUnder(dir: string) {

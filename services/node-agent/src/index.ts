@@ -4,19 +4,17 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { invalidArgument, NodeWork, nodeQueues, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { NodeWork, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
 import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
-import { validateCoPath } from "./adapters/paths.js";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
-import type { z } from "zod";
 import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
 import { NodeService } from "./app/node-service.js";
 import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
 import { NodeState } from "./domain/node-state.js";
-import { NODE_CAPABILITIES, nodeHandlers } from "./rpc/node.js";
+import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.js";
 
 export { nodeAgentConfig, NodeAgentConfig } from "./config.js";
 
@@ -71,35 +69,6 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
       await nc.drain().catch(() => {});
     },
   };
-}
-
-type Work = z.output<typeof NodeWork>;
-
-/** NATS work runs the same operations as kubelet's gRPC calls, with the same path checks. */
-function runWork(svc: NodeService, raw: Work): Promise<void> {
-  const via = "nats" as const;
-  const why = unsupported(raw.capability);
-  if (why) throw invalidArgument(why);
-  const w = {
-    ...raw,
-    stagingPath: validateCoPath(raw.stagingPath, "stagingPath"),
-    ...(raw.targetPath ? { targetPath: validateCoPath(raw.targetPath, "targetPath") } : {}),
-  };
-  if ((w.op === "publish" || w.op === "unpublish") && !w.targetPath) throw invalidArgument(`${w.op} needs targetPath`);
-  switch (w.op) {
-    case "stage":
-      return svc.stage({ volumeId: w.volumeId, stagingPath: w.stagingPath, capability: w.capability, publishContext: w.publishContext, via });
-    case "publish":
-      return svc.publish({ volumeId: w.volumeId, stagingPath: w.stagingPath, targetPath: w.targetPath ?? "", readOnly: w.readOnly, via });
-    case "unpublish":
-      return svc.unpublish({ volumeId: w.volumeId, targetPath: w.targetPath ?? "", via });
-    case "unstage":
-      return svc.unstage({ volumeId: w.volumeId, stagingPath: w.stagingPath, via });
-    default: {
-      const never: never = w.op;
-      throw new Error(`unknown node work ${never}`);
-    }
-  }
 }
 
 /** Fault injection (tests only): die by SIGKILL right after a step reports the given state. */

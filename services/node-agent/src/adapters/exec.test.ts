@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
 import { DriverError } from "@csi/contracts";
-import { CommandError, isTransient, run, withRetry } from "./exec.js";
+import { CommandError, isTransient, run, runRetrying } from "./exec.js";
 
 describe("run", () => {
   it("captures stdout and stderr", async () => {
@@ -73,55 +76,38 @@ describe("isTransient", () => {
   for (const [name, err, want] of cases) it(`${name} → ${want}`, () => assert.equal(isTransient(err), want));
 });
 
-describe("withRetry", () => {
-  const busy = () => new CommandError("Unavailable", "busy", ["umount", "/x"], 32, "umount: /x: target is busy.");
-
-  it("retries transient failures with 100 ms then 200 ms backoff, and throws the last one", async () => {
-    const at: number[] = [];
-    const t0 = Date.now();
-    await assert.rejects(
-      withRetry(async () => {
-        at.push(Date.now() - t0);
-        throw busy();
-      }),
-      { code: "Unavailable" },
-    );
-    assert.equal(at.length, 3);
-    const [a = 0, b = 0, c = 0] = at;
-    assert.ok(b - a >= 95 && b - a < 180, `first delay ${b - a} ms`);
-    assert.ok(c - b >= 195 && c - b < 350, `second delay ${c - b} ms`);
+describe("runRetrying", () => {
+  // Each attempt appends a line to a file, so the test counts the real runs of the command.
+  let dir = "";
+  before(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), "node-agent-exec-"));
   });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  const attempts = async (file: string) => (await readFile(file, "utf8").catch(() => "")).split("\n").filter(Boolean).length;
+  const failing = (file: string, stderr: string) => ["-c", `echo x >> "$0"; echo '${stderr}' >&2; exit 1`, file];
 
-  it("returns as soon as an attempt succeeds", async () => {
-    let calls = 0;
-    const v = await withRetry(
-      async () => {
-        calls++;
-        if (calls < 2) throw busy();
-        return "ok";
-      },
-      { firstDelayMs: 1 },
-    );
-    assert.equal(v, "ok");
-    assert.equal(calls, 2);
+  it("retries a busy command 3 times, 100 ms then 200 ms apart, and throws the last failure", async () => {
+    const file = path.join(dir, "busy");
+    const t0 = Date.now();
+    await assert.rejects(runRetrying("sh", failing(file, "losetup: /dev/loop0: Device or resource busy")), { code: "Unavailable" });
+    assert.equal(await attempts(file), 3);
+    const ms = Date.now() - t0;
+    assert.ok(ms >= 290 && ms < 1500, `3 attempts took ${ms} ms`);
   });
 
   it("fails at once on a permanent failure", async () => {
-    let calls = 0;
-    await assert.rejects(
-      withRetry(async () => {
-        calls++;
-        throw new DriverError("InvalidArgument", "no");
-      }),
-      { code: "InvalidArgument" },
-    );
-    assert.equal(calls, 1);
+    const file = path.join(dir, "permanent");
+    await assert.rejects(runRetrying("sh", failing(file, "wrong fs type, bad option, bad superblock")), { code: "Internal" });
+    assert.equal(await attempts(file), 1);
   });
 
-  it("retries a real command that fails transiently", async () => {
-    let calls = 0;
-    const res = await withRetry(() => run("sh", ["-c", calls++ === 0 ? "echo 'Device or resource busy' >&2; exit 1" : "echo done"]), { firstDelayMs: 1 });
+  it("returns as soon as an attempt succeeds", async () => {
+    const file = path.join(dir, "second");
+    const script = `echo x >> "$0"; [ "$(wc -l < "$0")" -ge 2 ] && echo done && exit 0; echo 'target is busy' >&2; exit 32`;
+    const res = await runRetrying("sh", ["-c", script, file]);
     assert.equal(res.stdout, "done\n");
-    assert.equal(calls, 2);
+    assert.equal(await attempts(file), 2);
   });
 });

@@ -10,8 +10,8 @@
  * never secrets — so the message is safe to log and to return to the CO.
  */
 import { execFile } from "node:child_process";
-import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError, type ErrorName } from "@csi/contracts";
+import { retry } from "@csi/runtime";
 
 export interface RunOptions {
   /** Kill the command (SIGKILL) after this long. Default 60 s. */
@@ -99,30 +99,10 @@ export function isTransient(err: unknown): boolean {
   return typeof e?.message === "string" && TRANSIENT.test(e.message);
 }
 
-export interface RetryOptions {
-  /** Attempts in all, including the first. Default 3. */
-  tries?: number;
-  /** Delay before the second attempt; doubled before each next one. Default 100 ms. */
-  firstDelayMs?: number;
-  /** Which failures to retry. Default `isTransient`; anything else is thrown at once. */
-  retryIf?: (err: unknown) => boolean;
-}
-
 /**
- * Call `fn` until it succeeds, retrying only transient failures with exponential backoff
- * (100 ms, 200 ms with the defaults). The last failure is thrown as it is.
+ * `run`, retrying only transient failures (see `isTransient`): 3 attempts, 100 ms then 200 ms
+ * apart (Nomad's policy), with the runtime's `retry`. The last failure is thrown as it is.
  */
-export async function withRetry<T>(fn: () => Promise<T>, opts: RetryOptions = {}): Promise<T> {
-  const tries = opts.tries ?? 3;
-  const retryIf = opts.retryIf ?? isTransient;
-  let delay = opts.firstDelayMs ?? 100;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (attempt >= tries || !retryIf(err)) throw err;
-      await sleep(delay);
-      delay *= 2;
-    }
-  }
+export function runRetrying(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  return retry(() => run(cmd, args, opts), { tries: 3, firstDelayMs: 100, retryIf: isTransient });
 }

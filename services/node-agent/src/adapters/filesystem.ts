@@ -7,15 +7,8 @@
  * that holds data is never formatted, whatever the caller believed.
  */
 import { stat, statfs } from "node:fs/promises";
-import { DriverError } from "@csi/contracts";
+import { DriverError, isSupportedFs, SUPPORTED_FS } from "@csi/contracts";
 import { CommandError, run } from "./exec.js";
-
-export const SUPPORTED_FS = ["ext4", "xfs"] as const;
-export type FsType = (typeof SUPPORTED_FS)[number];
-
-export function isSupportedFs(s: string): s is FsType {
-  return (SUPPORTED_FS as readonly string[]).includes(s);
-}
 
 /** mkfs of a large volume takes a while; discarding a big device even longer. */
 const MKFS_TIMEOUT_MS = 10 * 60_000;

@@ -7,11 +7,11 @@
  * at that path, so `findByBackingFile` never returns it; `list` shows it with `deleted: true`
  * so the healer can detach it.
  */
-import { open, realpath, stat } from "node:fs/promises";
-import path from "node:path";
+import { open, stat } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
-import { CommandError, run, withRetry } from "./exec.js";
+import { CommandError, run, runRetrying } from "./exec.js";
+import { canonicalPath } from "./paths.js";
 
 export interface LoopDevice {
   /** The device node, e.g. /dev/loop3. */
@@ -58,15 +58,9 @@ export async function list(): Promise<LoopDevice[]> {
   return parseLosetupJson(stdout);
 }
 
-/** The path of `file` as the kernel reports it for a backing file (symlinks resolved). */
-async function canonical(file: string): Promise<string> {
-  const abs = path.resolve(file);
-  return realpath(abs).catch(() => abs);
-}
-
 /** The loop device that currently maps `imagePath`, if any (the first by name if several do). */
 export async function findByBackingFile(imagePath: string): Promise<string | undefined> {
-  const want = await canonical(imagePath);
+  const want = await canonicalPath(imagePath);
   const hits = (await list()).filter((d) => !d.deleted && d.backingFile === want);
   hits.sort((a, b) => a.device.localeCompare(b.device, "en", { numeric: true }));
   return hits[0]?.device;
@@ -74,12 +68,12 @@ export async function findByBackingFile(imagePath: string): Promise<string | und
 
 /** Map `imagePath` to a free loop device and return the device path. */
 export async function attach(imagePath: string, opts: { readOnly?: boolean } = {}): Promise<string> {
-  const file = await canonical(imagePath);
+  const file = await canonicalPath(imagePath);
   const st = await stat(file).catch(() => undefined);
   if (!st) throw new DriverError("NotFound", `image file ${file} does not exist`);
   if (!st.isFile()) throw new DriverError("FailedPrecondition", `image ${file} is not a regular file`);
   const args = ["--find", "--show", ...(opts.readOnly ? ["--read-only"] : []), "--direct-io=off", file];
-  const { stdout } = await withRetry(() => run("losetup", args));
+  const { stdout } = await runRetrying("losetup", args);
   const device = stdout.trim();
   if (!device.startsWith("/dev/")) throw new DriverError("Internal", `losetup ${args.join(" ")} printed no device: ${JSON.stringify(stdout)}`);
   return device;
@@ -103,14 +97,14 @@ const DETACH_SETTLE = { tries: 10, delayMs: 50 };
  * let go of its file, and fail with FailedPrecondition if it stays in use.
  */
 export async function detach(device: string, expect?: { backingFile: string }): Promise<void> {
-  const want = expect && (await canonical(expect.backingFile));
+  const want = expect && (await canonicalPath(expect.backingFile));
   const pin = await open(device, "r").catch(() => undefined);
   if (!pin) return; // no such device node
   let mapped: string | undefined;
   try {
     mapped = (await list()).find((d) => d.device === device)?.backingFile;
     if (mapped === undefined || (want !== undefined && mapped !== want)) return;
-    await withRetry(() => run("losetup", ["--detach", device])).catch((err: unknown) => {
+    await runRetrying("losetup", ["--detach", device]).catch((err: unknown) => {
       if (err instanceof CommandError && /No such device or address/i.test(err.stderr)) return; // detached meanwhile
       throw err;
     });
@@ -130,5 +124,5 @@ export async function detach(device: string, expect?: { backingFile: string }): 
 
 /** Make the loop device see the current size of its backing file (after the image grew). */
 export async function refreshSize(device: string): Promise<void> {
-  await withRetry(() => run("losetup", ["--set-capacity", device]));
+  await runRetrying("losetup", ["--set-capacity", device]);
 }

@@ -4,11 +4,12 @@
  *
  * Paths are compared as the kernel writes them: resolved, absolute, symlinks followed.
  */
-import { readFile, realpath } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { DriverError } from "@csi/contracts";
 import { findByMountPoint, type MountEntry, parseMountInfo } from "../domain/mountinfo.js";
-import { run, withRetry } from "./exec.js";
+import { runRetrying } from "./exec.js";
+import { canonicalPath } from "./paths.js";
 
 export interface MountOptions {
   fsType: string;
@@ -41,7 +42,7 @@ export async function mount(source: string, target: string, opts: MountOptions):
   const flags = opts.flags ?? [];
   validateMountFlags(flags);
   const options = [...(opts.readOnly ? ["ro"] : []), ...flags];
-  await withRetry(() => run("mount", ["-t", opts.fsType, ...(options.length ? ["-o", options.join(",")] : []), source, target]));
+  await runRetrying("mount", ["-t", opts.fsType, ...(options.length ? ["-o", options.join(",")] : []), source, target]);
 }
 
 /**
@@ -52,10 +53,10 @@ export async function mount(source: string, target: string, opts: MountOptions):
 export async function bindMount(source: string, target: string, opts: { readOnly?: boolean } = {}): Promise<void> {
   requireAbsolute("bind source", source);
   requireAbsolute("bind target", target);
-  await withRetry(() => run("mount", ["--bind", source, target]));
+  await runRetrying("mount", ["--bind", source, target]);
   if (!opts.readOnly) return;
   try {
-    await withRetry(() => run("mount", ["-o", "remount,bind,ro", target]));
+    await runRetrying("mount", ["-o", "remount,bind,ro", target]);
   } catch (err) {
     await unmount(target).catch(() => {});
     throw err;
@@ -67,7 +68,7 @@ export async function unmount(target: string): Promise<void> {
   requireAbsolute("unmount target", target);
   if (!(await isMountPoint(target))) return;
   try {
-    await withRetry(() => run("umount", [target]));
+    await runRetrying("umount", [target]);
   } catch (err) {
     if (!(await isMountPoint(target))) return; // someone else unmounted it meanwhile
     throw err;
@@ -79,19 +80,13 @@ export async function readMounts(): Promise<MountEntry[]> {
   return parseMountInfo(await readFile("/proc/self/mountinfo", "utf8"));
 }
 
-/** `p` resolved as the kernel writes it in mountinfo; a path that does not exist stays as it is. */
-async function resolved(p: string): Promise<string> {
-  const abs = path.resolve(p);
-  return realpath(abs).catch(() => abs);
-}
-
 /** The mounts stacked at `target`, the visible (last) one last. */
 export async function mountsAt(target: string): Promise<MountEntry[]> {
-  const want = await resolved(target);
+  const want = await canonicalPath(target);
   return (await readMounts()).filter((e) => e.mountPoint === want);
 }
 
 /** Whether something is mounted at `p` (a bind mount of the same filesystem counts too). */
 export async function isMountPoint(p: string): Promise<boolean> {
-  return findByMountPoint(await readMounts(), await resolved(p)) !== undefined;
+  return findByMountPoint(await readMounts(), await canonicalPath(p)) !== undefined;
 }

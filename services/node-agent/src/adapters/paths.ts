@@ -3,7 +3,7 @@
  * creating/removing staging and target paths — never recursively, so a mistake can at worst
  * leave an empty directory behind, never delete a volume's data.
  */
-import { lstat, mkdir, open, rmdir, unlink } from "node:fs/promises";
+import { lstat, mkdir, open, realpath, rmdir, unlink } from "node:fs/promises";
 import path from "node:path";
 import { DriverError } from "@csi/contracts";
 
@@ -44,6 +44,15 @@ export function validateCoPath(p: string, what = "path"): string {
   if (segments.includes("..") || segments.includes(".")) throw invalid(`${what} ${JSON.stringify(p)} must not contain "." or ".." segments`);
   const clean = path.posix.normalize(p);
   return clean.length > 1 && clean.endsWith("/") ? clean.slice(0, -1) : clean;
+}
+
+/**
+ * `p` as the kernel writes it (a loop device's backing file, a mount point in mountinfo):
+ * absolute, symlinks resolved. A path that does not exist (yet) is only made absolute.
+ */
+export async function canonicalPath(p: string): Promise<string> {
+  const abs = path.resolve(p);
+  return realpath(abs).catch(() => abs);
 }
 
 const code = (err: unknown) => (err as NodeJS.ErrnoException).code;

@@ -6,7 +6,19 @@
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
 import { lstat, realpath } from "node:fs/promises";
-import { type Capability, type Clusters, DriverError, decomposeVolumeId, type DeviceState, notFound, readerOnly } from "@csi/contracts";
+import {
+  type Capability,
+  type Clusters,
+  DEFAULT_FS,
+  DriverError,
+  decomposeVolumeId,
+  type DeviceState,
+  IMAGE_NAME_RE,
+  notFound,
+  readerOnly,
+  type Via,
+  volumeImageName,
+} from "@csi/contracts";
 import type { Logger } from "pino";
 import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";
@@ -18,9 +30,6 @@ import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, p
 import { KeyedMutex } from "@csi/runtime";
 import type { Reporter } from "./reporter.js";
 
-export type Via = "grpc" | "nats" | "healer";
-const IMAGE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
-const DEFAULT_FS = "ext4";
 
 export interface NodeServiceDeps {
   nodeId: string;
@@ -62,8 +71,8 @@ export class NodeService {
     const cluster = this.d.clusters.get(parts.clusterID);
     const pool = cluster?.pools.find((p) => p.id === parts.poolID);
     if (!cluster || !pool) throw notFound(`volume ${volumeId}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
-    const imageName = publishContext.imageName ?? `csi-vol-${parts.uuid}`;
-    if (!IMAGE_NAME.test(imageName)) throw new DriverError("InvalidArgument", `publish context imageName ${JSON.stringify(imageName)} is not an image name`);
+    const imageName = publishContext.imageName ?? volumeImageName(parts.uuid);
+    if (!IMAGE_NAME_RE.test(imageName)) throw new DriverError("InvalidArgument", `publish context imageName ${JSON.stringify(imageName)} is not an image name`);
     const file = safeJoin(pool.root, `${imageName}.img`);
     const imagePath = await realpath(file).catch(() => {
       throw notFound(`volume ${volumeId}: image ${imageName} does not exist in pool ${pool.name}`);
@@ -85,7 +94,7 @@ export class NodeService {
 
   async #mountStaging(v: VolumeState, device: string, via: Via): Promise<void> {
     const staging = v.staging;
-    if (!staging || staging.capability.accessType !== "mount") return;
+    if (staging?.capability.accessType !== "mount") return;
     const cap = staging.capability;
     let fs = await fsx.detectFs(device);
     if (!fs) {
@@ -98,7 +107,7 @@ export class NodeService {
     }
     await ensureDir(staging.path);
     const current = (await mnt.mountsAt(staging.path)).at(-1);
-    if (current && current.source === device) return;
+    if (current?.source === device) return;
     if (current) await mnt.unmount(staging.path);
     await mnt.mount(device, staging.path, { fsType: fs, flags: cap.mountFlags ?? [], readOnly: v.readOnly });
     this.#report(v, "staged", via, { device, path: staging.path });
@@ -189,11 +198,24 @@ export class NodeService {
     });
   }
 
-  #volumeAt(volumeId: string, volumePath: string): VolumeState {
+  /** The volume staged or published here at `volumePath` (a clean path; undefined: an invalid one, shown as `shown`), else NotFound. */
+  #volumeAt(volumeId: string, volumePath: string | undefined, shown: string = volumePath ?? ""): VolumeState {
     const v = this.#state.volumes[volumeId];
     if (!v) throw notFound(`volume ${volumeId} is not staged on this node`);
-    if (!pathsOf(v).includes(volumePath)) throw notFound(`volume ${volumeId} is not at ${volumePath}`);
+    if (volumePath === undefined || !pathsOf(v).includes(volumePath)) throw notFound(`volume ${volumeId} is not at ${JSON.stringify(shown.slice(0, 256))}`);
     return v;
+  }
+
+  // ------------------------------------------------------------------ where volumes are (the NOT_FOUND checks)
+
+  /** NotFound unless the volume is staged here or its image is in one of this node's pools. */
+  async requireInPool(volumeId: string, publishContext: Record<string, string>): Promise<void> {
+    if (!this.#state.volumes[volumeId]) await this.#locate(volumeId, publishContext);
+  }
+
+  /** NotFound unless the volume is staged or published here at `path`. */
+  requireAt(volumeId: string, path: string | undefined, shown: string): void {
+    this.#volumeAt(volumeId, path, shown);
   }
 
   /** Grow the device and the filesystem to the image's size; returns the new capacity. */

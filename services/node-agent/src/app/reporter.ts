@@ -7,6 +7,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { type DeviceReport, nodeQueues, subjects } from "@csi/contracts";
+import { retry } from "@csi/runtime";
 import { jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -53,21 +54,15 @@ export class Reporter {
 
   async #send(r: Outgoing): Promise<void> {
     const { clusterID, ...report } = r;
-    let delay = 100;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        // The report queue is made by the cluster's journal; the message id de-duplicates retries.
-        await this.#js.publish(subjects.reports(clusterID, report.uuid), JSON.stringify(report), { msgID: report.requestId, timeout: 5000 });
-        return;
-      } catch (err) {
-        if (attempt >= 3) {
-          this.log.warn({ err: String(err), stream: nodeQueues.reports(clusterID).stream, state: report.state }, "device report not delivered yet; kept for retry");
-          this.#keep(r);
-          return;
-        }
-        await new Promise((res) => setTimeout(res, delay));
-        delay *= 2;
-      }
+    try {
+      // The report queue is made by the cluster's journal; the message id de-duplicates retries.
+      await retry(() => this.#js.publish(subjects.reports(clusterID, report.uuid), JSON.stringify(report), { msgID: report.requestId, timeout: 5000 }), {
+        tries: 3,
+        firstDelayMs: 100,
+      });
+    } catch (err) {
+      this.log.warn({ err: String(err), stream: nodeQueues.reports(clusterID).stream, state: report.state }, "device report not delivered yet; kept for retry");
+      this.#keep(r);
     }
   }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { findByMountPoint, isReadOnly, type MountEntry, mountsUnder, parseMountInfo, unescapeMountField } from "./mountinfo.js";
+import { findByMountPoint, type MountEntry, parseMountInfo, unescapeMountField } from "./mountinfo.js";
 
 const SAMPLE = [
   "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard",
@@ -81,30 +81,4 @@ describe("findByMountPoint", () => {
   it("returns the visible (last) of stacked mounts", () => assert.equal(findByMountPoint(entries, "/var/lib/kubelet/plugins/csi/staging/vol 1")?.mountId, 46));
   it("ignores a trailing slash", () => assert.equal(findByMountPoint(entries, "/dev/")?.mountId, 24));
   it("finds nothing at a plain directory", () => assert.equal(findByMountPoint(entries, "/var/lib/kubelet"), undefined));
-});
-
-describe("mountsUnder", () => {
-  const entries = parseMountInfo(SAMPLE);
-  it("lists mounts at and below a directory, deepest and latest first", () => {
-    assert.deepEqual(
-      mountsUnder(entries, "/var/lib/kubelet/plugins").map((e) => e.mountId),
-      [45, 46, 42],
-    );
-  });
-  it("does not match a sibling with a common prefix", () => assert.deepEqual(mountsUnder(entries, "/de"), []));
-});
-
-describe("isReadOnly", () => {
-  const entries = parseMountInfo(SAMPLE);
-  for (const [id, want] of [
-    [42, false],
-    [43, true], // read-only bind of a writable filesystem
-    [45, true], // read-only superblock
-  ] as const) {
-    it(`mount ${id} → ${want}`, () => {
-      const e = entries.find((x) => x.mountId === id);
-      assert.ok(e);
-      assert.equal(isReadOnly(e), want);
-    });
-  }
 });

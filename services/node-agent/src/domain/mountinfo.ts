@@ -89,20 +89,3 @@ export function findByMountPoint(entries: readonly MountEntry[], mountPoint: str
   const want = clean(mountPoint);
   return entries.findLast((e) => e.mountPoint === want);
 }
-
-/** Every mount at `dir` or below it, deepest first, and later mounts before earlier ones: the order to unmount them in. */
-export function mountsUnder(entries: readonly MountEntry[], dir: string): MountEntry[] {
-  const root = clean(dir);
-  const prefix = root === "/" ? "/" : `${root}/`;
-  const depth = (p: string) => p.split("/").length;
-  return entries
-    .map((e, order) => ({ e, order }))
-    .filter(({ e }) => e.mountPoint === root || e.mountPoint.startsWith(prefix))
-    .sort((a, b) => depth(b.e.mountPoint) - depth(a.e.mountPoint) || b.order - a.order)
-    .map(({ e }) => e);
-}
-
-/** Read-only, either for this mount or for the whole filesystem. */
-export function isReadOnly(entry: MountEntry): boolean {
-  return entry.options.includes("ro") || entry.superOptions.includes("ro");
-}

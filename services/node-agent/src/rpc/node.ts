@@ -1,22 +1,137 @@
 /**
- * The CSI Node service: argument checks first (before anything touches the machine), then the
- * NodeService operation. Paths from the CO are used as given, but must be absolute and clean.
+ * The CSI Node service and the NATS node work: every call is checked by one function,
+ * `checkNodeCall`, from one table, `NODE_CHECKS`, in the order the CSI spec's error tables give
+ * (before anything touches the machine), and then handed to the NodeService operation:
+ *
+ *   1. a required field is missing                        → INVALID_ARGUMENT
+ *   2. the volume does not exist, or is not at the path   → NOT_FOUND
+ *   3. the remaining arguments: paths absolute and clean, the capability one we serve
+ *                                                         → INVALID_ARGUMENT
+ *   4. a field the call needs from an earlier step is unset
+ *      (NodePublishVolume without staging_target_path)    → FAILED_PRECONDITION
+ *
+ * So NodeGetVolumeStats of an unknown volume at "some/path" is NOT_FOUND (the volume is not
+ * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
-import { invalidArgument, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
-import { type Handlers, type VolumeCapabilityMsg, required, toCapability } from "@csi/runtime";
+import { type Capability, DriverError, invalidArgument, type NodeWork, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
+import type { z } from "zod";
 import { validateCoPath } from "../adapters/paths.js";
 import type { NodeService } from "../app/node-service.js";
 
 export const NODE_CAPABILITIES = ["STAGE_UNSTAGE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME_STATS", "VOLUME_CONDITION", "SINGLE_NODE_MULTI_WRITER"] as const;
 
-const capabilityOf = (vc: VolumeCapabilityMsg | null) => {
-  const c = toCapability(vc);
-  const why = unsupported(c);
-  if (why) throw invalidArgument(why);
-  return c;
+/** The fields of a Node call, whichever way it came (gRPC request or NATS work item), unchecked. */
+export interface NodeArgs {
+  volumeId?: string;
+  stagingPath?: string;
+  targetPath?: string;
+  volumePath?: string;
+  capability?: Capability;
+  publishContext?: Record<string, string>;
+}
+type Field = "volumeId" | "stagingPath" | "targetPath" | "volumePath" | "capability";
+type PathField = "stagingPath" | "targetPath" | "volumePath";
+
+interface Rule {
+  /** Missing → INVALID_ARGUMENT, first of all. */
+  readonly required: readonly Field[];
+  /**
+   * Where the volume must be, else NOT_FOUND: "in-pool" = its image is in one of this node's
+   * pools (or it is staged here); a path field = it is staged or published here at that path.
+   * Without it an unknown volume is left to the operation (unstage/unpublish: nothing to undo).
+   */
+  readonly find?: "in-pool" | PathField;
+  /** The paths the call uses: absolute and clean, else INVALID_ARGUMENT (checked when set). */
+  readonly paths: readonly PathField[];
+  /** Set by an earlier step the caller skipped → FAILED_PRECONDITION. */
+  readonly needs?: readonly PathField[];
+}
+
+export const NODE_CHECKS = {
+  NodeStageVolume: { required: ["volumeId", "stagingPath", "capability"], find: "in-pool", paths: ["stagingPath"] },
+  NodeUnstageVolume: { required: ["volumeId", "stagingPath"], paths: ["stagingPath"] },
+  NodePublishVolume: { required: ["volumeId", "targetPath", "capability"], find: "in-pool", paths: ["stagingPath", "targetPath"], needs: ["stagingPath"] },
+  NodeUnpublishVolume: { required: ["volumeId", "targetPath"], paths: ["targetPath"] },
+  NodeExpandVolume: { required: ["volumeId", "volumePath"], find: "volumePath", paths: ["volumePath"] },
+  NodeGetVolumeStats: { required: ["volumeId", "volumePath"], find: "volumePath", paths: ["volumePath"] },
+} as const satisfies Record<string, Rule>;
+export type NodeRpc = keyof typeof NODE_CHECKS;
+
+type Needed<R extends NodeRpc> = (typeof NODE_CHECKS)[R] extends { needs: readonly (infer N extends Field)[] } ? N : never;
+/** A call that passed its checks: the required (and needed) fields set, the paths clean. */
+export type CheckedCall<R extends NodeRpc> = NodeArgs & { [K in (typeof NODE_CHECKS)[R]["required"][number] | Needed<R>]-?: NonNullable<NodeArgs[K]> } & {
+  publishContext: Record<string, string>;
 };
 
+/** How each transport names the fields in its error messages. */
+export type FieldNames = Readonly<Record<Field, string>>;
+export const CSI_FIELDS: FieldNames = {
+  volumeId: "volume_id",
+  stagingPath: "staging_target_path",
+  targetPath: "target_path",
+  volumePath: "volume_path",
+  capability: "volume_capability",
+};
+export const WORK_FIELDS: FieldNames = {
+  volumeId: "volumeId",
+  stagingPath: "stagingPath",
+  targetPath: "targetPath",
+  volumePath: "volumePath",
+  capability: "capability",
+};
+
+/** Where volumes are: the NodeService answers the NOT_FOUND step. */
+export interface VolumeFinder {
+  requireInPool(volumeId: string, publishContext: Record<string, string>): Promise<void>;
+  /** `path` is the clean path, or undefined when the given one (`shown`) is not a valid path. */
+  requireAt(volumeId: string, path: string | undefined, shown: string): void;
+}
+
+const isSet = (v: unknown) => v !== undefined && v !== null && v !== "";
+
+const cleanOrUndefined = (p: string): string | undefined => {
+  try {
+    return validateCoPath(p);
+  } catch {
+    return undefined;
+  }
+};
+
+/** Check one Node call in the spec's order (see the top of this file); returns it with clean paths. */
+export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, names: FieldNames, volumes: VolumeFinder): Promise<CheckedCall<R>> {
+  const rule: Rule = NODE_CHECKS[rpc];
+  for (const f of rule.required) if (!isSet(args[f])) throw invalidArgument(`${names[f]} is required`);
+  const volumeId = args.volumeId as string;
+  const publishContext = args.publishContext ?? {};
+
+  if (rule.find === "in-pool") await volumes.requireInPool(volumeId, publishContext);
+  else if (rule.find) {
+    const given = args[rule.find] as string;
+    volumes.requireAt(volumeId, cleanOrUndefined(given), given);
+  }
+
+  const call: NodeArgs = { ...args, publishContext };
+  for (const f of rule.paths) {
+    const p = args[f];
+    if (isSet(p)) call[f] = validateCoPath(p as string, names[f]);
+  }
+  const why = args.capability && unsupported(args.capability);
+  if (why) throw invalidArgument(why);
+
+  for (const f of rule.needs ?? []) {
+    if (!isSet(call[f]))
+      throw new DriverError("FailedPrecondition", `${names[f]} is not set: this node stages volumes (STAGE_UNSTAGE_VOLUME), so NodeStageVolume comes first`);
+  }
+  return call as CheckedCall<R>;
+}
+
+/** The capability message as a Capability; a malformed one (no access mode or type) is a missing field. */
+const capabilityOf = (vc: VolumeCapabilityMsg | null | undefined): Capability | undefined => (vc ? toCapability(vc) : undefined);
+
 export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {
+  const check = <R extends NodeRpc>(rpc: R, args: NodeArgs) => checkNodeCall(rpc, args, CSI_FIELDS, svc);
+  const via = "grpc" as const;
   return {
     NodeGetInfo: async () => ({
       node_id: info.nodeId,
@@ -26,51 +141,49 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
     NodeGetCapabilities: async () => ({ capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
     NodeStageVolume: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.staging_target_path, "staging_target_path");
-      const stagingPath = validateCoPath(req.staging_target_path, "staging_target_path");
-      const capability = capabilityOf(req.volume_capability);
-      await svc.stage({ volumeId: req.volume_id, stagingPath, capability, publishContext: req.publish_context ?? {}, via: "grpc" });
+      const c = await check("NodeStageVolume", {
+        volumeId: req.volume_id,
+        stagingPath: req.staging_target_path,
+        capability: capabilityOf(req.volume_capability),
+        publishContext: req.publish_context,
+      });
+      await svc.stage({ ...c, via });
       return {};
     },
 
     NodeUnstageVolume: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.staging_target_path, "staging_target_path");
-      await svc.unstage({ volumeId: req.volume_id, stagingPath: validateCoPath(req.staging_target_path, "staging_target_path"), via: "grpc" });
+      const c = await check("NodeUnstageVolume", { volumeId: req.volume_id, stagingPath: req.staging_target_path });
+      await svc.unstage({ ...c, via });
       return {};
     },
 
     NodePublishVolume: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.staging_target_path, "staging_target_path");
-      required(req.target_path, "target_path");
-      const stagingPath = validateCoPath(req.staging_target_path, "staging_target_path");
-      const targetPath = validateCoPath(req.target_path, "target_path");
-      const capability = capabilityOf(req.volume_capability);
-      await svc.publish({ volumeId: req.volume_id, stagingPath, targetPath, readOnly: !!req.readonly || readerOnly(capability), via: "grpc" });
+      const c = await check("NodePublishVolume", {
+        volumeId: req.volume_id,
+        stagingPath: req.staging_target_path,
+        targetPath: req.target_path,
+        capability: capabilityOf(req.volume_capability),
+        publishContext: req.publish_context,
+      });
+      await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), via });
       return {};
     },
 
     NodeUnpublishVolume: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.target_path, "target_path");
-      await svc.unpublish({ volumeId: req.volume_id, targetPath: validateCoPath(req.target_path, "target_path"), via: "grpc" });
+      const c = await check("NodeUnpublishVolume", { volumeId: req.volume_id, targetPath: req.target_path });
+      await svc.unpublish({ ...c, via });
       return {};
     },
 
     NodeExpandVolume: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.volume_path, "volume_path");
-      if (req.volume_capability) capabilityOf(req.volume_capability);
-      const bytes = await svc.expand({ volumeId: req.volume_id, volumePath: validateCoPath(req.volume_path, "volume_path"), via: "grpc" });
+      const c = await check("NodeExpandVolume", { volumeId: req.volume_id, volumePath: req.volume_path, capability: capabilityOf(req.volume_capability) });
+      const bytes = await svc.expand({ ...c, via });
       return { capacity_bytes: String(bytes) };
     },
 
     NodeGetVolumeStats: async (req) => {
-      required(req.volume_id, "volume_id");
-      required(req.volume_path, "volume_path");
-      const s = await svc.stats({ volumeId: req.volume_id, volumePath: validateCoPath(req.volume_path, "volume_path") });
+      const c = await check("NodeGetVolumeStats", { volumeId: req.volume_id, volumePath: req.volume_path });
+      const s = await svc.stats(c);
       const u = s.usage;
       const usage = !u
         ? []
@@ -83,4 +196,26 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
       return { usage, volume_condition: s.condition };
     },
   };
+}
+
+export type Work = z.output<typeof NodeWork>;
+
+/** NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC calls. */
+export async function runWork(svc: NodeService, w: Work): Promise<void> {
+  const via = "nats" as const;
+  const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
+  switch (w.op) {
+    case "stage":
+      return svc.stage({ ...(await check("NodeStageVolume")), via });
+    case "publish":
+      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, via });
+    case "unpublish":
+      return svc.unpublish({ ...(await check("NodeUnpublishVolume")), via });
+    case "unstage":
+      return svc.unstage({ ...(await check("NodeUnstageVolume")), via });
+    default: {
+      const never: never = w.op;
+      throw new Error(`unknown node work ${never}`);
+    }
+  }
 }
