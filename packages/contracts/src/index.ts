@@ -9,3 +9,4 @@ export * from "./clusters.js";
 export * from "./nodes.js";
 export * from "./plugin.js";
 export * from "./images.js";
+export * from "./mutable-parameters.js";

@@ -4,7 +4,7 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { invalidArgument, NodeWork, nodeQueues, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { invalidArgument, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
 import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
 import { validateCoPath } from "./adapters/paths.js";
 import { connect } from "@nats-io/transport-node";
@@ -12,9 +12,11 @@ import type { Logger } from "pino";
 import type { z } from "zod";
 import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
+import { IoLimiter } from "./app/io-limiter.js";
 import { NodeService } from "./app/node-service.js";
 import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
+import { LimitsState } from "./domain/io-limits.js";
 import { NodeState } from "./domain/node-state.js";
 import { NODE_CAPABILITIES, nodeHandlers } from "./rpc/node.js";
 
@@ -29,9 +31,12 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
-  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log });
+  const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
+  await ioLimits.load();
+  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log, ioLimits });
   await svc.load();
   const healed = await svc.heal(); // before serving: put back what should be there
+  await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
   await ensureNodesStream(nc);
@@ -50,7 +55,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeWork, (w: Work) => runWork(svc, w), log);
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log);
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
@@ -73,11 +78,12 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   };
 }
 
-type Work = z.output<typeof NodeWork>;
+type Work = z.output<typeof NodeQueueMessage>;
 
 /** NATS work runs the same operations as kubelet's gRPC calls, with the same path checks. */
 function runWork(svc: NodeService, raw: Work): Promise<void> {
   const via = "nats" as const;
+  if (raw.op === "limits") return svc.limits({ volumeId: raw.volumeId, mutableParameters: raw.mutableParameters, seq: raw.seq, via });
   const why = unsupported(raw.capability);
   if (why) throw invalidArgument(why);
   const w = {

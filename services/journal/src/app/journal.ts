@@ -19,6 +19,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { alreadyExists, type CommandResult, DriverError, invalidArgument, notFound, type ParsedRequest, type ResolvedCluster, type SnapshotView, subjects, type VolumeView } from "@csi/contracts";
+import { applyMutableParameters, inForce, limitsToContext, sameMutableParameters } from "@csi/contracts";
 import type { DeviceReport, EventBody, StoredEvent } from "@csi/contracts";
 import { type Append, SequenceConflict } from "../adapters/event-log.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
@@ -99,7 +100,8 @@ export class Journal {
     if (req.limitBytes > 0 && sizeBytes > req.limitBytes) {
       throw new DriverError("OutOfRange", `${req.sizeBytes} bytes rounded up to ${sizeBytes} exceeds the limit ${req.limitBytes}`);
     }
-    const digest = volumeDigest(poolName, req.parameters);
+    const mutableParameters = inForce(req.mutableParameters ?? {});
+    const digest = volumeDigest(poolName, req.parameters, mutableParameters);
     const also = req.source ? [{ kind: req.source.kind as Kind, uuid: req.source.uuid }] : [];
 
     return runOperation(this.#d, req.requestId, async (op) => {
@@ -125,11 +127,12 @@ export class Journal {
       const reserved = {
         type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
         sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+        ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}),
       } as const;
       const built = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
         source ? pool.cloneImage(source.imageName, imageName, sizeBytes) : pool.createImage(imageName, sizeBytes),
       );
-      return volumeView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq, claims: [] });
+      return volumeView({ ...reserved, imageId: built.image.id, sizeBytes: built.image.sizeBytes, createdAt: built.createdAt, seq: built.seq, claims: [], mutableParameters });
     });
   }
 
@@ -293,6 +296,21 @@ export class Journal {
     });
   }
 
+  /** ControllerModifyVolume: change the I/O limits; nothing is appended when nothing changes. */
+  async modifyVolume(req: ParsedRequest<"volume.modify">): Promise<CommandResult<"volume.modify">> {
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const [h] = (await op.lock({ locks: [this.#uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] })).hashes;
+      if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+      const r = volumeFromHash(req.uuid, h);
+      const next = applyMutableParameters(r.mutableParameters, req.mutableParameters);
+      if (sameMutableParameters(next, r.mutableParameters)) return { volume: volumeView(r), seq: r.seq, changed: false };
+      const body = { type: "VolumeModified", uuid: r.uuid, mutableParameters: next } as const;
+      const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body, expectedSeq: r.seq });
+      const seq = ev?.seq ?? r.seq;
+      return { volume: volumeView({ ...r, mutableParameters: next, seq }), seq, changed: true };
+    });
+  }
+
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
     const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
     if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
@@ -322,14 +340,18 @@ export class Journal {
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
       const verdict = decideClaim(r.claims, ask, { nodeVolumes: read.counts[0] ?? 0, maxVolumes: req.maxVolumes });
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
+      let seq = r.seq;
       if (verdict.kind === "new") {
-        await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        seq = ev?.seq ?? seq;
       }
       const pool = this.#pool(r.pool);
       return {
         publishContext: {
           clusterID: this.#c, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
           imagePath: pool.imagePath(r.imageName), readOnly: String(readOnly),
+          // The I/O limits as of this point of the volume's log (a later modification reaches the node as node work).
+          ...limitsToContext(r.mutableParameters, seq),
         },
       };
     });

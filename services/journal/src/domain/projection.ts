@@ -49,6 +49,7 @@ export function mutationFor(k: Keys, stored: StoredEvent): Mutation | undefined 
         "csi.created", e.time, "_gone", "0",
       ];
       if (e.source) fields.push("csi.source", JSON.stringify(e.source));
+      if (e.mutableParameters) fields.push("csi.mutable", JSON.stringify(e.mutableParameters));
       return { guard: [key, "_seq"], seq, ops: [["PERSIST", key], ["HSET", key, ...fields], ["ZADD", k.index("volume"), 0, e.uuid]] };
     }
     case "VolumeCreated": {
@@ -58,6 +59,10 @@ export function mutationFor(k: Keys, stored: StoredEvent): Mutation | undefined 
     case "VolumeExpanded": {
       const key = k.record("volume", e.uuid);
       return { guard: [key, "_seq"], seq, ops: [["HSET", key, "csi.size", e.sizeBytes]] };
+    }
+    case "VolumeModified": {
+      const key = k.record("volume", e.uuid);
+      return { guard: [key, "_seq"], seq, ops: [["HSET", key, "csi.mutable", JSON.stringify(e.mutableParameters)]] };
     }
     case "VolumeClaimed": {
       const key = k.record("volume", e.uuid);

@@ -8,6 +8,7 @@
  *   {c}:csi.snaps.<instance>        hash  csi.snap.<name> → uuid
  *   {c}:csi.snaps.<instance>.seq    hash  <name> → seq
  *   {c}:csi.volume.<uuid>           hash  csi.volname, csi.imagename, csi.imageid, csi.size, ...,
+ *                                         csi.mutable (I/O limits in force, JSON; absent = none),
  *                                         _seq (last applied seq of the volume's subject)
  *   {c}:csi.snap.<uuid>             hash  csi.snapname, csi.imagename, csi.imageid, csi.source, ...
  *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)
@@ -16,7 +17,7 @@
  *   {c}:projection                  hash  applied → stream seq up to which the log was replayed
  *   {c}:lock.<what>                 string lock token (SET NX PX)
  */
-import { type Capability, Claim, type ContentSource, type SnapshotView, type VolumeView } from "@csi/contracts";
+import { type Capability, Claim, type ContentSource, MutableParameters, type SnapshotView, type VolumeView } from "@csi/contracts";
 
 export type Kind = "volume" | "snapshot";
 
@@ -72,6 +73,8 @@ export interface VolumeRecord extends RecordBase {
   capabilities: Capability[];
   source?: ContentSource;
   claims: Claim[];
+  /** The I/O limits in force (no zeros). */
+  mutableParameters: MutableParameters;
 }
 
 export interface SnapshotRecord extends RecordBase {
@@ -113,6 +116,7 @@ export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
     capabilities: JSON.parse(h["csi.capabilities"] ?? "[]"),
     ...(h["csi.source"] ? { source: JSON.parse(h["csi.source"]) as ContentSource } : {}),
     claims: claimsOf(h),
+    mutableParameters: MutableParameters.parse(JSON.parse(h["csi.mutable"] ?? "{}")),
   };
 }
 
@@ -142,6 +146,7 @@ export function volumeView(r: VolumeRecord): VolumeView {
     ...(r.source ? { source: r.source } : {}),
     createdAt: r.createdAt,
     claims: r.claims,
+    mutableParameters: r.mutableParameters,
   };
 }
 

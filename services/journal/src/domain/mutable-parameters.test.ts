@@ -1,0 +1,59 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { JournalEvent, StoredEvent } from "@csi/contracts";
+import { mutationFor } from "./projection.js";
+import { keysFor, volumeFromHash, volumeView } from "./records.js";
+import { digestOf, volumeDigest } from "./reservation.js";
+
+const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
+const k = keysFor("c1", "default");
+const meta = { v: 1 as const, time: "2026-01-01T00:00:00.000Z", requestId: "r", actor: { service: "journal", replica: "h:1" } };
+const stored = (seq: number, event: JournalEvent): StoredEvent => ({ seq, subject: `csi.c1.evt.vol.${U}`, event });
+const reserved = {
+  ...meta,
+  type: "VolumeReserved" as const,
+  uuid: U,
+  name: "pvc",
+  instance: "default",
+  pool: "default",
+  poolId: 1,
+  imageName: `csi-vol-${U}`,
+  sizeBytes: 1 << 20,
+  digest: "d",
+  parameters: {},
+  capabilities: [],
+};
+/** Apply HSETs of a mutation to a hash, as the Lua applier would. */
+function applyHsets(hash: Record<string, string>, ev: StoredEvent): Record<string, string> {
+  const m = mutationFor(k, ev);
+  const out = { ...hash };
+  for (const [cmd, key, ...args] of m?.ops ?? []) {
+    if (cmd !== "HSET" || key !== k.record("volume", U)) continue;
+    for (let i = 0; i < args.length; i += 2) out[String(args[i])] = String(args[i + 1]);
+  }
+  return out;
+}
+
+test("the projection keeps the limits in force: from the reservation, then from each modification", () => {
+  const plain = applyHsets({}, stored(1, reserved));
+  assert.equal(plain["csi.mutable"], undefined, "a volume reserved without limits has none");
+  assert.deepEqual(volumeFromHash(U, plain).mutableParameters, {});
+  let h = applyHsets({}, stored(1, { ...reserved, mutableParameters: { readIOPS: "5" } }));
+  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { readIOPS: "5" });
+  h = applyHsets(h, stored(4, { ...meta, type: "VolumeModified", uuid: U, mutableParameters: { writeIOPS: "100" } }));
+  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { writeIOPS: "100" }, "a modification replaces the whole set");
+  assert.deepEqual(volumeView(volumeFromHash(U, h)).mutableParameters, { writeIOPS: "100" });
+  assert.deepEqual(
+    mutationFor(k, stored(4, { ...meta, type: "VolumeModified", uuid: U, mutableParameters: {} }))?.guard,
+    [k.record("volume", U), "_seq"],
+    "guarded like every volume event",
+  );
+});
+
+test("a repeated create is judged on the limits given at creation; a volume without limits digests as before", () => {
+  assert.equal(volumeDigest("default", { a: "1" }), digestOf({ pool: "default", parameters: { a: "1" } }), "old reservations stay compatible");
+  assert.equal(volumeDigest("default", { a: "1" }, {}), volumeDigest("default", { a: "1" }));
+  assert.notEqual(volumeDigest("default", {}, { readIOPS: "5" }), volumeDigest("default", {}));
+  assert.notEqual(volumeDigest("default", {}, { readIOPS: "5" }), volumeDigest("default", {}, { readIOPS: "6" }));
+  assert.equal(volumeDigest("default", {}, { readIOPS: "5", writeIOPS: "1" }), volumeDigest("default", {}, { writeIOPS: "1", readIOPS: "5" }));
+});
