@@ -133,7 +133,8 @@ before(async () => {
   procs.push(await spawnService("controller", base, { args: ["--endpoint", ctrlSock] }));
   ctrl = csiClient(ctrlSock, "Controller");
   if (!devices && cgroupMode) cgroup = await makeTestCgroup(cgroupMode);
-  agentEnv = cgroup ? { IO_LIMITS_CGROUP: cgroup.dir } : {};
+  // Never the machine's own kubepods cgroup: the test's cgroup, or one that does not exist.
+  agentEnv = { IO_LIMITS_CGROUP: cgroup?.dir ?? `/sys/fs/cgroup/csi-modify-test-${process.pid}` };
   nodeSock = `unix://${path.join(root, "node.sock")}`;
   await startAgent();
   nc = await connect({ servers: env.nats.url });
@@ -210,6 +211,16 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
     );
     assert.equal(await code(again({ mutable_parameters: { readBytesPerSecond: "2097152" } })), 6, "other limits: ALREADY_EXISTS");
     assert.equal(await code(again({ mutable_parameters: {} })), 6, "no limits where there were some: ALREADY_EXISTS");
+    const validate = (mutable_parameters: Record<string, string>) =>
+      ctrl.ValidateVolumeCapabilities({ volume_id: id, volume_capabilities: [mountCap], parameters: { tier: "gold", readIOPS: "7" }, mutable_parameters });
+    assert.deepEqual(
+      (await validate({ writeIOPS: "0200" })).confirmed?.mutable_parameters,
+      { writeIOPS: "200" },
+      "valid limits are confirmed (they can be changed)",
+    );
+    const refused = await validate({ XXX_FakeKey: "x" });
+    assert.equal(refused.confirmed, null);
+    assert.match(refused.message, /unknown key "XXX_FakeKey"/);
     const reserved = (await history(id)).find((e) => e.type === "VolumeReserved");
     assert.deepEqual(reserved?.mutableParameters, { readBytesPerSecond: "1048576", readIOPS: "50", writeIOPS: "100" }, "the reservation records the set");
   });
@@ -242,8 +253,8 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
 
   describe("on this node's devices", { skip: devices }, () => {
     test("without cgroup support the stage goes on, and the history says why", async () => {
-      await agent?.stop();
-      await startAgent({ IO_LIMITS_CGROUP: `/sys/fs/cgroup/csi-modify-test-missing-${process.pid}` });
+      // The agent looks for its cgroup at each use: take the test cgroup away for this test (no restart needed).
+      if (cgroup) await rmdir(cgroup.dir);
       try {
         const id = (await create("pvc-mv-nocg", { mutable_parameters: SANITY })).volume?.volume_id as string;
         const pub = await ctrl.ControllerPublishVolume({ volume_id: id, node_id: NODE, volume_capability: mountCap, readonly: false });
@@ -260,22 +271,24 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
         await node.NodeUnstageVolume({ volume_id: id, staging_target_path: staging });
         await ctrl.ControllerUnpublishVolume({ volume_id: id, node_id: NODE });
       } finally {
-        await agent?.stop();
-        await startAgent();
+        if (cgroup) await mkdir(cgroup.dir);
       }
     });
 
     test("limits land on the staged volume's loop device, follow modifications (also while the node-agent is down), and go at unstage", {
       skip: !cgroupMode && "no cgroup v1 blkio or v2 io controller here",
-    }, async () => {
+    }, async (t) => {
       const cg = cgroup as TestCgroup;
       const id = (await create("pvc-mv-node", { mutable_parameters: SANITY })).volume?.volume_id as string;
       const pub = await ctrl.ControllerPublishVolume({ volume_id: id, node_id: NODE, volume_capability: mountCap, readonly: false });
       assert.equal(pub.publish_context.readBytesPerSecond, "1048576");
       assert.match(pub.publish_context.ioLimitsSeq ?? "", /^[0-9]+$/);
       const staging = path.join(root, "staging", "node");
-      await node.NodeStageVolume({ volume_id: id, staging_target_path: staging, volume_capability: mountCap, publish_context: pub.publish_context });
       const uuid = decomposeVolumeId(id).uuid;
+      const badCtx = { ...pub.publish_context, writeIOPS: "lots" };
+      assert.equal(await code(node.NodeStageVolume({ volume_id: id, staging_target_path: staging, volume_capability: mountCap, publish_context: badCtx })), 3);
+      assert.ok(!(await loopsUnder(root)).some((d) => d.backingFile?.includes(uuid)), "a malformed publish context attaches nothing");
+      await node.NodeStageVolume({ volume_id: id, staging_target_path: staging, volume_capability: mountCap, publish_context: pub.publish_context });
       const device = (await loopsUnder(root)).find((d) => d.backingFile?.includes(uuid))?.device as string;
       assert.ok(device, "the volume's loop device");
       const majMin = readFileSync(`/sys/class/block/${path.basename(device)}/dev`, "utf8").trim();
@@ -296,6 +309,7 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
       const exit = await new Promise<number | null>((resolve) => dd.once("exit", resolve));
       const seconds = (performance.now() - started) / 1000;
       assert.equal(exit, 0, "dd succeeded");
+      t.diagnostic(`4 MiB of O_DIRECT writes at writeBytesPerSecond=1048576 took ${seconds.toFixed(2)} s`);
       assert.ok(seconds >= 2, `4 MiB at 1 MiB/s took ${seconds.toFixed(2)} s`);
 
       // A modification while the node-agent is down waits in its work queue.

@@ -100,13 +100,13 @@ export class IoLimiter {
     await this.d.file.save(this.#state);
   }
 
-  #report(v: Volume, state: "limited" | "failed", via: Via, device: string, reason: string): void {
-    this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, via, device, reason: reason.slice(0, 1000) });
+  #report(v: Volume, state: "limited" | "failed", via: Via, device: string | undefined, reason: string): void {
+    this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, via, ...(device ? { device } : {}), reason: reason.slice(0, 1000) });
   }
 
   /** Bring the volume's device in line with the newest limits known; a failure is reported, not thrown. */
   async #sync(v: Volume, via: Via): Promise<void> {
-    await this.#trySync(v, via).catch((err) => this.#report(v, "failed", via, "", `I/O limits not applied: ${(err as Error).message}`));
+    await this.#trySync(v, via).catch((err) => this.#report(v, "failed", via, undefined, `I/O limits not applied: ${(err as Error).message}`));
   }
 
   async #trySync(v: Volume, via: Via): Promise<void> {
