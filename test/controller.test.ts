@@ -67,7 +67,7 @@ describe("identity", () => {
     for (const r of ["CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME", "LIST_VOLUMES", "GET_CAPACITY", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS", "CLONE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME", "VOLUME_CONDITION", "LIST_VOLUMES_PUBLISHED_NODES"]) {
       assert.ok(rpcs.includes(r), r);
     }
-    assert.equal(await code(ctrl.ControllerModifyVolume({ volume_id: "x" })), 12);
+    assert.equal(await code(ctrl.ControllerModifyVolume({ volume_id: "x" })), 5, "implemented (test/modify-volume.test.ts): an id that names nothing is NOT_FOUND");
   });
 });
 

@@ -285,8 +285,10 @@ describe("node-agent on real devices", { skip }, () => {
     await send({ id: randomUUID(), op: "unstage", volumeId: v.id, stagingPath: staging, capability });
     for (let i = 0; i < 100 && (await loopsUnder(root)).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(await loopsUnder(root), []);
-    const info = await (await import("@nats-io/jetstream")).jetstreamManager(nc).then((m) => m.streams.info(NODE_WORK_STREAM));
-    assert.equal(info.state.messages, 0, "every piece of work was acknowledged");
+    // The last work is acknowledged after its step has also saved the state file: wait for the ack, not only for the detach.
+    const left = async () => (await (await import("@nats-io/jetstream")).jetstreamManager(nc).then((m) => m.streams.info(NODE_WORK_STREAM))).state.messages;
+    for (let i = 0; i < 50 && (await left()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(await left(), 0, "every piece of work was acknowledged");
   });
 
   test("reports made while the journal is down reach the volume's history when it is back", async () => {

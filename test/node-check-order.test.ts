@@ -19,6 +19,8 @@ import { NodeService } from "../services/node-agent/src/app/node-service.js";
 import { Reporter } from "../services/node-agent/src/app/reporter.js";
 import { NodeState } from "../services/node-agent/src/domain/node-state.js";
 import { runWork, type Work } from "../services/node-agent/src/rpc/node.js";
+
+type PathWork = Exclude<Work, { op: "limits" }>;
 import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
 import { ROOT } from "./support/processes.js";
 import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, type NodeStack, type PublishedVolume, startNodeStack } from "./support/node-stack.js";
@@ -181,7 +183,7 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
     });
     await svc.load();
     const capability = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
-    const work = (over: Partial<Work>): Work => ({
+    const work = (over: Partial<PathWork>): PathWork => ({
       id: randomUUID(),
       op: "stage",
       volumeId: GHOST,
@@ -192,7 +194,7 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
       ...over,
     });
     const existing = { volumeId: vol.id, publishContext: vol.ctx };
-    const cases: [string, Work, number][] = [
+    const cases: [string, PathWork, number][] = [
       ["stage: no volumeId (and a relative path)", work({ volumeId: "", stagingPath: RELATIVE }), INVALID_ARGUMENT],
       ["stage: no stagingPath", work({ stagingPath: "" }), INVALID_ARGUMENT],
       ["stage: unknown volume, relative path", work({ stagingPath: RELATIVE }), NOT_FOUND],

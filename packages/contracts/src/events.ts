@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { AccessMode, Actor, Capability, ContentSource, Uuid } from "./common.js";
 import { Kind } from "./kinds.js";
+import { MutableParameters } from "./mutable-parameters.js";
 
 const meta = {
   v: z.literal(1),
@@ -35,10 +36,14 @@ export const VolumeReserved = ev("VolumeReserved", {
   parameters: z.record(z.string(), z.string()),
   capabilities: z.array(Capability),
   source: ContentSource.optional(),
+  /** The I/O limits given at creation (in force: no zeros); absent in logs written before they existed. */
+  mutableParameters: MutableParameters.optional(),
 });
 export const VolumeCreated = ev("VolumeCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().positive() });
 export const VolumeExpanded = ev("VolumeExpanded", { uuid: Uuid, sizeBytes: z.number().int().positive() });
 export const VolumeDeleted = ev("VolumeDeleted", { uuid: Uuid });
+/** ControllerModifyVolume: the volume's I/O limits in force after the change (the whole set, not the difference). */
+export const VolumeModified = ev("VolumeModified", { uuid: Uuid, mutableParameters: MutableParameters });
 
 /** ControllerPublishVolume: the volume is claimed by a node (Nomad's claim). */
 export const VolumeClaimed = ev("VolumeClaimed", {
@@ -51,7 +56,8 @@ export const VolumeClaimed = ev("VolumeClaimed", {
 export const VolumeUnclaimed = ev("VolumeUnclaimed", { uuid: Uuid, nodeId: z.string() });
 
 // --- device history of a volume (reported by node-agents, appended by the journal) ---
-export const DeviceState = z.enum(["attached", "staged", "published", "unpublished", "unstaged", "detached", "healed", "failed"]);
+/** `limited`: the node set (or removed) the volume's I/O limits on its device. */
+export const DeviceState = z.enum(["attached", "staged", "published", "unpublished", "unstaged", "detached", "healed", "failed", "limited"]);
 export type DeviceState = z.infer<typeof DeviceState>;
 /** Where a node step came from: kubelet's gRPC call, NATS node work, or the node's healer. */
 export const Via = z.enum(["grpc", "nats", "healer"]);
@@ -95,6 +101,7 @@ export const JournalEvent = z.discriminatedUnion("type", [
   VolumeCreated,
   VolumeExpanded,
   VolumeDeleted,
+  VolumeModified,
   VolumeClaimed,
   VolumeUnclaimed,
   DeviceStateReported,

@@ -10,3 +10,4 @@ export * from "./clusters.js";
 export * from "./nodes.js";
 export * from "./plugin.js";
 export * from "./images.js";
+export * from "./mutable-parameters.js";

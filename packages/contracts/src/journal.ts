@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
+import { MutableParameters } from "./mutable-parameters.js";
 
 export const Claim = z.object({
   nodeId: z.string(),
@@ -29,6 +30,8 @@ export const VolumeView = z.object({
   source: ContentSource.optional(),
   createdAt: z.string(),
   claims: z.array(Claim),
+  /** The I/O limits in force (no zeros; empty = none). Replies of older journals lack it. */
+  mutableParameters: MutableParameters.default({}),
   /** Set by volume.get: whether the image is present and sized as recorded. */
   condition: z.object({ abnormal: z.boolean(), message: z.string() }).optional(),
 });
@@ -60,10 +63,16 @@ export const VolumeCreate = z.object({
   parameters: StringMap.default({}),
   capabilities: z.array(Capability).min(1),
   source: ContentSource.optional(),
+  /** I/O limits at creation (part of what a repeated create must match); absent = none. */
+  mutableParameters: MutableParameters.optional(),
 });
 export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid });
 export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, sizeBytes: z.number().int().positive() });
 export const VolumeGet = z.object({ uuid: Uuid });
+/** ControllerModifyVolume: only the keys given change; 0 removes a limit. */
+export const VolumeModify = z.object({ ...RequestMeta, uuid: Uuid, mutableParameters: MutableParameters });
+/** The volume after the change, the sequence at which its limits are current, and whether an event was appended. */
+export const ModifyResult = z.object({ volume: VolumeView, seq: z.number().int().nonnegative(), changed: z.boolean() });
 export const VolumePublish = z.object({
   ...RequestMeta,
   uuid: Uuid,
@@ -100,6 +109,7 @@ export const journalContract = {
   "volume.create": { request: VolumeCreate, result: VolumeView },
   "volume.delete": { request: VolumeDelete, result: Deleted },
   "volume.expand": { request: VolumeExpand, result: VolumeView },
+  "volume.modify": { request: VolumeModify, result: ModifyResult },
   "volume.get": { request: VolumeGet, result: VolumeView },
   "volume.list": { request: VolumeList, result: page(VolumeView) },
   "volume.publish": { request: VolumePublish, result: PublishResult },

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { Capability, Uuid } from "./common.js";
 import { DeviceState, Via } from "./events.js";
+import { MutableParameters } from "./mutable-parameters.js";
 import { nameToken, subjects } from "./subjects.js";
 
 /** A durable work queue on JetStream (stream + one durable consumer); the runtime consumes it. */
@@ -58,6 +59,23 @@ export const NodeWork = z.object({
   publishContext: z.record(z.string(), z.string()).default({}),
 });
 export type NodeWork = z.input<typeof NodeWork>;
+
+/**
+ * A volume's I/O limits changed (ControllerModifyVolume): sent to every node holding a claim on
+ * it. `seq` is the volume's log position of the change; a node applies only what is newer than
+ * what it already has (the publish context carries the same pair), so order does not matter.
+ */
+export const NodeLimitsWork = z.object({
+  id: z.string().min(1).max(128),
+  op: z.literal("limits"),
+  volumeId: z.string().min(1).max(128),
+  mutableParameters: MutableParameters,
+  seq: z.number().int().nonnegative(),
+});
+export type NodeLimitsWork = z.input<typeof NodeLimitsWork>;
+
+/** Everything that travels on a node's work queue. */
+export const NodeQueueMessage = z.discriminatedUnion("op", [NodeWork, NodeLimitsWork]);
 
 export const NODE_WORK_STREAM = "CSI_NODE_WORK";
 export const nodeWorkSubjects = {

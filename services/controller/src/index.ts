@@ -8,6 +8,7 @@ import { csiIdentity, JournalClient, loadClusters, startCsiServer } from "@csi/r
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeDirectory } from "./adapters/nodes.js";
+import { NodeWorkSender } from "./adapters/node-work.js";
 import type { ControllerConfig } from "./config.js";
 import { controllerHandlers } from "./rpc/controller.js";
 
@@ -42,7 +43,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     log: logger,
     services: {
       Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
-      Controller: controllerHandlers({ clusters, journal, nodes }),
+      Controller: controllerHandlers({ clusters, journal, nodes, nodeWork: new NodeWorkSender(nc) }),
     },
   });
   return {

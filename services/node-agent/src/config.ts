@@ -1,5 +1,6 @@
 /** The node-agent's configuration, parsed once from the environment and the command line. */
 import os from "node:os";
+import path from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 
@@ -14,6 +15,12 @@ export const NodeAgentConfig = z.object({
   logLevel: z.string().default("info"),
   maxVolumes: z.coerce.number().int().min(0).default(64),
   heartbeatMs: z.coerce.number().int().min(100).default(10_000),
+  /** The cgroup whose tasks' I/O to the volumes' devices is limited (absolute, under /sys/fs/cgroup); unset = kubepods when present. */
+  ioLimitsCgroup: z
+    .string()
+    .optional()
+    .transform((s) => s || undefined)
+    .refine((s) => s === undefined || (path.posix.normalize(s) === s && s.startsWith("/sys/fs/cgroup/")), { message: "IO_LIMITS_CGROUP must be a clean absolute path under /sys/fs/cgroup/" }),
   /** Fault injection for tests: SIGKILL this process right after reporting this device state. */
   crashAfter: z.string().optional(),
 });
@@ -31,6 +38,7 @@ export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAge
     logLevel: env.LOG_LEVEL,
     maxVolumes: env.MAX_VOLUMES_PER_NODE,
     heartbeatMs: env.HEARTBEAT_MS,
+    ioLimitsCgroup: env.IO_LIMITS_CGROUP,
     crashAfter: env.NODE_CRASH_AFTER,
   });
 }

@@ -4,15 +4,17 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { NodeWork, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
+import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
 import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
+import { IoLimiter } from "./app/io-limiter.js";
 import { NodeService } from "./app/node-service.js";
 import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
+import { LimitsState } from "./domain/io-limits.js";
 import { NodeState } from "./domain/node-state.js";
 import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.js";
 
@@ -27,9 +29,12 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
-  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log });
+  const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
+  await ioLimits.load();
+  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log, ioLimits });
   await svc.load();
   const healed = await svc.heal(); // before serving: put back what should be there
+  await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
   await ensureNodesStream(nc);
@@ -48,7 +53,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeWork, (w: Work) => runWork(svc, w), log);
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log);
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,

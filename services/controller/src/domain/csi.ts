@@ -15,6 +15,7 @@ import {
   type VolumeIdParts,
   type VolumeView,
 } from "@csi/contracts";
+import { inForce, type MutableParameters, parseMutableParameters, pickMutableParameters } from "@csi/contracts";
 import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
 import { accessibleTopology } from "./topology.js";
 
@@ -61,6 +62,18 @@ export function splitParameters(params: Record<string, string> | undefined): { c
   return { ...(p.clusterID ? { clusterID: p.clusterID } : {}), ...(p.pool ? { pool: p.pool } : {}), rest };
 }
 
+/**
+ * CreateVolume's I/O limits: our keys found in `parameters` (StorageClass defaults) overlaid by
+ * `mutable_parameters` (which take precedence, as CSI says); both validated the same way. The
+ * limit keys are taken out of the parameters kept with the volume.
+ */
+export function createLimits(rest: Record<string, string>, mutable: Record<string, string>): { parameters: Record<string, string>; mutableParameters: MutableParameters } {
+  const { picked, rest: parameters } = pickMutableParameters(rest);
+  const fromParameters = parseMutableParameters(picked, "parameters");
+  return { parameters, mutableParameters: inForce({ ...fromParameters, ...parseMutableParameters(mutable) }) };
+}
+
+/** The volume context shows the parameters and the I/O limits in force (so ControllerGetVolume/ListVolumes show current values). */
 export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {
   const clusterID = cluster.clusterID;
   // A source is in the volume's pool (clones never cross pools), so its id shares the pool id.
@@ -69,7 +82,7 @@ export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {
   return {
     volume_id: volumeIdOf(clusterID, v),
     capacity_bytes: String(v.sizeBytes),
-    volume_context: { ...v.parameters, clusterID, pool: v.pool, imageName: v.imageName },
+    volume_context: { ...v.parameters, ...v.mutableParameters, clusterID, pool: v.pool, imageName: v.imageName },
     content_source,
     accessible_topology: accessibleTopology(cluster.pools.find((p) => p.name === v.pool)),
   };

@@ -3,6 +3,7 @@
  * expects), route by cluster (the `clusterID` parameter on create, the volume id otherwise),
  * send the journal command, map the reply to the CSI response.
  */
+import { createHash } from "node:crypto";
 import {
   type Clusters,
   type CommandRequest,
@@ -12,15 +13,21 @@ import {
   type JournalCommand,
   MiB,
   notFound,
+  parseMutableParameters,
+  pickMutableParameters,
   type ResolvedCluster,
   type ResolvedPool,
   unsupported,
   type VolumeIdParts,
 } from "@csi/contracts";
 import { type CallContext, type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
+import type { NodeWorkSender } from "../adapters/node-work.js";
 import type { NodeDirectory } from "../adapters/nodes.js";
-import { capacityOf, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters, tryDecode } from "../domain/csi.js";
+import { capacityOf, createLimits, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters, tryDecode } from "../domain/csi.js";
 import { choosePool, reaches } from "../domain/topology.js";
+
+/** A node id in a JetStream message id (ids are deduplicated stream-wide, so each node's work needs its own). */
+const shortHash = (s: string) => createHash("sha256").update(s).digest("hex").slice(0, 16);
 
 export const CONTROLLER_CAPABILITIES = [
   "CREATE_DELETE_VOLUME",
@@ -37,10 +44,11 @@ export const CONTROLLER_CAPABILITIES = [
   "GET_VOLUME",
   "SINGLE_NODE_MULTI_WRITER",
   "GET_SNAPSHOT",
+  "MODIFY_VOLUME",
 ] as const;
 
-export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory }): Handlers<"Controller"> {
-  const { clusters, journal, nodes } = deps;
+export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory; nodeWork: NodeWorkSender }): Handlers<"Controller"> {
+  const { clusters, journal, nodes, nodeWork } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
 
   const call = <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext): Promise<CommandResult<C>> => {
@@ -116,6 +124,7 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       }
       const { sizeBytes, limitBytes } = capacityOf(req.capacity_range);
       const params = splitParameters(req.parameters);
+      const { parameters, mutableParameters } = createLimits(params.rest, req.mutable_parameters ?? {});
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
       if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
       let source: { kind: "snapshot" | "volume"; uuid: string; poolID: number } | undefined;
@@ -138,7 +147,8 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
           sizeBytes,
           limitBytes,
           pool: pool.name,
-          parameters: params.rest,
+          parameters,
+          mutableParameters,
           capabilities,
           ...(source ? { source: { kind: source.kind, uuid: source.uuid } } : {}),
         },
@@ -167,6 +177,18 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       return { capacity_bytes: String(v.sizeBytes), node_expansion_required: !block };
     },
 
+    ControllerModifyVolume: async (req, ctx) => {
+      required(req.volume_id, "volume_id");
+      // An empty map changes nothing (CSI: only the keys present are modified); the volume must still exist.
+      const asked = parseMutableParameters(req.mutable_parameters ?? {});
+      const l = mustLocate(req.volume_id, "volume");
+      const r = await call(l.cluster.clusterID, "volume.modify", { requestId: ctx.requestId, uuid: l.parts.uuid, mutableParameters: asked }, ctx);
+      // Every claim holder gets the limits in force, also when nothing changed: a retried call repairs a send that failed.
+      const work = { op: "limits", volumeId: req.volume_id, mutableParameters: r.volume.mutableParameters, seq: r.seq } as const;
+      await Promise.all(r.volume.claims.map((c) => nodeWork.send(c.nodeId, { ...work, id: `limits-${l.parts.uuid}-${r.seq}-${shortHash(c.nodeId)}` })));
+      return {};
+    },
+
     ControllerGetVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const l = mustLocate(req.volume_id, "volume");
@@ -183,16 +205,19 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       const l = mustLocate(req.volume_id, "volume");
       const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
       const reasons = caps.map(unsupported).filter((x): x is string => !!x);
-      const asked = splitParameters(req.parameters).rest;
+      // I/O limit keys (in parameters or mutable_parameters) are confirmed when valid: they can be changed.
+      const { picked, rest: asked } = pickMutableParameters(splitParameters(req.parameters).rest);
       for (const [k, val] of Object.entries(asked)) if (v.parameters[k] !== val) reasons.push(`parameter ${k} differs from the volume's`);
+      let mutable = {};
+      try {
+        parseMutableParameters(picked, "parameters");
+        mutable = parseMutableParameters(req.mutable_parameters ?? {});
+      } catch (err) {
+        reasons.push((err as Error).message);
+      }
       if (reasons.length) return { confirmed: null, message: reasons.join("; ") };
       return {
-        confirmed: {
-          volume_context: req.volume_context ?? {},
-          volume_capabilities: req.volume_capabilities,
-          parameters: req.parameters ?? {},
-          mutable_parameters: {},
-        },
+        confirmed: { volume_context: req.volume_context ?? {}, volume_capabilities: req.volume_capabilities, parameters: req.parameters ?? {}, mutable_parameters: mutable },
         message: "",
       };
     },

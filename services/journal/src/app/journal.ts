@@ -37,6 +37,7 @@ import {
   subjects,
   type VolumeView,
 } from "@csi/contracts";
+import { applyMutableParameters, inForce, limitsToContext, sameMutableParameters } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
 import { createdEvent, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
@@ -122,6 +123,7 @@ export class Journal {
       throw new DriverError("OutOfRange", `${req.sizeBytes} bytes rounded up to ${sizeBytes} exceeds the limit ${req.limitBytes}`);
     }
     const also = req.source ? [{ kind: req.source.kind, uuid: req.source.uuid }] : [];
+    const mutableParameters = inForce(req.mutableParameters ?? {});
 
     return runOperation(this.#d, req.requestId, async (op) => {
       const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "volume", req.name, also);
@@ -130,7 +132,7 @@ export class Journal {
       const source = req.source && isLive(sourceHash) && sourceHash["csi.imageid"] ? KINDS[req.source.kind].fromHash(req.source.uuid, sourceHash) : undefined;
       // The pool (and so the digest) is known only now: a clone or restore lands in its source's pool.
       const poolName = poolForCreate(req, source, record, this.#d.cluster.defaultPool);
-      const digest = volumeDigest(poolName, req.parameters);
+      const digest = volumeDigest(poolName, req.parameters, mutableParameters);
       const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
       const settled = await this.#settle(op, "volume", req.name, nameSeq, hash, checkVolumeReservation(ask, dirUuid, record, image));
@@ -148,6 +150,7 @@ export class Journal {
       const reserved = {
         type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
         sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+        ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}),
       } as const;
       const landed = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
         source ? pool.cloneImage(source.imageName, imageName, sizeBytes) : pool.createImage(imageName, sizeBytes),
@@ -308,6 +311,20 @@ export class Journal {
     });
   }
 
+  /** ControllerModifyVolume: change the I/O limits; nothing is appended when nothing changes. */
+  async modifyVolume(req: ParsedRequest<"volume.modify">): Promise<CommandResult<"volume.modify">> {
+    return runOperation(this.#d, req.requestId, async (op) => {
+      const [h] = (await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] })).hashes;
+      if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+      const r = volumeFromHash(req.uuid, h);
+      const next = applyMutableParameters(r.mutableParameters, req.mutableParameters);
+      if (sameMutableParameters(next, r.mutableParameters)) return { volume: volumeView(r), seq: r.seq, changed: false };
+      const body = { type: "VolumeModified", uuid: r.uuid, mutableParameters: next } as const;
+      const modified = this.#after("volume", r.uuid, h, await op.append({ subject: this.#recordSubject("volume", r.uuid), body, expectedSeq: r.seq }));
+      return { volume: volumeView(modified), seq: modified.seq, changed: true };
+    });
+  }
+
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
     const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
     if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
@@ -337,14 +354,18 @@ export class Journal {
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
       const verdict = decideClaim(r.claims, ask, { nodeVolumes: read.counts[0] ?? 0, maxVolumes: req.maxVolumes });
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
+      let seq = r.seq;
       if (verdict.kind === "new") {
-        await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        seq = ev?.seq ?? seq;
       }
       const pool = this.#pool(r.pool);
       return {
         publishContext: {
           clusterID: this.#c, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
           imagePath: pool.imagePath(r.imageName), readOnly: String(readOnly),
+          // The I/O limits as of this point of the volume's log (a later modification reaches the node as node work).
+          ...limitsToContext(r.mutableParameters, seq),
         },
       };
     });

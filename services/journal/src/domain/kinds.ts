@@ -11,6 +11,7 @@
  *   {c}:csi.snaps.<instance>        hash  csi.snap.<name> → uuid
  *   {c}:csi.snaps.<instance>.seq    hash  <name> → seq
  *   {c}:csi.volume.<uuid>           hash  csi.volname, csi.imagename, csi.imageid, csi.size, ...,
+ *                                         csi.mutable (I/O limits in force, JSON; absent = none),
  *                                         _seq (last applied seq of the volume's subject)
  *   {c}:csi.snap.<uuid>             hash  the same fields; csi.source = the source volume's uuid
  *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)

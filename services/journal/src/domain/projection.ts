@@ -60,12 +60,15 @@ export function recordChange(e: JournalEvent): RecordChange | undefined {
           "csi.parameters": JSON.stringify(e.parameters),
           "csi.capabilities": JSON.stringify(e.capabilities),
           ...(e.source ? { "csi.source": JSON.stringify(e.source) } : {}),
+          ...(e.mutableParameters ? { "csi.mutable": JSON.stringify(e.mutableParameters) } : {}),
         },
       };
     case "VolumeCreated":
       return { kind: "volume", uuid: e.uuid, set: { "csi.imageid": e.imageId, "csi.size": e.sizeBytes } };
     case "VolumeExpanded":
       return { kind: "volume", uuid: e.uuid, set: { "csi.size": e.sizeBytes } };
+    case "VolumeModified":
+      return { kind: "volume", uuid: e.uuid, set: { "csi.mutable": JSON.stringify(e.mutableParameters) } };
     case "VolumeClaimed": {
       const claim = { nodeId: e.nodeId, accessMode: e.accessMode, accessType: e.accessType, readOnly: e.readOnly };
       return { kind: "volume", uuid: e.uuid, set: { [`claim.${e.nodeId}`]: JSON.stringify(claim) } };

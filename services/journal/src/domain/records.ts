@@ -3,7 +3,7 @@
  * events. Pure code: parsing the Redis hash shape (see kinds.ts for the key layout and
  * projection.ts for how events write it) and building the views replies carry.
  */
-import { type Capability, Claim, type ContentSource, type SnapshotView, type VolumeView } from "@csi/contracts";
+import { type Capability, Claim, type ContentSource, MutableParameters, type SnapshotView, type VolumeView } from "@csi/contracts";
 
 interface RecordBase {
   uuid: string;
@@ -25,6 +25,8 @@ export interface VolumeRecord extends RecordBase {
   capabilities: Capability[];
   source?: ContentSource;
   claims: Claim[];
+  /** The I/O limits in force (no zeros). */
+  mutableParameters: MutableParameters;
 }
 
 export interface SnapshotRecord extends RecordBase {
@@ -66,6 +68,7 @@ export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
     capabilities: JSON.parse(h["csi.capabilities"] ?? "[]"),
     ...(h["csi.source"] ? { source: JSON.parse(h["csi.source"]) as ContentSource } : {}),
     claims: claimsOf(h),
+    mutableParameters: MutableParameters.parse(JSON.parse(h["csi.mutable"] ?? "{}")),
   };
 }
 
@@ -95,6 +98,7 @@ export function volumeView(r: VolumeRecord): VolumeView {
     ...(r.source ? { source: r.source } : {}),
     createdAt: r.createdAt,
     claims: r.claims,
+    mutableParameters: r.mutableParameters,
   };
 }
 

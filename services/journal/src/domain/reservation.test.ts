@@ -10,7 +10,7 @@ const digest = volumeDigest("default", {});
 const ask: VolumeAsk = { name: "pvc", sizeBytes: 4 * MiB, limitBytes: 0, digest, capabilities: [] };
 const rec = (more: Partial<VolumeRecord> = {}): VolumeRecord => ({
   uuid: U, name: "pvc", pool: "default", poolId: 1, imageName: `csi-vol-${U}`, imageId: "ab", digest, createdAt: "", seq: 3,
-  sizeBytes: 4 * MiB, parameters: {}, capabilities: [], claims: [], ...more,
+  sizeBytes: 4 * MiB, parameters: {}, capabilities: [], claims: [], mutableParameters: {}, ...more,
 });
 const img = (sizeBytes = 4 * MiB): ImageInfo => ({ name: `csi-vol-${U}`, id: "ab", sizeBytes, readOnly: false });
 

@@ -41,8 +41,13 @@ function canonicalJson(v: unknown): string {
   return JSON.stringify(v);
 }
 
-export function volumeDigest(pool: string, parameters: Record<string, string>): string {
-  return digestOf({ pool, parameters });
+/**
+ * What a repeated create must match: pool, parameters and the I/O limits given at creation
+ * (not the current ones: a retried create after a ControllerModifyVolume still matches). A volume
+ * without limits digests as before they existed.
+ */
+export function volumeDigest(pool: string, parameters: Record<string, string>, mutableParameters: Record<string, string> = {}): string {
+  return digestOf({ pool, parameters, ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}) });
 }
 
 const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;

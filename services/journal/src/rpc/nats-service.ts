@@ -16,6 +16,7 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "volume.create": (r) => j.createVolume(r),
     "volume.delete": (r) => j.deleteVolume(r),
     "volume.expand": (r) => j.expandVolume(r),
+    "volume.modify": (r) => j.modifyVolume(r),
     "volume.get": (r) => j.getVolume(r),
     "volume.list": (r) => j.listVolumes(r),
     "volume.publish": (r) => j.publishVolume(r),

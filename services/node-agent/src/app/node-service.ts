@@ -14,6 +14,7 @@ import {
   decomposeVolumeId,
   type DeviceState,
   IMAGE_NAME_RE,
+  type MutableParameters,
   notFound,
   readerOnly,
   type Via,
@@ -28,6 +29,7 @@ import type { StateFile } from "../adapters/state-file.js";
 import { type HealAction, planHeal } from "../domain/heal.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
 import { KeyedMutex } from "@csi/runtime";
+import type { IoLimiter } from "./io-limiter.js";
 import type { Reporter } from "./reporter.js";
 
 
@@ -37,6 +39,8 @@ export interface NodeServiceDeps {
   stateFile: StateFile<NodeState>;
   reporter: Reporter;
   log: Logger;
+  /** I/O limits (ControllerModifyVolume) on the volumes' devices; absent = none are applied. */
+  ioLimits?: IoLimiter;
 }
 
 export class NodeService {
@@ -127,6 +131,7 @@ export class NodeService {
 
   stage(req: { volumeId: string; stagingPath: string; capability: Capability; publishContext: Record<string, string>; via: Via }): Promise<void> {
     return this.#mutex.run(req.volumeId, async () => {
+      this.d.ioLimits?.check(req.publishContext);
       const known = this.#state.volumes[req.volumeId];
       if (known) {
         const refusal = checkRestage(known, req.stagingPath, req.capability);
@@ -150,6 +155,7 @@ export class NodeService {
       }
       this.#state.volumes[req.volumeId] = v;
       await this.#save();
+      await this.d.ioLimits?.staged(v, req.publishContext, req.via);
     });
   }
 
@@ -188,6 +194,7 @@ export class NodeService {
       const path = v.staging?.path ?? req.stagingPath;
       while (await mnt.isMountPoint(path)) await mnt.unmount(path);
       if (v.staging) this.#report(v, "unstaged", req.via, { path });
+      await this.d.ioLimits?.unstaging(v, req.via); // before the detach frees the device number for another volume
       const device = await loop.findByBackingFile(v.imagePath);
       if (device) {
         await loop.detach(device, { backingFile: v.imagePath });
@@ -196,6 +203,11 @@ export class NodeService {
       delete this.#state.volumes[req.volumeId];
       await this.#save();
     });
+  }
+
+  /** New I/O limits for a volume (node work after ControllerModifyVolume), under the volume's lock. */
+  limits(req: { volumeId: string; mutableParameters: MutableParameters; seq: number; via: Via }): Promise<void> {
+    return this.#mutex.run(req.volumeId, async () => this.d.ioLimits?.modified(this.#state.volumes[req.volumeId], req, req.via));
   }
 
   /** The volume staged or published here at `volumePath` (a clean path; undefined: an invalid one, shown as `shown`), else NotFound. */

@@ -13,7 +13,7 @@
  * So NodeGetVolumeStats of an unknown volume at "some/path" is NOT_FOUND (the volume is not
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
-import { type Capability, DriverError, invalidArgument, type NodeWork, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
 import { type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
 import type { z } from "zod";
 import { validateCoPath } from "../adapters/paths.js";
@@ -198,11 +198,12 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
   };
 }
 
-export type Work = z.output<typeof NodeWork>;
+export type Work = z.output<typeof NodeQueueMessage>;
 
 /** NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC calls. */
 export async function runWork(svc: NodeService, w: Work): Promise<void> {
   const via = "nats" as const;
+  if (w.op === "limits") return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, via });
   const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
   switch (w.op) {
     case "stage":
@@ -214,8 +215,8 @@ export async function runWork(svc: NodeService, w: Work): Promise<void> {
     case "unstage":
       return svc.unstage({ ...(await check("NodeUnstageVolume")), via });
     default: {
-      const never: never = w.op;
-      throw new Error(`unknown node work ${never}`);
+      const never: never = w;
+      throw new Error(`unknown node work ${JSON.stringify(never)}`);
     }
   }
 }
