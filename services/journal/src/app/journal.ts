@@ -41,7 +41,7 @@ import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
 import { createdEvent, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
-import { foldRecord } from "../domain/projection.js";
+import { foldRecord, recordChange } from "../domain/projection.js";
 import { type Hash, isLive, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
 import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
 import { type Operation, type OperationEnv, runOperation } from "./operation.js";
@@ -233,13 +233,20 @@ export class Journal {
       throw err;
     }
     const [createdEv] = await op.append({ subject: recordSubject, body: createdEvent(kind, uuid, image), expectedSeq: reservedSeq }).catch(async (err: unknown) => {
-      // Fenced off: another writer ended this reservation while we worked (our lock expired).
-      // The image is ours alone (its name is the uuid's): remove it. If the log is merely
-      // unreachable, keep it: the next create of the name finds it and records it ("complete").
-      if (isFenced(err)) await pool.deleteImage(imageName).catch(() => {});
+      // Fenced off: another writer took over while we worked (our lock expired). If it ended
+      // this reservation, the image (named after the uuid: ours alone) is an orphan: remove it.
+      // If it recorded the image ("complete"), the image is the volume's: keep it. If the log
+      // is merely unreachable, keep it too: the next create of the name records it.
+      if (isFenced(err) && (await this.#ended(recordSubject))) await pool.deleteImage(imageName).catch(() => {});
       throw err;
     });
     return [reservedEv, createdEv].filter((e) => e !== undefined);
+  }
+
+  /** Whether an aggregate's log ends with its end (deleted or undone); false when unsure. */
+  async #ended(subject: string): Promise<boolean> {
+    const last = await this.#d.log.lastOf(subject).catch(() => undefined);
+    return !!last && !!recordChange(last.event)?.end;
   }
 
   /** Undo a stale reservation: remove a partial image, end the record, release the name. Returns the name fence after. */
