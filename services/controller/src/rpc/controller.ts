@@ -3,10 +3,10 @@
  * expects), route by cluster (the `clusterID` parameter on create, the volume id otherwise),
  * send the journal command, map the reply to the CSI response.
  */
-import { type Clusters, type CommandRequest, type CommandResult, DriverError, invalidArgument, type JournalCommand, notFound, type ResolvedCluster, type VolumeIdParts } from "@csi/contracts";
+import { type Clusters, DriverError, invalidArgument, notFound } from "@csi/contracts";
 import { type JournalClient } from "@csi/runtime";
 import { unsupported } from "@csi/contracts";
-import { type CallContext, type Handlers, required, toCapabilities, toCapability } from "@csi/runtime";
+import { type Handlers, required, toCapabilities, toCapability } from "@csi/runtime";
 import type { NodeDirectory } from "../adapters/nodes.js";
 import {
   capacityOf,
@@ -16,8 +16,8 @@ import {
   MiB,
   parsePageToken,
   splitParameters,
-  tryDecode,
 } from "../domain/csi.js";
+import { journalRouting } from "./routing.js";
 
 export const CONTROLLER_CAPABILITIES = [
   "CREATE_DELETE_VOLUME",
@@ -37,26 +37,9 @@ export const CONTROLLER_CAPABILITIES = [
 ] as const;
 
 export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory }): Handlers<"Controller"> {
-  const { clusters, journal, nodes } = deps;
+  const { clusters, nodes } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
-
-  const call = <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext): Promise<CommandResult<C>> => {
-    const left = ctx.deadline ? ctx.deadline - Date.now() : undefined;
-    if (left !== undefined && left <= 0) throw new DriverError("DeadlineExceeded", "deadline passed");
-    return journal.call(cluster, command, req, left !== undefined ? { timeoutMs: left } : {});
-  };
-
-  /** The cluster and parts of an id, or undefined when the id cannot name anything we have. */
-  const locate = (id: string): { cluster: ResolvedCluster; parts: VolumeIdParts } | undefined => {
-    const parts = tryDecode(id);
-    const cluster = parts && clusters.get(parts.clusterID);
-    return parts && cluster ? { cluster, parts } : undefined;
-  };
-  const mustLocate = (id: string, what: string) => {
-    const l = locate(id);
-    if (!l) throw notFound(`${what} ${id} does not exist`);
-    return l;
-  };
+  const { call, locate, mustLocate } = journalRouting(deps);
 
   /** One page over every cluster in turn: the token says where the previous page stopped. */
   async function fanOut<T>(token: string, max: number, fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: T[]; nextToken?: string }>) {
