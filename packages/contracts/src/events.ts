@@ -87,11 +87,30 @@ export const SnapshotReserved = ev("SnapshotReserved", {
   poolId: z.number().int().nonnegative(),
   imageName: z.string(),
   digest: z.string(),
+  /** Set when the snapshot is a member of a group snapshot (then it is deleted only with the group). */
+  groupSnapshotUuid: Uuid.optional(),
 });
 export const SnapshotCreated = ev("SnapshotCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().nonnegative() });
 export const SnapshotDeleted = ev("SnapshotDeleted", { uuid: Uuid });
 
-/** A reservation that never became a usable image, rolled back (either aggregate kind). */
+// --- group snapshot aggregate: snapshots of several volumes cut together ---
+export const GroupMember = z.object({ volumeUuid: Uuid, snapshotUuid: Uuid });
+export type GroupMember = z.infer<typeof GroupMember>;
+/** Reserves the group and, up front, the uuid of every member snapshot (each then a SnapshotReserved). */
+export const GroupSnapshotReserved = ev("GroupSnapshotReserved", {
+  uuid: Uuid,
+  name: z.string(),
+  instance: z.string(),
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  digest: z.string(),
+  members: z.array(GroupMember).min(1),
+});
+/** Every member was cut and recorded: the group is usable. */
+export const GroupSnapshotCreated = ev("GroupSnapshotCreated", { uuid: Uuid });
+export const GroupSnapshotDeleted = ev("GroupSnapshotDeleted", { uuid: Uuid });
+
+/** A reservation that never became usable, rolled back (any aggregate kind). */
 export const ReservationUndone = ev("ReservationUndone", { kind: Kind, uuid: Uuid, reason: z.string() });
 
 export const JournalEvent = z.discriminatedUnion("type", [
@@ -108,6 +127,9 @@ export const JournalEvent = z.discriminatedUnion("type", [
   SnapshotReserved,
   SnapshotCreated,
   SnapshotDeleted,
+  GroupSnapshotReserved,
+  GroupSnapshotCreated,
+  GroupSnapshotDeleted,
   ReservationUndone,
 ]);
 export type JournalEvent = z.infer<typeof JournalEvent>;

@@ -48,8 +48,25 @@ export const SnapshotView = z.object({
   sizeBytes: z.number().int().nonnegative(),
   createdAt: z.string(),
   readyToUse: z.boolean(),
+  /** The group snapshot this snapshot is a member of (it is deleted with the group only). */
+  groupSnapshotUuid: Uuid.optional(),
 });
 export type SnapshotView = z.infer<typeof SnapshotView>;
+
+/** Most volumes one group snapshot takes (every one is locked and cut in one operation). */
+export const MAX_GROUP_MEMBERS = 128;
+
+export const GroupSnapshotView = z.object({
+  uuid: Uuid,
+  name: z.string(),
+  /** Every member is in this pool (a group is cut in one pool). */
+  pool: z.string(),
+  poolId: z.number().int().nonnegative(),
+  createdAt: z.string(),
+  readyToUse: z.boolean(),
+  snapshots: z.array(SnapshotView).max(MAX_GROUP_MEMBERS),
+});
+export type GroupSnapshotView = z.infer<typeof GroupSnapshotView>;
 
 const RequestMeta = { requestId: z.string().min(1).max(128) };
 
@@ -98,6 +115,20 @@ export const SnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid });
 export const SnapshotGet = z.object({ uuid: Uuid });
 export const SnapshotList = Paging.extend({ snapshotUuid: Uuid.optional(), sourceUuid: Uuid.optional() });
 
+const members = z
+  .array(Uuid)
+  .max(MAX_GROUP_MEMBERS, `at most ${MAX_GROUP_MEMBERS} volumes per group snapshot`)
+  .refine((l) => new Set(l).size === l.length, { message: "must not repeat a uuid" });
+export const GroupSnapshotCreate = z.object({
+  ...RequestMeta,
+  name: CsiName,
+  sourceUuids: members.refine((l) => l.length > 0, { message: "at least one source volume is required" }),
+  parameters: StringMap.default({}),
+});
+/** `snapshotUuids`, when given, must be the group's members (CSI's snapshot_ids check). */
+export const GroupSnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid, snapshotUuids: members.optional() });
+export const GroupSnapshotGet = z.object({ uuid: Uuid, snapshotUuids: members.optional() });
+
 const page = <T extends z.ZodTypeAny>(entry: T) => z.object({ entries: z.array(entry), nextToken: z.string().optional() });
 
 export const Deleted = z.object({ deleted: z.boolean() });
@@ -118,6 +149,9 @@ export const journalContract = {
   "snapshot.delete": { request: SnapshotDelete, result: Deleted },
   "snapshot.get": { request: SnapshotGet, result: SnapshotView },
   "snapshot.list": { request: SnapshotList, result: page(SnapshotView) },
+  "groupsnapshot.create": { request: GroupSnapshotCreate, result: GroupSnapshotView },
+  "groupsnapshot.delete": { request: GroupSnapshotDelete, result: Deleted },
+  "groupsnapshot.get": { request: GroupSnapshotGet, result: GroupSnapshotView },
   "pool.stat": { request: PoolStat, result: PoolStatus },
   "volume.history": { request: VolumeHistory, result: HistoryResult },
 } as const;

@@ -6,7 +6,7 @@
  *
  * Layout (one storage cluster = one prefix, one stream, one journal queue group):
  *   csi.<cluster>.journal.<family>.<verb>            commands (request/reply)
- *   csi.<cluster>.evt.<token>.<uuid>                 a volume's (vol) or snapshot's (snap) events (kinds.ts)
+ *   csi.<cluster>.evt.<token>.<uuid>                 a volume's (vol), snapshot's (snap) or group snapshot's (grp) events (kinds.ts)
  *   csi.<cluster>.evt.name.<token>.<instance>.<b64>  request-name aggregate (reservation fence)
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)

@@ -130,7 +130,7 @@ describe("other journal requests", () => {
 
   test("every contract entry is a <family>.<verb> name that makes a command subject", () => {
     for (const c of Object.keys(journalContract) as Array<keyof typeof journalContract>) {
-      assert.match(c, /^(volume|snapshot|pool|device)\.[a-z]+$/, c);
+      assert.match(c, /^(volume|snapshot|groupsnapshot|pool|device)\.[a-z]+$/, c);
       assert.equal(subjects.command("c1", c), `csi.c1.journal.${c}`);
     }
   });

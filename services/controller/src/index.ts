@@ -1,7 +1,7 @@
 /**
  * Wiring of the controller: NATS (to reach each cluster's journal) and the CSI gRPC endpoint
- * (Identity + Controller). Stateless: any number of replicas can run; node registrations are
- * read from the CSI_NODES stream.
+ * (Identity + Controller + GroupController). Stateless: any number of replicas can run; node
+ * registrations are read from the CSI_NODES stream.
  */
 import { subjects } from "@csi/contracts";
 import { csiIdentity, JournalClient, loadClusters, startCsiServer } from "@csi/runtime";
@@ -11,6 +11,7 @@ import { NodeDirectory } from "./adapters/nodes.js";
 import { NodeWorkSender } from "./adapters/node-work.js";
 import type { ControllerConfig } from "./config.js";
 import { controllerHandlers } from "./rpc/controller.js";
+import { groupControllerHandlers } from "./rpc/group-controller.js";
 
 export { controllerConfig, ControllerConfig } from "./config.js";
 
@@ -44,6 +45,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     services: {
       Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
       Controller: controllerHandlers({ clusters, journal, nodes, nodeWork: new NodeWorkSender(nc) }),
+      GroupController: groupControllerHandlers({ clusters, journal }),
     },
   });
   return {

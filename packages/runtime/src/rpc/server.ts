@@ -122,7 +122,7 @@ export function csiIdentity(info: { version: string; ready: () => Promise<boolea
       capabilities: PLUGIN_CAPABILITIES.map((c) =>
         c.startsWith("VOLUME_EXPANSION:")
           ? { volume_expansion: { type: c.split(":")[1] as "ONLINE" | "OFFLINE" } }
-          : { service: { type: c as "CONTROLLER_SERVICE" | "VOLUME_ACCESSIBILITY_CONSTRAINTS" } },
+          : { service: { type: c as "CONTROLLER_SERVICE" | "VOLUME_ACCESSIBILITY_CONSTRAINTS" | "GROUP_CONTROLLER_SERVICE" } },
       ),
     }),
     Probe: async () => ({ ready: { value: await info.ready() } }),

@@ -95,7 +95,8 @@ export function csiSnapshot(clusterID: string, s: SnapshotView): SnapshotMsg {
     size_bytes: String(s.sizeBytes),
     creation_time: timestamp(s.createdAt),
     ready_to_use: s.readyToUse,
-    group_snapshot_id: "",
+    // A member of a group snapshot names it (the group is in its members' pool, so it shares their pool id).
+    group_snapshot_id: s.groupSnapshotUuid ? composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.groupSnapshotUuid }) : "",
   };
 }
 

@@ -6,11 +6,8 @@
 import { createHash } from "node:crypto";
 import {
   type Clusters,
-  type CommandRequest,
-  type CommandResult,
   DriverError,
   invalidArgument,
-  type JournalCommand,
   MiB,
   notFound,
   parseMutableParameters,
@@ -18,13 +15,13 @@ import {
   type ResolvedCluster,
   type ResolvedPool,
   unsupported,
-  type VolumeIdParts,
 } from "@csi/contracts";
-import { type CallContext, type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
+import { type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
 import type { NodeWorkSender } from "../adapters/node-work.js";
 import type { NodeDirectory } from "../adapters/nodes.js";
-import { capacityOf, createLimits, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters, tryDecode } from "../domain/csi.js";
+import { capacityOf, createLimits, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters } from "../domain/csi.js";
 import { choosePool, reaches } from "../domain/topology.js";
+import { journalRouting } from "./routing.js";
 
 /** A node id in a JetStream message id (ids are deduplicated stream-wide, so each node's work needs its own). */
 const shortHash = (s: string) => createHash("sha256").update(s).digest("hex").slice(0, 16);
@@ -48,26 +45,9 @@ export const CONTROLLER_CAPABILITIES = [
 ] as const;
 
 export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory; nodeWork: NodeWorkSender }): Handlers<"Controller"> {
-  const { clusters, journal, nodes, nodeWork } = deps;
+  const { clusters, nodes, nodeWork } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
-
-  const call = <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext): Promise<CommandResult<C>> => {
-    const left = ctx.deadline ? ctx.deadline - Date.now() : undefined;
-    if (left !== undefined && left <= 0) throw new DriverError("DeadlineExceeded", "deadline passed");
-    return journal.call(cluster, command, req, { signal: ctx.signal, ...(left !== undefined ? { timeoutMs: left } : {}) });
-  };
-
-  /** The cluster and parts of an id, or undefined when the id cannot name anything we have. */
-  const locate = (id: string): { cluster: ResolvedCluster; parts: VolumeIdParts } | undefined => {
-    const parts = tryDecode(id);
-    const cluster = parts && clusters.get(parts.clusterID);
-    return parts && cluster ? { cluster, parts } : undefined;
-  };
-  const mustLocate = (id: string, what: string) => {
-    const l = locate(id);
-    if (!l) throw notFound(`${what} ${id} does not exist`);
-    return l;
-  };
+  const { call, locate, mustLocate } = journalRouting(deps);
 
   /** One page over every cluster in turn: the token says where the previous page stopped. */
   async function fanOut<T>(

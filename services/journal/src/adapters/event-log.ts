@@ -93,8 +93,13 @@ export class EventLog {
 
   /** Last sequence of one subject (0 when it has none). */
   async lastSeqOf(subject: string): Promise<number> {
+    return (await this.lastOf(subject))?.seq ?? 0;
+  }
+
+  /** The last event of one subject, if it has any. */
+  async lastOf(subject: string): Promise<StoredEvent | undefined> {
     const msg = await (await this.#manager()).streams.getMessage(this.stream, { last_by_subj: subject }).catch(() => null);
-    return msg?.seq ?? 0;
+    return msg ? { seq: msg.seq, subject, event: JournalEvent.parse(msg.json()) } : undefined;
   }
 
   async lastSeq(): Promise<number> {

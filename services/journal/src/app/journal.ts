@@ -1,5 +1,6 @@
 /**
- * The journal: the single writer of volume and snapshot history for one storage cluster.
+ * The journal: the single writer of volume and snapshot history for one storage cluster
+ * (group snapshots: group-snapshots.ts; what every kind shares: aggregates.ts).
  *
  * How a create stays idempotent and crash-safe (ceph-csi's voljournal, made event-sourced):
  *
@@ -19,17 +20,13 @@
  */
 import { randomUUID } from "node:crypto";
 import {
-  alreadyExists,
   type CommandResult,
   type DeviceReport,
   DriverError,
   type EventBody,
   invalidArgument,
-  isUuid,
-  type Kind,
   notFound,
   type ParsedRequest,
-  type ResolvedCluster,
   readerOnly,
   roundUpToMiB,
   type SnapshotView,
@@ -40,84 +37,35 @@ import {
 import { applyMutableParameters, inForce, limitsToContext, sameMutableParameters } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
-import { createdEvent, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
+import { createdEvent, type ImageKind, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
-import { foldRecord } from "../domain/projection.js";
-import { type Hash, isLive, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
-import { checkSnapshotReservation, checkVolumeReservation, digestOf, nextToken, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
-import { type Operation, type OperationEnv, runOperation } from "./operation.js";
+import { type Hash, isLive, isMade, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
+import { checkSnapshotReservation, checkVolumeReservation, digestOf, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
+import { Aggregates, type JournalDeps } from "./aggregates.js";
+import { GroupSnapshots } from "./group-snapshots.js";
+import { type Operation, runOperation } from "./operation.js";
 
-export interface JournalDeps extends OperationEnv {
-  cluster: ResolvedCluster;
-  pools: Map<string, PoolBackend>;
-}
+export type { JournalDeps };
 
 export class Journal {
   readonly #d: JournalDeps;
+  readonly #a: Aggregates;
+  readonly groups: GroupSnapshots;
 
   constructor(deps: JournalDeps) {
     this.#d = deps;
+    this.#a = new Aggregates(deps);
+    this.groups = new GroupSnapshots(this.#a);
   }
 
   get #k() {
-    return this.#d.store.keys;
-  }
-  get #c() {
-    return this.#d.cluster.clusterID;
-  }
-  get #inst() {
-    return this.#d.cluster.instance;
-  }
-
-  #pool(name: string): PoolBackend {
-    const p = this.#d.pools.get(name);
-    if (!p) throw invalidArgument(`unknown pool ${name} in cluster ${this.#c}`);
-    return p;
-  }
-
-  #poolOf(name: string): PoolBackend | undefined {
-    return this.#d.pools.get(name);
-  }
-
-  #recordSubject(kind: Kind, uuid: string) {
-    return KINDS[kind].events(this.#c, uuid);
-  }
-  #nameSubject(kind: Kind, name: string) {
-    return KINDS[kind].nameEvents(this.#c, this.#inst, name);
-  }
-
-  /**
-   * The record of `kind`/`uuid` once `landed` is applied to `hash` (read under the lock): the
-   * same fold the projection applies, so a reply shows what a later read shows.
-   */
-  #after<K extends Kind>(kind: K, uuid: string, hash: Hash | undefined, landed: StoredEvent[]): RecordOf<K> {
-    const h = foldRecord(kind, uuid, hash, landed);
-    if (!isLive(h)) throw new DriverError("Internal", `${kind} ${uuid} has no record after its own events`);
-    return KINDS[kind].fromHash(uuid, h);
-  }
-
-  /** Lock a request name (+ extra uuids) and read its directory entry, fence and record. */
-  async #lockName(op: Operation, kind: Kind, name: string, also: { kind: Kind; uuid: string }[] = []) {
-    const k = this.#k;
-    const first = await op.lock({
-      locks: [k.nameLock(kind, name), ...also.map((a) => k.uuidLock(a.kind, a.uuid))],
-      hashes: also.map((a) => k.record(a.kind, a.uuid)),
-      fields: [
-        [k.dir(kind), k.dirField(kind, name)],
-        [k.dirSeq(kind), name],
-      ],
-      // The record the name points at, read in the same round trip, under the lock.
-      recordPrefix: k.record(kind, ""),
-    });
-    const dirUuid = first.fields[0];
-    const nameSeq = Number(first.fields[1] ?? 0);
-    return { dirUuid, nameSeq, hash: isLive(first.record) ? first.record : undefined, alsoHashes: first.hashes };
+    return this.#a.keys;
   }
 
   // ---------------------------------------------------------------- volumes
 
   async createVolume(req: ParsedRequest<"volume.create">): Promise<VolumeView> {
-    if (req.pool) this.#pool(req.pool); // an unknown pool is refused before anything is locked
+    if (req.pool) this.#a.pool(req.pool); // an unknown pool is refused before anything is locked
     const sizeBytes = roundUpToMiB(req.sizeBytes);
     if (req.limitBytes > 0 && sizeBytes > req.limitBytes) {
       throw new DriverError("OutOfRange", `${req.sizeBytes} bytes rounded up to ${sizeBytes} exceeds the limit ${req.limitBytes}`);
@@ -126,14 +74,14 @@ export class Journal {
     const mutableParameters = inForce(req.mutableParameters ?? {});
 
     return runOperation(this.#d, req.requestId, async (op) => {
-      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "volume", req.name, also);
+      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#a.lockName(op, "volume", req.name, also);
       const record = hash && dirUuid ? volumeFromHash(dirUuid, hash) : undefined;
       const sourceHash = alsoHashes[0];
-      const source = req.source && isLive(sourceHash) && sourceHash["csi.imageid"] ? KINDS[req.source.kind].fromHash(req.source.uuid, sourceHash) : undefined;
+      const source = req.source && isMade(sourceHash) ? KINDS[req.source.kind].fromHash(req.source.uuid, sourceHash) : undefined;
       // The pool (and so the digest) is known only now: a clone or restore lands in its source's pool.
       const poolName = poolForCreate(req, source, record, this.#d.cluster.defaultPool);
       const digest = volumeDigest(poolName, req.parameters, mutableParameters);
-      const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
+      const image = record ? await this.#a.poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
       const settled = await this.#settle(op, "volume", req.name, nameSeq, hash, checkVolumeReservation(ask, dirUuid, record, image));
       if ("done" in settled) return volumeView(settled.done);
@@ -143,56 +91,31 @@ export class Journal {
         throw invalidArgument(`source ${req.source?.kind} is in pool ${source.pool}, not ${poolName}: cross-pool clones are not supported`);
       }
       if (source && sizeBytes < source.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${source.sizeBytes}`);
-      const pool = this.#pool(poolName);
+      const pool = this.#a.pool(poolName);
       if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
       const uuid = randomUUID();
       const imageName = KINDS.volume.imageName(uuid);
       const reserved = {
-        type: "VolumeReserved", uuid, name: req.name, instance: this.#inst, pool: poolName, poolId: pool.poolId, imageName,
+        type: "VolumeReserved", uuid, name: req.name, instance: this.#d.cluster.instance, pool: poolName, poolId: pool.poolId, imageName,
         sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
         ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}),
       } as const;
       const landed = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
         source ? pool.cloneImage(source.imageName, imageName, sizeBytes) : pool.createImage(imageName, sizeBytes),
       );
-      return volumeView(this.#after("volume", uuid, undefined, landed));
+      return volumeView(this.#a.after("volume", uuid, undefined, landed));
     });
   }
 
-  /**
-   * Settle a reservation verdict: an answer (the existing record, completed if its *Created
-   * event was missing), or — for a new or undone-stale reservation — the name fence to reserve with.
-   */
-  async #settle<K extends Kind>(
-    op: Operation,
-    kind: K,
-    name: string,
-    nameSeq: number,
-    hash: Hash | undefined,
-    verdict: Verdict<RecordOf<K>>,
-  ): Promise<{ done: RecordOf<K> } | { fence: number }> {
-    switch (verdict.kind) {
-      case "reuse":
-        return { done: verdict.record };
-      case "conflict":
-        throw alreadyExists(verdict.reason);
-      case "inconsistent":
-        throw new DriverError("Inconsistent", verdict.reason);
-      case "complete": {
-        const { record: r, image } = verdict;
-        const created = await op.append({ subject: this.#recordSubject(kind, r.uuid), body: createdEvent(kind, r.uuid, image), expectedSeq: r.seq });
-        return { done: this.#after(kind, r.uuid, hash, created) };
-      }
-      case "stale":
-        this.#d.logger.warn({ kind, name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
-        return { fence: await this.#undo(op, kind, name, verdict.uuid, nameSeq, verdict.record, verdict.reason) };
-      case "new":
-        return { fence: nameSeq };
-      default: {
-        const never: never = verdict;
-        throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
-      }
-    }
+  /** Settle a volume's or snapshot's verdict: complete = record the image found; stale = undo. */
+  #settle<K extends ImageKind>(op: Operation, kind: K, name: string, nameSeq: number, hash: Hash | undefined, verdict: Verdict<RecordOf<K>>) {
+    return this.#a.settle({ kind, name, nameSeq }, verdict, {
+      complete: async ({ record: r, image }) => {
+        const created = await op.append({ subject: this.#a.recordSubject(kind, r.uuid), body: createdEvent(kind, r.uuid, image), expectedSeq: r.seq });
+        return this.#a.after(kind, r.uuid, hash, created);
+      },
+      undo: (v) => this.#undo(op, kind, name, v.uuid, nameSeq, v.record, v.reason),
+    });
   }
 
   /**
@@ -203,7 +126,7 @@ export class Journal {
    */
   async #reserveAndBuild(
     op: Operation,
-    kind: Kind,
+    kind: ImageKind,
     name: string,
     uuid: string,
     fence: number,
@@ -212,10 +135,10 @@ export class Journal {
     reserved: EventBody,
     build: () => Promise<ImageInfo>,
   ): Promise<StoredEvent[]> {
-    const recordSubject = this.#recordSubject(kind, uuid);
+    const recordSubject = this.#a.recordSubject(kind, uuid);
     const [nameEv, reservedEv] = await op
       .append(
-        { subject: this.#nameSubject(kind, name), body: { type: "NameReserved", kind, name, uuid }, expectedSeq: fence },
+        { subject: this.#a.nameSubject(kind, name), body: { type: "NameReserved", kind, name, uuid }, expectedSeq: fence },
         { subject: recordSubject, body: reserved, expectedSeq: 0 },
       )
       .catch(async (err: unknown) => {
@@ -232,35 +155,30 @@ export class Journal {
       image = await build();
     } catch (err) {
       await pool.deleteImage(imageName).catch(() => {});
-      await this.#appendUndo(op, kind, name, uuid, reservedSeq, nameEv?.seq ?? 0, `image creation failed: ${(err as Error).message}`).catch(() => {});
+      const reason = `image creation failed: ${(err as Error).message}`;
+      await this.#a.releaseAndUndo(op, { kind, name, uuid, seq: nameEv?.seq ?? 0 }, [{ kind, uuid, seq: reservedSeq }], reason).catch(() => {});
       throw err;
     }
     const [createdEv] = await op.append({ subject: recordSubject, body: createdEvent(kind, uuid, image), expectedSeq: reservedSeq }).catch(async (err: unknown) => {
-      // Fenced off: another writer ended this reservation while we worked (our lock expired).
-      // The image is ours alone (its name is the uuid's): remove it. If the log is merely
-      // unreachable, keep it: the next create of the name finds it and records it ("complete").
-      if (isFenced(err)) await pool.deleteImage(imageName).catch(() => {});
+      // Fenced off: another writer took over while we worked (our lock expired). If it ended
+      // this reservation, the image (named after the uuid: ours alone) is an orphan: remove it.
+      // If it recorded the image ("complete"), the image is the volume's: keep it. If the log
+      // is merely unreachable, keep it too: the next create of the name records it.
+      if (isFenced(err) && (await this.#a.ended(recordSubject))) await pool.deleteImage(imageName).catch(() => {});
       throw err;
     });
     return [reservedEv, createdEv].filter((e) => e !== undefined);
   }
 
   /** Undo a stale reservation: remove a partial image, end the record, release the name. Returns the name fence after. */
-  async #undo(op: Operation, kind: Kind, name: string, uuid: string, nameSeq: number, record: RecordOf<Kind> | undefined, reason: string): Promise<number> {
+  async #undo(op: Operation, kind: ImageKind, name: string, uuid: string, nameSeq: number, record: RecordOf<ImageKind> | undefined, reason: string): Promise<number> {
     // Without a record, the image name is still derived from the uuid; try every pool.
     const imageName = record?.imageName ?? KINDS[kind].imageName(uuid);
-    const pools = record ? [this.#poolOf(record.pool)] : [...this.#d.pools.values()];
+    const pools = record ? [this.#a.poolOf(record.pool)] : [...this.#d.pools.values()];
     for (const p of pools) await p?.deleteImage(imageName);
-    const recSeq = record?.seq ?? (await this.#d.log.lastSeqOf(this.#recordSubject(kind, uuid)));
-    const [released] = await this.#appendUndo(op, kind, name, uuid, recSeq, nameSeq, reason, recSeq > 0);
+    const recSeq = record?.seq ?? (await this.#d.log.lastSeqOf(this.#a.recordSubject(kind, uuid)));
+    const [released] = await this.#a.releaseAndUndo(op, { kind, name, uuid, seq: nameSeq }, [{ kind, uuid, seq: recSeq }], reason);
     return released?.seq ?? nameSeq;
-  }
-
-  /** NameReleased (first), then ReservationUndone if the record is to be ended. */
-  #appendUndo(op: Operation, kind: Kind, name: string, uuid: string, recSeq: number, nameSeq: number, reason: string, endRecord = true) {
-    const list: Append[] = [{ subject: this.#nameSubject(kind, name), body: { type: "NameReleased", kind, name, uuid }, expectedSeq: nameSeq }];
-    if (endRecord) list.push({ subject: this.#recordSubject(kind, uuid), body: { type: "ReservationUndone", kind, uuid, reason }, expectedSeq: recSeq });
-    return op.append(...list);
   }
 
   async deleteVolume(req: ParsedRequest<"volume.delete">): Promise<CommandResult<"volume.delete">> {
@@ -271,7 +189,7 @@ export class Journal {
     });
   }
 
-  async #deleteAggregate<K extends Kind>(kind: K, uuid: string, requestId: string, check: (r: RecordOf<K>) => Promise<void>) {
+  async #deleteAggregate<K extends ImageKind>(kind: K, uuid: string, requestId: string, check: (r: RecordOf<K>) => Promise<void>) {
     return runOperation(this.#d, requestId, async (op) => {
       const k = this.#k;
       const first = await op.lock({ locks: [k.uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] });
@@ -287,10 +205,10 @@ export class Journal {
           [k.dirSeq(kind), r.name],
         ],
       });
-      await this.#poolOf(r.pool)?.deleteImage(r.imageName);
-      const list: Append[] = [{ subject: this.#recordSubject(kind, uuid), body: { type: KINDS[kind].deleted, uuid }, expectedSeq: r.seq }];
+      await this.#a.poolOf(r.pool)?.deleteImage(r.imageName);
+      const list: Append[] = [{ subject: this.#a.recordSubject(kind, uuid), body: { type: KINDS[kind].deleted, uuid }, expectedSeq: r.seq }];
       if (second.fields[0] === uuid) {
-        list.push({ subject: this.#nameSubject(kind, r.name), body: { type: "NameReleased", kind, name: r.name, uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
+        list.push({ subject: this.#a.nameSubject(kind, r.name), body: { type: "NameReleased", kind, name: r.name, uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
       }
       await op.append(...list);
       return { deleted: true };
@@ -305,9 +223,9 @@ export class Journal {
       const r = volumeFromHash(req.uuid, h);
       const want = roundUpToMiB(req.sizeBytes);
       if (want <= r.sizeBytes) return volumeView(r); // never shrink: the current size answers
-      const img = await this.#pool(r.pool).resizeImage(r.imageName, want);
-      const expanded = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
-      return volumeView(this.#after("volume", r.uuid, h, expanded));
+      const img = await this.#a.pool(r.pool).resizeImage(r.imageName, want);
+      const expanded = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
+      return volumeView(this.#a.after("volume", r.uuid, h, expanded));
     });
   }
 
@@ -315,21 +233,21 @@ export class Journal {
   async modifyVolume(req: ParsedRequest<"volume.modify">): Promise<CommandResult<"volume.modify">> {
     return runOperation(this.#d, req.requestId, async (op) => {
       const [h] = (await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] })).hashes;
-      if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+      if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const next = applyMutableParameters(r.mutableParameters, req.mutableParameters);
       if (sameMutableParameters(next, r.mutableParameters)) return { volume: volumeView(r), seq: r.seq, changed: false };
       const body = { type: "VolumeModified", uuid: r.uuid, mutableParameters: next } as const;
-      const modified = this.#after("volume", r.uuid, h, await op.append({ subject: this.#recordSubject("volume", r.uuid), body, expectedSeq: r.seq }));
+      const modified = this.#a.after("volume", r.uuid, h, await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body, expectedSeq: r.seq }));
       return { volume: volumeView(modified), seq: modified.seq, changed: true };
     });
   }
 
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
-    const [h] = await this.#read([this.#k.record("volume", req.uuid)]);
-    if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+    const [h] = await this.#a.read([this.#k.record("volume", req.uuid)]);
+    if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
     const r = volumeFromHash(req.uuid, h);
-    const img = await this.#poolOf(r.pool)?.statImage(r.imageName);
+    const img = await this.#a.poolOf(r.pool)?.statImage(r.imageName);
     const condition = !img
       ? { abnormal: true, message: `image ${r.imageName} is missing from pool ${r.pool}` }
       : img.sizeBytes < r.sizeBytes
@@ -348,7 +266,7 @@ export class Journal {
         counts: [this.#k.nodeClaims(req.nodeId)],
       });
       const h = read.hashes[0];
-      if (!isLive(h) || !h["csi.imageid"]) throw notFound(`volume ${req.uuid} does not exist`);
+      if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const readOnly = req.readOnly || readerOnly(req.capability);
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
@@ -356,13 +274,13 @@ export class Journal {
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
       let seq = r.seq;
       if (verdict.kind === "new") {
-        const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        const [ev] = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
         seq = ev?.seq ?? seq;
       }
-      const pool = this.#pool(r.pool);
+      const pool = this.#a.pool(r.pool);
       return {
         publishContext: {
-          clusterID: this.#c, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
+          clusterID: this.#a.cluster, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
           imagePath: pool.imagePath(r.imageName), readOnly: String(readOnly),
           // The I/O limits as of this point of the volume's log (a later modification reaches the node as node work).
           ...limitsToContext(r.mutableParameters, seq),
@@ -381,7 +299,7 @@ export class Journal {
       const released = r.claims.filter((c) => req.nodeId === undefined || c.nodeId === req.nodeId);
       let seq = r.seq;
       for (const c of released) {
-        const [ev] = await op.append({ subject: this.#recordSubject("volume", r.uuid), body: { type: "VolumeUnclaimed", uuid: r.uuid, nodeId: c.nodeId }, expectedSeq: seq });
+        const [ev] = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeUnclaimed", uuid: r.uuid, nodeId: c.nodeId }, expectedSeq: seq });
         seq = ev?.seq ?? seq;
       }
       return { deleted: released.length > 0 };
@@ -389,9 +307,9 @@ export class Journal {
   }
 
   async listVolumes(req: ParsedRequest<"volume.list">): Promise<CommandResult<"volume.list">> {
-    const { uuids, hashes, next } = await this.#page(this.#k.index("volume"), req.startingToken, req.maxEntries, "volume");
+    const { uuids, hashes, next } = await this.#a.page(this.#k.index("volume"), req.startingToken, req.maxEntries, "volume");
     // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
-    const entries = uuids.flatMap((u, i) => (isLive(hashes[i]) && hashes[i]?.["csi.imageid"] ? [volumeView(volumeFromHash(u, hashes[i] as Hash))] : []));
+    const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [volumeView(volumeFromHash(u, hashes[i] as Hash))] : []));
     return next ? { entries, nextToken: next } : { entries };
   }
 
@@ -400,50 +318,56 @@ export class Journal {
   async createSnapshot(req: ParsedRequest<"snapshot.create">): Promise<SnapshotView> {
     const digest = digestOf({ parameters: req.parameters });
     return runOperation(this.#d, req.requestId, async (op) => {
-      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#lockName(op, "snapshot", req.name, [{ kind: "volume", uuid: req.sourceUuid }]);
+      const { dirUuid, nameSeq, hash, alsoHashes } = await this.#a.lockName(op, "snapshot", req.name, [{ kind: "volume", uuid: req.sourceUuid }]);
       const record = hash && dirUuid ? snapshotFromHash(dirUuid, hash) : undefined;
-      const image = record ? await this.#poolOf(record.pool)?.statImage(record.imageName) : undefined;
+      const image = record ? await this.#a.poolOf(record.pool)?.statImage(record.imageName) : undefined;
       const verdict = checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dirUuid, record, image);
       const settled = await this.#settle(op, "snapshot", req.name, nameSeq, hash, verdict);
       if ("done" in settled) return snapshotView(settled.done);
       const src = alsoHashes[0];
-      if (!isLive(src) || !src["csi.imageid"]) throw notFound(`source volume ${req.sourceUuid} does not exist`);
+      if (!isMade(src)) throw notFound(`source volume ${req.sourceUuid} does not exist`);
       const source = volumeFromHash(req.sourceUuid, src);
-      const pool = this.#pool(source.pool);
+      const pool = this.#a.pool(source.pool);
       const uuid = randomUUID();
       const imageName = KINDS.snapshot.imageName(uuid);
-      const reserved = { type: "SnapshotReserved", uuid, name: req.name, instance: this.#inst, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest } as const;
+      const reserved = { type: "SnapshotReserved", uuid, name: req.name, instance: this.#d.cluster.instance, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest } as const;
       const landed = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () => pool.snapshotImage(source.imageName, imageName));
-      return snapshotView(this.#after("snapshot", uuid, undefined, landed));
+      return snapshotView(this.#a.after("snapshot", uuid, undefined, landed));
     });
   }
 
   async deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Promise<CommandResult<"snapshot.delete">> {
-    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async () => {});
+    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async (r) => {
+      // CSI: a member of a group snapshot cannot be deleted on its own (DeleteSnapshot → INVALID_ARGUMENT).
+      if (r.groupSnapshotUuid && (await this.groups.isLive(r.groupSnapshotUuid))) {
+        throw invalidArgument(`snapshot ${r.uuid} is part of group snapshot ${r.groupSnapshotUuid}: delete the group snapshot instead`);
+      }
+    });
   }
 
   async getSnapshot(req: ParsedRequest<"snapshot.get">): Promise<SnapshotView> {
-    const [h] = await this.#read([this.#k.record("snapshot", req.uuid)]);
+    const [h] = await this.#a.read([this.#k.record("snapshot", req.uuid)]);
     if (!isLive(h)) throw notFound(`snapshot ${req.uuid} does not exist`);
     return snapshotView(snapshotFromHash(req.uuid, h));
   }
 
   async listSnapshots(req: ParsedRequest<"snapshot.list">): Promise<CommandResult<"snapshot.list">> {
     if (req.snapshotUuid) {
-      const [h] = await this.#read([this.#k.record("snapshot", req.snapshotUuid)]);
-      if (!isLive(h)) return { entries: [] };
+      const [h] = await this.#a.read([this.#k.record("snapshot", req.snapshotUuid)]);
+      // CSI: a snapshot not cut yet is not listed (get shows it, not ready).
+      if (!isMade(h)) return { entries: [] };
       const s = snapshotFromHash(req.snapshotUuid, h);
       return { entries: !req.sourceUuid || s.sourceUuid === req.sourceUuid ? [snapshotView(s)] : [] };
     }
     const index = req.sourceUuid ? this.#k.snapsOf(req.sourceUuid) : this.#k.index("snapshot");
-    const { uuids, hashes, next } = await this.#page(index, req.startingToken, req.maxEntries, "snapshot");
-    const entries = uuids.flatMap((u, i) => (isLive(hashes[i]) ? [snapshotView(snapshotFromHash(u, hashes[i] as Hash))] : []));
+    const { uuids, hashes, next } = await this.#a.page(index, req.startingToken, req.maxEntries, "snapshot");
+    const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [snapshotView(snapshotFromHash(u, hashes[i] as Hash))] : []));
     return next ? { entries, nextToken: next } : { entries };
   }
 
   async poolStat(req: ParsedRequest<"pool.stat">): Promise<CommandResult<"pool.stat">> {
     const name = req.pool ?? this.#d.cluster.defaultPool;
-    const pool = this.#pool(name);
+    const pool = this.#a.pool(name);
     return { pool: name, poolId: pool.poolId, ...(await pool.capacity()) };
   }
 
@@ -453,38 +377,20 @@ export class Journal {
   async reportDevice(report: DeviceReport): Promise<void> {
     const { requestId, ...body } = report;
     const meta = { requestId, actor: this.#d.actor, time: this.#d.now().toISOString() };
-    await this.#d.log.append({ subject: subjects.deviceEvents(this.#c, report.uuid), body: { type: "DeviceStateReported", ...body } }, meta);
+    await this.#d.log.append({ subject: subjects.deviceEvents(this.#a.cluster, report.uuid), body: { type: "DeviceStateReported", ...body } }, meta);
   }
 
-  /** Every event of a volume (or snapshot), in log order: its own, its device reports, its name's. */
+  /** Every event of a volume (or snapshot, or group snapshot), in log order: its own, its device reports, its name's. */
   async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
-    const own = await this.#d.log.history(uuidSubjects(this.#c, req.uuid));
+    const own = await this.#d.log.history(uuidSubjects(this.#a.cluster, req.uuid));
     const named: StoredEvent[] = [];
     for (const k of Object.values(KINDS)) {
       const reserved = own.find((e) => e.event.type === k.reserved)?.event;
       if (!reserved || !("name" in reserved)) continue;
-      const ofName = await this.#d.log.history([k.nameEvents(this.#c, this.#inst, reserved.name)]);
+      const ofName = await this.#d.log.history([this.#a.nameSubject(k.kind, reserved.name)]);
       named.push(...ofName.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid));
     }
     const events = [...own, ...named].sort((a, b) => a.seq - b.seq);
     return { events: events.map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> })) };
-  }
-
-  // ---------------------------------------------------------------- reads
-
-  /** Read hashes; if the projection is gone, rebuild it first. */
-  async #read(keys: string[]): Promise<(Hash | undefined)[]> {
-    if ((await this.#d.store.watermark()) === undefined) await this.#d.projector.catchUp();
-    return this.#d.store.hashes(keys);
-  }
-
-  async #page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
-    if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
-    if ((await this.#d.store.watermark()) === undefined) await this.#d.projector.catchUp();
-    const uuids = await this.#d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
-    const next = nextToken(uuids, maxEntries);
-    const page = next ? uuids.slice(0, maxEntries) : uuids;
-    const hashes = await this.#d.store.hashes(page.map((u) => this.#k.record(kind, u)));
-    return { uuids: page, hashes, next };
   }
 }

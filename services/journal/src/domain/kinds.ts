@@ -13,19 +13,52 @@
  *   {c}:csi.volume.<uuid>           hash  csi.volname, csi.imagename, csi.imageid, csi.size, ...,
  *                                         csi.mutable (I/O limits in force, JSON; absent = none),
  *                                         _seq (last applied seq of the volume's subject)
- *   {c}:csi.snap.<uuid>             hash  the same fields; csi.source = the source volume's uuid
- *   {c}:csi.index.volume / .snap    zset  uuids (lexicographic paging)
+ *   {c}:csi.snap.<uuid>             hash  the same fields; csi.source = the source volume's uuid,
+ *                                         csi.group = its group snapshot's uuid (members only)
+ *   {c}:csi.groups.<instance>[.seq] the same for group snapshots (csi.group.<name>)
+ *   {c}:csi.group.<uuid>            hash  csi.volname, csi.pool, csi.poolid, csi.digest, csi.created,
+ *                                         csi.members (JSON [{volumeUuid, snapshotUuid}]), csi.ready
+ *   {c}:csi.index.volume/.snap/.group zset uuids (lexicographic paging)
  *   {c}:csi.index.snap.src.<uuid>   zset  snapshot uuids of one source volume
  *   {c}:csi.node.<nodeId>           set   volume uuids the node holds claims on
  *   {c}:projection                  hash  applied → stream seq up to which the log was replayed
  *   {c}:lock.name.<kind>.<name>     string lock token of a request name (SET NX PX)
  *   {c}:lock.<kind>.<uuid>          string lock token of an aggregate
  */
-import { type EventBody, type Kind, KIND_TOKENS, type SnapshotView, snapshotImageName, subjects, type VolumeView, volumeImageName } from "@csi/contracts";
-import { type Hash, type SnapshotRecord, snapshotFromHash, snapshotView, type VolumeRecord, volumeFromHash, volumeView } from "./records.js";
+import {
+  type EventBody,
+  type JournalEvent,
+  type Kind,
+  KIND_TOKENS,
+  type SnapshotView,
+  snapshotImageName,
+  subjects,
+  type VolumeView,
+  volumeImageName,
+} from "@csi/contracts";
+import {
+  type GroupRecord,
+  type GroupSnapshotHead,
+  groupFromHash,
+  groupHead,
+  type Hash,
+  type SnapshotRecord,
+  snapshotFromHash,
+  snapshotView,
+  type VolumeRecord,
+  volumeFromHash,
+  volumeView,
+} from "./records.js";
 
-export interface KindSpec<R, V> {
-  kind: Kind;
+interface Shapes {
+  volume: { record: VolumeRecord; view: VolumeView; created: "VolumeCreated" };
+  snapshot: { record: SnapshotRecord; view: SnapshotView; created: "SnapshotCreated" };
+  groupsnapshot: { record: GroupRecord; view: GroupSnapshotHead; created: "GroupSnapshotCreated" };
+}
+type EventType = JournalEvent["type"];
+
+export interface KindSpec<K extends Kind> {
+  kind: K;
   /** Subject of one aggregate's events. */
   events(cluster: string, uuid: string): string;
   /** Subject of a request name's events (the fence of "one name, one reservation"). */
@@ -34,22 +67,19 @@ export interface KindSpec<R, V> {
   redis: { dir: string; word: string };
   /** Whether records are also indexed by their source volume (`csi.index.snap.src.<uuid>`). */
   indexedBySource: boolean;
-  imageName(uuid: string): string;
-  reserved: "VolumeReserved" | "SnapshotReserved";
-  created: "VolumeCreated" | "SnapshotCreated";
-  deleted: "VolumeDeleted" | "SnapshotDeleted";
-  fromHash(uuid: string, h: Hash): R;
-  view(r: R): V;
+  reserved: Extract<EventType, `${string}Reserved`>;
+  created: Shapes[K]["created"];
+  deleted: Extract<EventType, `${string}Deleted`>;
+  fromHash(uuid: string, h: Hash): Shapes[K]["record"];
+  view(r: Shapes[K]["record"]): Shapes[K]["view"];
 }
 
-interface Shapes {
-  volume: [VolumeRecord, VolumeView];
-  snapshot: [SnapshotRecord, SnapshotView];
-}
-export type RecordOf<K extends Kind> = Shapes[K][0];
-export type KindTable = { [K in Kind]: KindSpec<Shapes[K][0], Shapes[K][1]> };
+/** The kinds that are an image in a pool (a group snapshot is a set of snapshots). */
+export type ImageKind = "volume" | "snapshot";
+export type RecordOf<K extends Kind> = Shapes[K]["record"];
+export type KindTable = { [K in Kind]: KindSpec<K> } & { [K in ImageKind]: { imageName(uuid: string): string } };
 
-function spec<K extends Kind>(kind: K, rest: Omit<KindTable[K], "kind" | "events" | "nameEvents">): KindSpec<Shapes[K][0], Shapes[K][1]> {
+function spec<K extends Kind>(kind: K, rest: Omit<KindSpec<K>, "kind" | "events" | "nameEvents">): KindSpec<K> {
   return {
     kind,
     events: (cluster, uuid) => subjects.aggregateEvents(cluster, kind, uuid),
@@ -59,30 +89,43 @@ function spec<K extends Kind>(kind: K, rest: Omit<KindTable[K], "kind" | "events
 }
 
 export const KINDS: KindTable = {
-  volume: spec("volume", {
-    redis: { dir: "volumes", word: "volume" },
-    indexedBySource: false,
+  volume: {
+    ...spec("volume", {
+      redis: { dir: "volumes", word: "volume" },
+      indexedBySource: false,
+      reserved: "VolumeReserved",
+      created: "VolumeCreated",
+      deleted: "VolumeDeleted",
+      fromHash: volumeFromHash,
+      view: volumeView,
+    }),
     imageName: volumeImageName,
-    reserved: "VolumeReserved",
-    created: "VolumeCreated",
-    deleted: "VolumeDeleted",
-    fromHash: volumeFromHash,
-    view: volumeView,
-  }),
-  snapshot: spec("snapshot", {
-    redis: { dir: "snaps", word: "snap" },
-    indexedBySource: true,
+  },
+  snapshot: {
+    ...spec("snapshot", {
+      redis: { dir: "snaps", word: "snap" },
+      indexedBySource: true,
+      reserved: "SnapshotReserved",
+      created: "SnapshotCreated",
+      deleted: "SnapshotDeleted",
+      fromHash: snapshotFromHash,
+      view: snapshotView,
+    }),
     imageName: snapshotImageName,
-    reserved: "SnapshotReserved",
-    created: "SnapshotCreated",
-    deleted: "SnapshotDeleted",
-    fromHash: snapshotFromHash,
-    view: snapshotView,
+  },
+  groupsnapshot: spec("groupsnapshot", {
+    redis: { dir: "groups", word: "group" },
+    indexedBySource: false,
+    reserved: "GroupSnapshotReserved",
+    created: "GroupSnapshotCreated",
+    deleted: "GroupSnapshotDeleted",
+    fromHash: groupFromHash,
+    view: groupHead,
   }),
 };
 
 /** The *Created event of an aggregate whose image exists. */
-export function createdEvent(kind: Kind, uuid: string, image: { id: string; sizeBytes: number }): EventBody {
+export function createdEvent(kind: ImageKind, uuid: string, image: { id: string; sizeBytes: number }): EventBody {
   return { type: KINDS[kind].created, uuid, imageId: image.id, sizeBytes: image.sizeBytes };
 }
 

@@ -80,11 +80,26 @@ export function recordChange(e: JournalEvent): RecordChange | undefined {
         kind: "snapshot",
         uuid: e.uuid,
         fresh: true,
-        set: { ...reservedFields(e), "csi.size": 0, "csi.source": e.sourceUuid },
+        set: { ...reservedFields(e), "csi.size": 0, "csi.source": e.sourceUuid, ...(e.groupSnapshotUuid ? { "csi.group": e.groupSnapshotUuid } : {}) },
       };
     case "SnapshotCreated":
       // A snapshot's creation time is when it was cut.
       return { kind: "snapshot", uuid: e.uuid, set: { "csi.imageid": e.imageId, "csi.size": e.sizeBytes, "csi.created": e.time } };
+    case "GroupSnapshotReserved":
+      return {
+        kind: "groupsnapshot",
+        uuid: e.uuid,
+        fresh: true,
+        set: {
+          "csi.volname": e.name, "csi.pool": e.pool, "csi.poolid": e.poolId, "csi.digest": e.digest, "csi.created": e.time,
+          "csi.members": JSON.stringify(e.members), "csi.ready": "",
+        },
+      };
+    case "GroupSnapshotCreated":
+      // A group's creation time is when its members were recorded (their SnapshotCreated share it).
+      return { kind: "groupsnapshot", uuid: e.uuid, set: { "csi.ready": "1", "csi.created": e.time } };
+    case "GroupSnapshotDeleted":
+      return { kind: "groupsnapshot", uuid: e.uuid, end: true };
     case "VolumeDeleted":
       return { kind: "volume", uuid: e.uuid, end: true };
     case "SnapshotDeleted":

@@ -3,20 +3,25 @@
  * events. Pure code: parsing the Redis hash shape (see kinds.ts for the key layout and
  * projection.ts for how events write it) and building the views replies carry.
  */
-import { type Capability, Claim, type ContentSource, MutableParameters, type SnapshotView, type VolumeView } from "@csi/contracts";
+import { type Capability, Claim, type ContentSource, type GroupMember, type GroupSnapshotView, MutableParameters, type SnapshotView, type VolumeView } from "@csi/contracts";
 
-interface RecordBase {
+/** What every record has: a request name, a pool, a parameter digest, a creation time, a fence. */
+interface RecordHead {
   uuid: string;
   name: string;
   pool: string;
   poolId: number;
-  imageName: string;
-  /** Empty until the image exists (the *Created event). */
-  imageId: string;
   digest: string;
   createdAt: string;
   /** Sequence of the last event applied to this aggregate: the next append's fence. */
   seq: number;
+}
+
+/** A record that is an image in a pool. */
+interface RecordBase extends RecordHead {
+  imageName: string;
+  /** Empty until the image exists (the *Created event). */
+  imageId: string;
 }
 
 export interface VolumeRecord extends RecordBase {
@@ -32,6 +37,14 @@ export interface VolumeRecord extends RecordBase {
 export interface SnapshotRecord extends RecordBase {
   sourceUuid: string;
   sizeBytes: number;
+  groupSnapshotUuid?: string;
+}
+
+/** A group snapshot: its members' snapshots are records of their own. */
+export interface GroupRecord extends RecordHead {
+  members: GroupMember[];
+  /** GroupSnapshotCreated applied: every member was cut and recorded. */
+  ready: boolean;
 }
 
 /** A raw hash as HGETALL returns it. */
@@ -42,23 +55,29 @@ export function isLive(h: Hash | undefined): h is Hash {
   return !!h && h._gone !== "1" && h["csi.volname"] !== undefined;
 }
 
+/** A live record whose image was made (its *Created event applied): a volume or snapshot one can use. */
+export function isMade(h: Hash | undefined): h is Hash {
+  return isLive(h) && !!h["csi.imageid"];
+}
+
 export function aggregateSeq(h: Hash | undefined): number {
   return h?._seq ? Number(h._seq) : 0;
 }
 
-function baseFromHash(uuid: string, h: Hash): RecordBase & { sizeBytes: number } {
+function headFromHash(uuid: string, h: Hash): RecordHead {
   return {
     uuid,
     name: h["csi.volname"] ?? "",
     pool: h["csi.pool"] ?? "",
     poolId: Number(h["csi.poolid"] ?? 0),
-    imageName: h["csi.imagename"] ?? "",
-    imageId: h["csi.imageid"] ?? "",
     digest: h["csi.digest"] ?? "",
     createdAt: h["csi.created"] ?? "",
     seq: aggregateSeq(h),
-    sizeBytes: Number(h["csi.size"] ?? 0),
   };
+}
+
+function baseFromHash(uuid: string, h: Hash): RecordBase & { sizeBytes: number } {
+  return { ...headFromHash(uuid, h), imageName: h["csi.imagename"] ?? "", imageId: h["csi.imageid"] ?? "", sizeBytes: Number(h["csi.size"] ?? 0) };
 }
 
 export function volumeFromHash(uuid: string, h: Hash): VolumeRecord {
@@ -81,7 +100,11 @@ function claimsOf(h: Hash): Claim[] {
 }
 
 export function snapshotFromHash(uuid: string, h: Hash): SnapshotRecord {
-  return { ...baseFromHash(uuid, h), sourceUuid: h["csi.source"] ?? "" };
+  return { ...baseFromHash(uuid, h), sourceUuid: h["csi.source"] ?? "", ...(h["csi.group"] ? { groupSnapshotUuid: h["csi.group"] } : {}) };
+}
+
+export function groupFromHash(uuid: string, h: Hash): GroupRecord {
+  return { ...headFromHash(uuid, h), members: JSON.parse(h["csi.members"] ?? "[]"), ready: h["csi.ready"] === "1" };
 }
 
 export function volumeView(r: VolumeRecord): VolumeView {
@@ -114,5 +137,19 @@ export function snapshotView(r: SnapshotRecord): SnapshotView {
     sizeBytes: r.sizeBytes,
     createdAt: r.createdAt,
     readyToUse: r.imageId !== "",
+    ...(r.groupSnapshotUuid ? { groupSnapshotUuid: r.groupSnapshotUuid } : {}),
   };
+}
+
+export type GroupSnapshotHead = Omit<GroupSnapshotView, "snapshots">;
+
+/** The group without its members (their views come from their own records: `groupSnapshotView`). */
+export function groupHead(r: GroupRecord): GroupSnapshotHead {
+  return { uuid: r.uuid, name: r.name, pool: r.pool, poolId: r.poolId, createdAt: r.createdAt, readyToUse: r.ready };
+}
+
+/** A group and the records of its members, in the group's member order; ready when all are. */
+export function groupSnapshotView(r: GroupRecord, members: SnapshotRecord[]): GroupSnapshotView {
+  const snapshots = members.map(snapshotView);
+  return { ...groupHead(r), readyToUse: r.ready && snapshots.length === r.members.length && snapshots.every((s) => s.readyToUse), snapshots };
 }

@@ -17,10 +17,11 @@ import type { Capability, ContentSource } from "@csi/contracts";
 import type { ImageInfo } from "./pool-backend.js";
 import type { SnapshotRecord, VolumeRecord } from "./records.js";
 
-export type Verdict<R> =
+/** `C`: what completing needs (for an image, the image found; for a group, its unrecorded members). */
+export type Verdict<R, C = { image: ImageInfo }> =
   | { kind: "new" }
   | { kind: "reuse"; record: R }
-  | { kind: "complete"; record: R; image: ImageInfo }
+  | ({ kind: "complete"; record: R } & C)
   | { kind: "stale"; uuid: string; record?: R; reason: string }
   | { kind: "conflict"; reason: string }
   | { kind: "inconsistent"; reason: string };
@@ -49,6 +50,8 @@ function canonicalJson(v: unknown): string {
 export function volumeDigest(pool: string, parameters: Record<string, string>, mutableParameters: Record<string, string> = {}): string {
   return digestOf({ pool, parameters, ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}) });
 }
+
+export const sameSet = (a: string[], b: string[]) => a.length === b.length && [...a].sort().join() === [...b].sort().join();
 
 const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;
 

@@ -25,6 +25,9 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "snapshot.delete": (r) => j.deleteSnapshot(r),
     "snapshot.get": (r) => j.getSnapshot(r),
     "snapshot.list": (r) => j.listSnapshots(r),
+    "groupsnapshot.create": (r) => j.groups.create(r),
+    "groupsnapshot.delete": (r) => j.groups.delete(r),
+    "groupsnapshot.get": (r) => j.groups.get(r),
     "pool.stat": (r) => j.poolStat(r),
     "volume.history": (r) => j.history(r),
   };

@@ -1,0 +1,64 @@
+/**
+ * The CSI GroupController service: group snapshots (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT).
+ * A group is taken in one cluster (its journal locks every source volume and cuts them all);
+ * arguments are checked before existence, as for the Controller service.
+ */
+import { type Clusters, invalidArgument } from "@csi/contracts";
+import { type Handlers, type JournalClient, required } from "@csi/runtime";
+import { splitParameters } from "../domain/csi.js";
+import { csiGroupSnapshot } from "../domain/group-csi.js";
+import { journalRouting } from "./routing.js";
+
+export const GROUP_CONTROLLER_CAPABILITIES = ["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"] as const;
+
+export function groupControllerHandlers(deps: { clusters: Clusters; journal: JournalClient }): Handlers<"GroupController"> {
+  const { call, locate, mustLocate } = journalRouting(deps);
+
+  /**
+   * The uuids of `snapshot_ids` (CSI's check of a group's members), or undefined when none were
+   * given. An id that is malformed or of another cluster cannot be a member: a mismatch.
+   */
+  const memberUuids = (ids: string[] | undefined, clusterID: string): string[] | undefined => {
+    if (!ids?.length) return undefined;
+    return ids.map((id) => {
+      const l = locate(id);
+      if (!l || l.cluster.clusterID !== clusterID) throw invalidArgument(`snapshot_ids: ${id.slice(0, 128)} is not a snapshot of this group snapshot`);
+      return l.parts.uuid;
+    });
+  };
+
+  return {
+    GroupControllerGetCapabilities: async () => ({ capabilities: GROUP_CONTROLLER_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
+
+    CreateVolumeGroupSnapshot: async (req, ctx) => {
+      required(req.name, "name");
+      const ids = req.source_volume_ids ?? [];
+      if (ids.length === 0) throw invalidArgument("source_volume_ids is required");
+      const params = splitParameters(req.parameters);
+      const inClusters = new Set(ids.flatMap((id) => locate(id)?.cluster.clusterID ?? []));
+      if (params.clusterID) inClusters.add(params.clusterID);
+      if (inClusters.size > 1) throw invalidArgument(`the source volumes are in several clusters (${[...inClusters].sort().join(", ")}): a group snapshot is taken in one`);
+      const sources = ids.map((id) => mustLocate(id, "source volume"));
+      const cluster = (sources[0] as (typeof sources)[number]).cluster.clusterID;
+      const g = await call(cluster, "groupsnapshot.create", { requestId: ctx.requestId, name: req.name, sourceUuids: sources.map((l) => l.parts.uuid), parameters: params.rest }, ctx);
+      return { group_snapshot: csiGroupSnapshot(cluster, g) };
+    },
+
+    DeleteVolumeGroupSnapshot: async (req, ctx) => {
+      required(req.group_snapshot_id, "group_snapshot_id");
+      const l = locate(req.group_snapshot_id);
+      if (!l) return {}; // malformed or foreign: nothing of ours to delete
+      const snapshotUuids = memberUuids(req.snapshot_ids, l.cluster.clusterID);
+      await call(l.cluster.clusterID, "groupsnapshot.delete", { requestId: ctx.requestId, uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) }, ctx);
+      return {};
+    },
+
+    GetVolumeGroupSnapshot: async (req, ctx) => {
+      required(req.group_snapshot_id, "group_snapshot_id");
+      const l = mustLocate(req.group_snapshot_id, "group snapshot");
+      const snapshotUuids = memberUuids(req.snapshot_ids, l.cluster.clusterID);
+      const g = await call(l.cluster.clusterID, "groupsnapshot.get", { uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) }, ctx);
+      return { group_snapshot: csiGroupSnapshot(l.cluster.clusterID, g) };
+    },
+  };
+}

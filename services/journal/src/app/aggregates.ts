@@ -1,0 +1,144 @@
+/**
+ * What every journal command shares, whatever the aggregate kind: the deps, pools, subjects,
+ * taking a request name's lock and reading what it points at, settling a reservation verdict,
+ * undoing a reservation, folding appended events into the record a reply shows, paged reads.
+ * The commands themselves live in journal.ts (volumes, snapshots) and group-snapshots.ts.
+ */
+import { alreadyExists, DriverError, invalidArgument, isUuid, type Kind, type ResolvedCluster, type StoredEvent } from "@csi/contracts";
+import type { Append } from "../adapters/event-log.js";
+import { KINDS, type RecordOf } from "../domain/kinds.js";
+import type { PoolBackend } from "../domain/pool-backend.js";
+import { foldRecord, recordChange } from "../domain/projection.js";
+import { type Hash, isLive } from "../domain/records.js";
+import { nextToken, type Verdict } from "../domain/reservation.js";
+import type { Operation, OperationEnv } from "./operation.js";
+
+export interface JournalDeps extends OperationEnv {
+  cluster: ResolvedCluster;
+  pools: Map<string, PoolBackend>;
+}
+
+type Completing<R, C> = Extract<Verdict<R, C>, { kind: "complete" }>;
+type Stale<R, C> = Extract<Verdict<R, C>, { kind: "stale" }>;
+
+export class Aggregates {
+  constructor(readonly d: JournalDeps) {}
+
+  get keys() {
+    return this.d.store.keys;
+  }
+  get cluster() {
+    return this.d.cluster.clusterID;
+  }
+
+  /** A configured pool; an unknown one is InvalidArgument. */
+  pool(name: string): PoolBackend {
+    const p = this.d.pools.get(name);
+    if (!p) throw invalidArgument(`unknown pool ${name} in cluster ${this.cluster}`);
+    return p;
+  }
+
+  poolOf(name: string): PoolBackend | undefined {
+    return this.d.pools.get(name);
+  }
+
+  recordSubject(kind: Kind, uuid: string) {
+    return KINDS[kind].events(this.cluster, uuid);
+  }
+  nameSubject(kind: Kind, name: string) {
+    return KINDS[kind].nameEvents(this.cluster, this.d.cluster.instance, name);
+  }
+
+  /**
+   * The record of `kind`/`uuid` once `landed` is applied to `hash` (read under the lock): the
+   * same fold the projection applies, so a reply shows what a later read shows.
+   */
+  after<K extends Kind>(kind: K, uuid: string, hash: Hash | undefined, landed: StoredEvent[]): RecordOf<K> {
+    const h = foldRecord(kind, uuid, hash, landed);
+    if (!isLive(h)) throw new DriverError("Internal", `${kind} ${uuid} has no record after its own events`);
+    return KINDS[kind].fromHash(uuid, h);
+  }
+
+  /** Lock a request name (+ extra uuids) and read its directory entry, fence and record. */
+  async lockName(op: Operation, kind: Kind, name: string, also: { kind: Kind; uuid: string }[] = []) {
+    const k = this.keys;
+    const first = await op.lock({
+      locks: [k.nameLock(kind, name), ...also.map((a) => k.uuidLock(a.kind, a.uuid))],
+      hashes: also.map((a) => k.record(a.kind, a.uuid)),
+      fields: [
+        [k.dir(kind), k.dirField(kind, name)],
+        [k.dirSeq(kind), name],
+      ],
+      // The record the name points at, read in the same round trip, under the lock.
+      recordPrefix: k.record(kind, ""),
+    });
+    const dirUuid = first.fields[0];
+    const nameSeq = Number(first.fields[1] ?? 0);
+    return { dirUuid, nameSeq, hash: isLive(first.record) ? first.record : undefined, alsoHashes: first.hashes };
+  }
+
+  /**
+   * Settle a reservation verdict: an answer (the existing record, or the one `ways.complete`
+   * finishes), or — for a new or undone-stale reservation — the name fence to reserve with.
+   */
+  async settle<R, C>(
+    what: { kind: Kind; name: string; nameSeq: number },
+    verdict: Verdict<R, C>,
+    ways: { complete: (v: Completing<R, C>) => Promise<R>; undo: (v: Stale<R, C>) => Promise<number> },
+  ): Promise<{ done: R } | { fence: number }> {
+    switch (verdict.kind) {
+      case "reuse":
+        return { done: verdict.record };
+      case "conflict":
+        throw alreadyExists(verdict.reason);
+      case "inconsistent":
+        throw new DriverError("Inconsistent", verdict.reason);
+      case "complete":
+        return { done: await ways.complete(verdict as Completing<R, C>) };
+      case "stale":
+        this.d.logger.warn({ kind: what.kind, name: what.name, uuid: verdict.uuid, reason: verdict.reason }, "undoing stale reservation");
+        return { fence: await ways.undo(verdict) };
+      case "new":
+        return { fence: what.nameSeq };
+      default: {
+        const never: never = verdict;
+        throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  /**
+   * Release a request name (first, so `[released]` is the name's new fence) and end the records
+   * of a reservation that never became usable. `ends` with seq 0 have nothing to end.
+   */
+  releaseAndUndo(op: Operation, name: { kind: Kind; name: string; uuid: string; seq: number }, ends: { kind: Kind; uuid: string; seq: number }[], reason: string) {
+    const list: Append[] = [{ subject: this.nameSubject(name.kind, name.name), body: { type: "NameReleased", kind: name.kind, name: name.name, uuid: name.uuid }, expectedSeq: name.seq }];
+    for (const e of ends) {
+      if (e.seq > 0) list.push({ subject: this.recordSubject(e.kind, e.uuid), body: { type: "ReservationUndone", kind: e.kind, uuid: e.uuid, reason }, expectedSeq: e.seq });
+    }
+    return op.append(...list);
+  }
+
+  /** Whether an aggregate's log ends with its end (deleted or undone); false when unsure. */
+  async ended(subject: string): Promise<boolean> {
+    const last = await this.d.log.lastOf(subject).catch(() => undefined);
+    return !!last && !!recordChange(last.event)?.end;
+  }
+
+  /** Read hashes; if the projection is gone, rebuild it first. */
+  async read(keys: string[]): Promise<(Hash | undefined)[]> {
+    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    return this.d.store.hashes(keys);
+  }
+
+  /** One page of an index of `kind` uuids, with their hashes; the token is the last uuid of the previous page. */
+  async page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
+    if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
+    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    const uuids = await this.d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
+    const next = nextToken(uuids, maxEntries);
+    const page = next ? uuids.slice(0, maxEntries) : uuids;
+    const hashes = await this.d.store.hashes(page.map((u) => this.keys.record(kind, u)));
+    return { uuids: page, hashes, next };
+  }
+}
