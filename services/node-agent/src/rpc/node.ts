@@ -14,10 +14,11 @@
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
 import { type Capability, DriverError, invalidArgument, type NodeWork, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
-import { type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
+import { type CallContext, type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
 import type { z } from "zod";
 import { validateCoPath } from "../adapters/paths.js";
 import type { NodeService } from "../app/node-service.js";
+import type { Origin } from "../app/reporter.js";
 
 export const NODE_CAPABILITIES = ["STAGE_UNSTAGE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME_STATS", "VOLUME_CONDITION", "SINGLE_NODE_MULTI_WRITER"] as const;
 
@@ -131,7 +132,8 @@ const capabilityOf = (vc: VolumeCapabilityMsg | null | undefined): Capability | 
 
 export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {
   const check = <R extends NodeRpc>(rpc: R, args: NodeArgs) => checkNodeCall(rpc, args, CSI_FIELDS, svc);
-  const via = "grpc" as const;
+  /** The step's reports carry the call's request id (x-request-id, or the one the server made). */
+  const grpc = (ctx: CallContext): Origin => ({ via: "grpc", requestId: ctx.requestId });
   return {
     NodeGetInfo: async () => ({
       node_id: info.nodeId,
@@ -140,24 +142,24 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
     }),
     NodeGetCapabilities: async () => ({ capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
-    NodeStageVolume: async (req) => {
+    NodeStageVolume: async (req, ctx) => {
       const c = await check("NodeStageVolume", {
         volumeId: req.volume_id,
         stagingPath: req.staging_target_path,
         capability: capabilityOf(req.volume_capability),
         publishContext: req.publish_context,
       });
-      await svc.stage({ ...c, via });
+      await svc.stage({ ...c, origin: grpc(ctx) });
       return {};
     },
 
-    NodeUnstageVolume: async (req) => {
+    NodeUnstageVolume: async (req, ctx) => {
       const c = await check("NodeUnstageVolume", { volumeId: req.volume_id, stagingPath: req.staging_target_path });
-      await svc.unstage({ ...c, via });
+      await svc.unstage({ ...c, origin: grpc(ctx) });
       return {};
     },
 
-    NodePublishVolume: async (req) => {
+    NodePublishVolume: async (req, ctx) => {
       const c = await check("NodePublishVolume", {
         volumeId: req.volume_id,
         stagingPath: req.staging_target_path,
@@ -165,19 +167,19 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
         capability: capabilityOf(req.volume_capability),
         publishContext: req.publish_context,
       });
-      await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), via });
+      await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), origin: grpc(ctx) });
       return {};
     },
 
-    NodeUnpublishVolume: async (req) => {
+    NodeUnpublishVolume: async (req, ctx) => {
       const c = await check("NodeUnpublishVolume", { volumeId: req.volume_id, targetPath: req.target_path });
-      await svc.unpublish({ ...c, via });
+      await svc.unpublish({ ...c, origin: grpc(ctx) });
       return {};
     },
 
-    NodeExpandVolume: async (req) => {
+    NodeExpandVolume: async (req, ctx) => {
       const c = await check("NodeExpandVolume", { volumeId: req.volume_id, volumePath: req.volume_path, capability: capabilityOf(req.volume_capability) });
-      const bytes = await svc.expand({ ...c, via });
+      const bytes = await svc.expand({ ...c, origin: grpc(ctx) });
       return { capacity_bytes: String(bytes) };
     },
 
@@ -202,17 +204,17 @@ export type Work = z.output<typeof NodeWork>;
 
 /** NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC calls. */
 export async function runWork(svc: NodeService, w: Work): Promise<void> {
-  const via = "nats" as const;
+  const origin: Origin = { via: "nats", requestId: w.id };
   const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
   switch (w.op) {
     case "stage":
-      return svc.stage({ ...(await check("NodeStageVolume")), via });
+      return svc.stage({ ...(await check("NodeStageVolume")), origin });
     case "publish":
-      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, via });
+      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, origin });
     case "unpublish":
-      return svc.unpublish({ ...(await check("NodeUnpublishVolume")), via });
+      return svc.unpublish({ ...(await check("NodeUnpublishVolume")), origin });
     case "unstage":
-      return svc.unstage({ ...(await check("NodeUnstageVolume")), via });
+      return svc.unstage({ ...(await check("NodeUnstageVolume")), origin });
     default: {
       const never: never = w.op;
       throw new Error(`unknown node work ${never}`);
