@@ -127,11 +127,31 @@ export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, n
   return call as CheckedCall<R>;
 }
 
-/** The capability message as a Capability; a malformed one (no access mode or type) is a missing field. */
-const capabilityOf = (vc: VolumeCapabilityMsg | null | undefined): Capability | undefined => (vc ? toCapability(vc) : undefined);
+/** The fields of any Node request, as the proto loader gives them (unset strings are ""). */
+interface NodeRequest {
+  volume_id?: string;
+  staging_target_path?: string;
+  target_path?: string;
+  volume_path?: string;
+  volume_capability?: VolumeCapabilityMsg | null;
+  publish_context?: Record<string, string>;
+}
+
+/**
+ * A Node request as NodeArgs: every field it has (the table decides which matter). A capability
+ * without access mode or access type is refused here, as a missing required field.
+ */
+const argsOf = (req: NodeRequest): NodeArgs => ({
+  volumeId: req.volume_id,
+  stagingPath: req.staging_target_path,
+  targetPath: req.target_path,
+  volumePath: req.volume_path,
+  capability: req.volume_capability ? toCapability(req.volume_capability) : undefined,
+  publishContext: req.publish_context,
+});
 
 export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {
-  const check = <R extends NodeRpc>(rpc: R, args: NodeArgs) => checkNodeCall(rpc, args, CSI_FIELDS, svc);
+  const check = <R extends NodeRpc>(rpc: R, req: NodeRequest) => checkNodeCall(rpc, argsOf(req), CSI_FIELDS, svc);
   /** The step's reports carry the call's request id (x-request-id, or the one the server made). */
   const grpc = (ctx: CallContext): Origin => ({ via: "grpc", requestId: ctx.requestId });
   return {
@@ -143,49 +163,33 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
     NodeGetCapabilities: async () => ({ capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
     NodeStageVolume: async (req, ctx) => {
-      const c = await check("NodeStageVolume", {
-        volumeId: req.volume_id,
-        stagingPath: req.staging_target_path,
-        capability: capabilityOf(req.volume_capability),
-        publishContext: req.publish_context,
-      });
-      await svc.stage({ ...c, origin: grpc(ctx) });
+      await svc.stage({ ...(await check("NodeStageVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
     NodeUnstageVolume: async (req, ctx) => {
-      const c = await check("NodeUnstageVolume", { volumeId: req.volume_id, stagingPath: req.staging_target_path });
-      await svc.unstage({ ...c, origin: grpc(ctx) });
+      await svc.unstage({ ...(await check("NodeUnstageVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
     NodePublishVolume: async (req, ctx) => {
-      const c = await check("NodePublishVolume", {
-        volumeId: req.volume_id,
-        stagingPath: req.staging_target_path,
-        targetPath: req.target_path,
-        capability: capabilityOf(req.volume_capability),
-        publishContext: req.publish_context,
-      });
+      const c = await check("NodePublishVolume", req);
       await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), origin: grpc(ctx) });
       return {};
     },
 
     NodeUnpublishVolume: async (req, ctx) => {
-      const c = await check("NodeUnpublishVolume", { volumeId: req.volume_id, targetPath: req.target_path });
-      await svc.unpublish({ ...c, origin: grpc(ctx) });
+      await svc.unpublish({ ...(await check("NodeUnpublishVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
     NodeExpandVolume: async (req, ctx) => {
-      const c = await check("NodeExpandVolume", { volumeId: req.volume_id, volumePath: req.volume_path, capability: capabilityOf(req.volume_capability) });
-      const bytes = await svc.expand({ ...c, origin: grpc(ctx) });
+      const bytes = await svc.expand({ ...(await check("NodeExpandVolume", req)), origin: grpc(ctx) });
       return { capacity_bytes: String(bytes) };
     },
 
     NodeGetVolumeStats: async (req) => {
-      const c = await check("NodeGetVolumeStats", { volumeId: req.volume_id, volumePath: req.volume_path });
-      const s = await svc.stats(c);
+      const s = await svc.stats(await check("NodeGetVolumeStats", req));
       const u = s.usage;
       const usage = !u
         ? []
