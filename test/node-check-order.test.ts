@@ -23,7 +23,7 @@ import { runWork, type Work } from "../services/node-agent/src/rpc/node.js";
 type PathWork = Exclude<Work, { op: "limits" }>;
 import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
 import { ROOT } from "./support/processes.js";
-import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, type NodeStack, type PublishedVolume, startNodeStack } from "./support/node-stack.js";
+import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
 
 const skip = whyNoDevices();
 const [OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION] = [0, 3, 5, 9];
@@ -51,7 +51,7 @@ const machine = async () => ({
 
 describe("Node calls are checked in the spec's order", { skip }, () => {
   before(async () => {
-    s = await startNodeStack();
+    s = await NodeStack.start();
     never = s.kubelet("never", "made");
     vol = await s.createAndPublish("pvc-order-vol", mountCap(), FS_MIN_BYTES);
     blk = await s.createAndPublish("pvc-order-blk", blockCap(), 8 * MiB);

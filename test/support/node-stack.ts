@@ -37,93 +37,102 @@ export interface PublishedVolume {
   ctx: Record<string, string>;
 }
 
-export interface NodeStack {
-  env: TestServers;
-  /** The temporary directory everything lives under (symlinks resolved). */
-  root: string;
-  nodeId: string;
-  /** Environment of the service processes (NATS_URL, REDIS_URL, CLUSTERS_FILE, DATA_DIR). */
-  base: Record<string, string>;
-  clustersFile: string;
-  nc: NatsConnection;
-  journal: JournalClient;
-  ctrl: CsiClient<"Controller">;
-  node: CsiClient<"Node">;
-  agent: ServiceProcess;
-  /** A path under the stack's fake kubelet directory. */
-  kubelet(...parts: string[]): string;
-  /** CreateVolume + ControllerPublishVolume to this node. */
-  createAndPublish(name: string, cap: object, sizeBytes: number): Promise<PublishedVolume>;
-  /** The DeviceStateReported events of a volume, waiting (up to ~5 s) until `want` says they are all there. */
-  deviceReports(uuid: string, want: (reports: DeviceReportEvent[]) => boolean): Promise<DeviceReportEvent[]>;
-  stop(): Promise<void>;
-}
-
 export type DeviceReportEvent = ReturnType<typeof DeviceStateReported.parse>;
 
-export async function startNodeStack(opts: { nodeId?: string } = {}): Promise<NodeStack> {
-  const env = await startTestServers();
-  const root = await realpath(env.dir);
-  const procs: ServiceProcess[] = [];
-  const nodeId = opts.nodeId ?? "node-a";
-  let nc: NatsConnection | undefined;
-  let ctrl: CsiClient<"Controller"> | undefined;
-  let node: CsiClient<"Node"> | undefined;
-  const stop = async () => {
-    ctrl?.close();
-    node?.close();
-    await Promise.all(procs.map((p) => p.stop()));
-    await nc?.close();
-    await cleanupUnder(root); // unmount + detach before anything is removed
-    await env.dispose();
-  };
-  try {
-    const clustersFile = await writeClustersFile(root, [{ clusterID: CLUSTER, pools: ["default"] }]);
-    const base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: root };
-    procs.push(await spawnService("journal", { ...base, CLUSTER_ID: CLUSTER }));
-    const ctrlSock = `unix://${path.join(root, "controller.sock")}`;
-    procs.push(await spawnService("controller", base, { args: ["--endpoint", ctrlSock] }));
-    const nodeSock = `unix://${path.join(root, "node.sock")}`;
-    const agent = await spawnService(
-      "node-agent",
-      { ...base, NODE_STATE_DIR: path.join(root, "node-state") },
-      { args: ["--endpoint", nodeSock, "--nodeid", nodeId] },
-    );
-    procs.push(agent);
-    ctrl = csiClient(ctrlSock, "Controller");
-    node = csiClient(nodeSock, "Node");
-    nc = await connect({ servers: env.nats.url });
-    const journal = new JournalClient(nc, 10_000);
-    const c = ctrl;
-    return {
-      env,
-      root,
-      nodeId,
-      base,
-      clustersFile,
-      nc,
-      journal,
-      ctrl,
-      node,
-      agent,
-      kubelet: (...parts) => path.join(root, "kubelet", ...parts),
-      createAndPublish: async (name, cap, sizeBytes) => {
-        const v = (await c.CreateVolume({ name, volume_capabilities: [cap], capacity_range: { required_bytes: String(sizeBytes) } })).volume!;
-        const pub = await c.ControllerPublishVolume({ volume_id: v.volume_id, node_id: nodeId, volume_capability: cap, readonly: false });
-        return { id: v.volume_id, uuid: decomposeVolumeId(v.volume_id).uuid, ctx: pub.publish_context as Record<string, string> };
-      },
-      deviceReports: async (uuid, want) => {
-        for (let i = 0; ; i++) {
-          const h = await journal.call(CLUSTER, "volume.history", { uuid });
-          const reports = h.events.flatMap((e) => (e.event.type === "DeviceStateReported" ? [DeviceStateReported.parse(e.event)] : []));
-          if (want(reports) || i >= 50) return reports;
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      },
-      stop,
-    };
-  } catch (err) {
-    await stop();
-    throw err;
+export class NodeStack {
+  readonly journal: JournalClient;
+  node: CsiClient<"Node">;
+  /** Environment of the service processes (NATS_URL, REDIS_URL, CLUSTERS_FILE, DATA_DIR). */
+  readonly base: Record<string, string>;
+
+  private constructor(
+    readonly env: TestServers,
+    /** The temporary directory everything lives under (symlinks resolved). */
+    readonly root: string,
+    readonly nodeId: string,
+    readonly clustersFile: string,
+    readonly nc: NatsConnection,
+    readonly ctrl: CsiClient<"Controller">,
+    /** The journal and the controller (the agent is `agent`). */
+    private readonly procs: ServiceProcess[],
+    public agent: ServiceProcess,
+  ) {
+    this.base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: root };
+    this.journal = new JournalClient(nc, 10_000);
+    this.node = csiClient(NodeStack.nodeSocket(root), "Node");
+  }
+
+  private static nodeSocket = (root: string) => `unix://${path.join(root, "node.sock")}`;
+
+  private static spawnAgent(base: Record<string, string>, root: string, nodeId: string): Promise<ServiceProcess> {
+    const env = { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000" };
+    return spawnService("node-agent", env, { args: ["--endpoint", NodeStack.nodeSocket(root), "--nodeid", nodeId] });
+  }
+
+  static async start(opts: { nodeId?: string } = {}): Promise<NodeStack> {
+    const env = await startTestServers();
+    const root = await realpath(env.dir);
+    const nodeId = opts.nodeId ?? "node-a";
+    const procs: ServiceProcess[] = [];
+    let nc: NatsConnection | undefined;
+    try {
+      const clustersFile = await writeClustersFile(root, [{ clusterID: CLUSTER, pools: ["default"] }]);
+      const base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: root };
+      procs.push(await spawnService("journal", { ...base, CLUSTER_ID: CLUSTER }));
+      const ctrlSock = `unix://${path.join(root, "controller.sock")}`;
+      procs.push(await spawnService("controller", base, { args: ["--endpoint", ctrlSock] }));
+      const agent = await NodeStack.spawnAgent(base, root, nodeId);
+      procs.push(agent);
+      nc = await connect({ servers: env.nats.url });
+      return new NodeStack(env, root, nodeId, clustersFile, nc, csiClient(ctrlSock, "Controller"), procs.slice(0, 2), agent);
+    } catch (err) {
+      await Promise.all(procs.map((p) => p.stop()));
+      await nc?.close();
+      await cleanupUnder(root);
+      await env.dispose();
+      throw err;
+    }
+  }
+
+  /** A path under the stack's fake kubelet directory. */
+  kubelet(...parts: string[]): string {
+    return path.join(this.root, "kubelet", ...parts);
+  }
+
+  /** Stop the agent (SIGKILL with `kill`), run `meanwhile` (what happens behind its back), start it again. */
+  async restartAgent(opts: { kill?: boolean; meanwhile?: () => Promise<void> } = {}): Promise<void> {
+    if (opts.kill) await this.agent.kill();
+    else await this.agent.stop();
+    await opts.meanwhile?.();
+    this.agent = await NodeStack.spawnAgent(this.base, this.root, this.nodeId);
+    this.node.close();
+    this.node = csiClient(NodeStack.nodeSocket(this.root), "Node");
+  }
+
+  /** CreateVolume + ControllerPublishVolume to this node. */
+  async createAndPublish(name: string, cap: object, sizeBytes: number): Promise<PublishedVolume> {
+    const v = (await this.ctrl.CreateVolume({ name, volume_capabilities: [cap], capacity_range: { required_bytes: String(sizeBytes) } })).volume!;
+    const pub = await this.ctrl.ControllerPublishVolume({ volume_id: v.volume_id, node_id: this.nodeId, volume_capability: cap, readonly: false });
+    return { id: v.volume_id, uuid: decomposeVolumeId(v.volume_id).uuid, ctx: pub.publish_context as Record<string, string> };
+  }
+
+  /** The DeviceStateReported events of a volume's history, waiting (up to ~5 s) until `want` says they are all there. */
+  async deviceReports(uuid: string, want: (reports: DeviceReportEvent[]) => boolean): Promise<DeviceReportEvent[]> {
+    for (let i = 0; ; i++) {
+      const h = await this.journal.call(CLUSTER, "volume.history", { uuid });
+      const reports = h.events.flatMap((e) => (e.event.type === "DeviceStateReported" ? [DeviceStateReported.parse(e.event)] : []));
+      if (want(reports) || i >= 50) return reports;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Stop everything, then unmount and detach whatever is left under `root` before removing it. */
+  async stop(): Promise<void> {
+    this.ctrl.close();
+    this.node.close();
+    await Promise.all([...this.procs, this.agent].map((p) => p.stop()));
+    await this.nc.close();
+    await cleanupUnder(this.root);
+    await this.env.dispose();
   }
 }

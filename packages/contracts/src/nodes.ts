@@ -90,7 +90,11 @@ export const nodeWorkSubjects = {
  * it into the cluster's report queue; the journal appends it to the volume's history.
  */
 export const DeviceReport = z.object({
-  /** Unique per report (also its JetStream message id, for de-duplication). */
+  /**
+   * The request that asked for the step: the gRPC call's request id, the NATS work item's id,
+   * or the healer run's id. Several reports share one (the node-agent's JetStream message id
+   * adds a per-report part, for de-duplication).
+   */
   requestId: z.string().min(1).max(128),
   uuid: Uuid,
   nodeId: z.string().min(1).max(128),

@@ -2,10 +2,10 @@
  * The gRPC plumbing every CSI endpoint shares (controller and node-agent):
  *  - every method of the Identity/Controller/Node services is registered; those a service does
  *    not implement answer UNIMPLEMENTED (never INTERNAL);
- *  - one middleware chain per call: a request id (from the `x-request-id` metadata or new) in a
- *    pino child logger, the request logged with secrets stripped, slow calls warned, thrown
- *    errors mapped through the error table (a DriverError keeps its message; anything else
- *    becomes INTERNAL "internal error" and its stack stays in our log);
+ *  - one middleware chain per call: a request id (from the `x-request-id` metadata when it is a
+ *    sane one, else new) in a pino child logger, the request logged with secrets stripped, slow
+ *    calls warned, thrown errors mapped through the error table (a DriverError keeps its
+ *    message; anything else becomes INTERNAL "internal error" and its stack stays in our log);
  *  - the caller's deadline and cancellation reach the handler as `ctx.deadline` and `ctx.signal`:
  *    the controller stops waiting for the journal when either ends the call (the journal's own
  *    operation still finishes or fails on its own and releases its locks), so nothing waits for
@@ -52,10 +52,18 @@ export function statusOf(err: unknown): { code: number; details: string } {
   return { code: GrpcCode.INTERNAL, details: "internal error" };
 }
 
+/**
+ * A caller's `x-request-id` is taken when it is 1–128 printable ASCII characters without spaces
+ * (request ids travel in journal commands, events and device reports, which allow 128);
+ * otherwise the call gets a new one.
+ */
+const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
+
 function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
     const started = performance.now();
-    const requestId = String(call.metadata.get("x-request-id")[0] ?? randomUUID());
+    const given = call.metadata.get("x-request-id")[0];
+    const requestId = typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
     const clog = log.child({ requestId, method });
     if (!handler) {
       clog.debug("unimplemented");

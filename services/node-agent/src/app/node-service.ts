@@ -5,6 +5,7 @@
  * Each step is idempotent, persisted in the state file, and reported to the journal. The same
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
+import { randomUUID } from "node:crypto";
 import { lstat, realpath } from "node:fs/promises";
 import {
   type Capability,
@@ -17,7 +18,6 @@ import {
   type MutableParameters,
   notFound,
   readerOnly,
-  type Via,
   volumeImageName,
 } from "@csi/contracts";
 import type { Logger } from "pino";
@@ -30,7 +30,7 @@ import { type HealAction, planHeal } from "../domain/heal.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
 import { KeyedMutex } from "@csi/runtime";
 import type { IoLimiter } from "./io-limiter.js";
-import type { Reporter } from "./reporter.js";
+import type { Origin, Reporter } from "./reporter.js";
 
 
 export interface NodeServiceDeps {
@@ -65,8 +65,8 @@ export class NodeService {
     await this.d.stateFile.save(this.#state);
   }
 
-  #report(v: Pick<VolumeState, "clusterID" | "uuid">, state: DeviceState, via: Via, more: { device?: string; path?: string; reason?: string } = {}): void {
-    this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, via, ...more });
+  #report(v: Pick<VolumeState, "clusterID" | "uuid">, state: DeviceState, origin: Origin, more: { device?: string; path?: string; reason?: string } = {}): void {
+    this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
 
   /** Where a volume's image is: its id names cluster and pool; the pool's root holds `<image>.img`. */
@@ -86,17 +86,17 @@ export class NodeService {
   }
 
   /** The volume's loop device, attaching it if it is not attached. */
-  async #ensureAttached(v: VolumeState, via: Via): Promise<string> {
+  async #ensureAttached(v: VolumeState, origin: Origin): Promise<string> {
     let device = await loop.findByBackingFile(v.imagePath);
     if (!device) {
       device = await loop.attach(v.imagePath, { readOnly: v.readOnly });
-      this.#report(v, "attached", via, { device });
+      this.#report(v, "attached", origin, { device });
     }
     v.device = device;
     return device;
   }
 
-  async #mountStaging(v: VolumeState, device: string, via: Via): Promise<void> {
+  async #mountStaging(v: VolumeState, device: string, origin: Origin): Promise<void> {
     const staging = v.staging;
     if (staging?.capability.accessType !== "mount") return;
     const cap = staging.capability;
@@ -114,22 +114,22 @@ export class NodeService {
     if (current?.source === device) return;
     if (current) await mnt.unmount(staging.path);
     await mnt.mount(device, staging.path, { fsType: fs, flags: cap.mountFlags ?? [], readOnly: v.readOnly });
-    this.#report(v, "staged", via, { device, path: staging.path });
+    this.#report(v, "staged", origin, { device, path: staging.path });
   }
 
-  async #bind(v: VolumeState, target: string, readOnly: boolean, via: Via): Promise<void> {
+  async #bind(v: VolumeState, target: string, readOnly: boolean, origin: Origin): Promise<void> {
     const block = v.staging?.capability.accessType === "block";
     if (await mnt.isMountPoint(target)) return;
-    const device = await this.#ensureAttached(v, via);
+    const device = await this.#ensureAttached(v, origin);
     if (block) await ensureFile(target);
     else await ensureDir(target);
     await mnt.bindMount(block ? device : (v.staging?.path as string), target, { readOnly: readOnly || v.readOnly });
-    this.#report(v, "published", via, { device, path: target });
+    this.#report(v, "published", origin, { device, path: target });
   }
 
   // ------------------------------------------------------------------ operations
 
-  stage(req: { volumeId: string; stagingPath: string; capability: Capability; publishContext: Record<string, string>; via: Via }): Promise<void> {
+  stage(req: { volumeId: string; stagingPath: string; capability: Capability; publishContext: Record<string, string>; origin: Origin }): Promise<void> {
     return this.#mutex.run(req.volumeId, async () => {
       this.d.ioLimits?.check(req.publishContext);
       const known = this.#state.volumes[req.volumeId];
@@ -141,36 +141,36 @@ export class NodeService {
       const v: VolumeState = known ?? { volumeId: req.volumeId, ...(await this.#locate(req.volumeId, req.publishContext)), readOnly, publishes: [] };
       const wasAttached = (await loop.findByBackingFile(v.imagePath)) !== undefined;
       try {
-        const device = await this.#ensureAttached(v, req.via);
+        const device = await this.#ensureAttached(v, req.origin);
         v.staging = { path: req.stagingPath, capability: req.capability };
-        await this.#mountStaging(v, device, req.via);
-        if (req.capability.accessType === "block") this.#report(v, "staged", req.via, { device, path: req.stagingPath });
+        await this.#mountStaging(v, device, req.origin);
+        if (req.capability.accessType === "block") this.#report(v, "staged", req.origin, { device, path: req.stagingPath });
       } catch (err) {
         // Leave nothing half done: a device this call attached for a new volume goes again.
         if (!known) {
           if (v.device && !wasAttached) await loop.detach(v.device, { backingFile: v.imagePath }).catch(() => {});
-          this.#report(v, "failed", req.via, { path: req.stagingPath, reason: (err as Error).message });
+          this.#report(v, "failed", req.origin, { path: req.stagingPath, reason: (err as Error).message });
         }
         throw err;
       }
       this.#state.volumes[req.volumeId] = v;
       await this.#save();
-      await this.d.ioLimits?.staged(v, req.publishContext, req.via);
+      await this.d.ioLimits?.staged(v, req.publishContext, req.origin);
     });
   }
 
-  publish(req: { volumeId: string; stagingPath: string; targetPath: string; readOnly: boolean; via: Via }): Promise<void> {
+  publish(req: { volumeId: string; stagingPath: string; targetPath: string; readOnly: boolean; origin: Origin }): Promise<void> {
     return this.#mutex.run(req.volumeId, async () => {
       const v = this.#state.volumes[req.volumeId];
       const refusal = checkPublish(v, req.stagingPath, req.targetPath, req.readOnly);
       if (refusal || !v) throw new DriverError(refusal?.code ?? "FailedPrecondition", refusal?.reason ?? "not staged");
-      await this.#bind(v, req.targetPath, req.readOnly, req.via);
+      await this.#bind(v, req.targetPath, req.readOnly, req.origin);
       if (!v.publishes.some((p) => p.target === req.targetPath)) v.publishes.push({ target: req.targetPath, readOnly: req.readOnly });
       await this.#save();
     });
   }
 
-  unpublish(req: { volumeId: string; targetPath: string; via: Via }): Promise<void> {
+  unpublish(req: { volumeId: string; targetPath: string; origin: Origin }): Promise<void> {
     return this.#mutex.run(req.volumeId, async () => {
       const v = this.#state.volumes[req.volumeId];
       while (await mnt.isMountPoint(req.targetPath)) await mnt.unmount(req.targetPath);
@@ -181,11 +181,11 @@ export class NodeService {
       if (!v) return;
       v.publishes = v.publishes.filter((p) => p.target !== req.targetPath);
       await this.#save();
-      this.#report(v, "unpublished", req.via, { path: req.targetPath });
+      this.#report(v, "unpublished", req.origin, { path: req.targetPath });
     });
   }
 
-  unstage(req: { volumeId: string; stagingPath: string; via: Via }): Promise<void> {
+  unstage(req: { volumeId: string; stagingPath: string; origin: Origin }): Promise<void> {
     return this.#mutex.run(req.volumeId, async () => {
       const v = this.#state.volumes[req.volumeId];
       if (!v) return; // never staged here, or already unstaged
@@ -193,12 +193,12 @@ export class NodeService {
       if (refusal) throw new DriverError(refusal.code, refusal.reason);
       const path = v.staging?.path ?? req.stagingPath;
       while (await mnt.isMountPoint(path)) await mnt.unmount(path);
-      if (v.staging) this.#report(v, "unstaged", req.via, { path });
-      await this.d.ioLimits?.unstaging(v, req.via); // before the detach frees the device number for another volume
+      if (v.staging) this.#report(v, "unstaged", req.origin, { path });
+      await this.d.ioLimits?.unstaging(v, req.origin); // before the detach frees the device number for another volume
       const device = await loop.findByBackingFile(v.imagePath);
       if (device) {
         await loop.detach(device, { backingFile: v.imagePath });
-        this.#report(v, "detached", req.via, { device });
+        this.#report(v, "detached", req.origin, { device });
       }
       delete this.#state.volumes[req.volumeId];
       await this.#save();
@@ -206,8 +206,8 @@ export class NodeService {
   }
 
   /** New I/O limits for a volume (node work after ControllerModifyVolume), under the volume's lock. */
-  limits(req: { volumeId: string; mutableParameters: MutableParameters; seq: number; via: Via }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => this.d.ioLimits?.modified(this.#state.volumes[req.volumeId], req, req.via));
+  limits(req: { volumeId: string; mutableParameters: MutableParameters; seq: number; origin: Origin }): Promise<void> {
+    return this.#mutex.run(req.volumeId, async () => this.d.ioLimits?.modified(this.#state.volumes[req.volumeId], req, req.origin));
   }
 
   /** The volume staged or published here at `volumePath` (a clean path; undefined: an invalid one, shown as `shown`), else NotFound. */
@@ -231,10 +231,10 @@ export class NodeService {
   }
 
   /** Grow the device and the filesystem to the image's size; returns the new capacity. */
-  expand(req: { volumeId: string; volumePath: string; via: Via }): Promise<number> {
+  expand(req: { volumeId: string; volumePath: string; origin: Origin }): Promise<number> {
     return this.#mutex.run(req.volumeId, async () => {
       const v = this.#volumeAt(req.volumeId, req.volumePath);
-      const device = await this.#ensureAttached(v, req.via);
+      const device = await this.#ensureAttached(v, req.origin);
       await loop.refreshSize(device);
       if (v.staging?.capability.accessType === "mount") {
         const fs = (await fsx.detectFs(device)) ?? DEFAULT_FS;
@@ -255,42 +255,43 @@ export class NodeService {
 
   // ------------------------------------------------------------------ healer
 
-  /** Compare the state file with the machine and repair; each action is reported. */
+  /** Compare the state file with the machine and repair; each action is reported, with one request id per run. */
   async heal(): Promise<HealAction[]> {
+    const origin: Origin = { via: "healer", requestId: randomUUID() };
     const loops = (await loop.list()).flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
     const plan = planHeal(this.#state, { loops, mounts: await mnt.readMounts() }, await Promise.all(this.poolRoots.map((r) => realpath(r).catch(() => r))));
     for (const a of plan) {
       try {
-        await this.#apply(a);
+        await this.#apply(a, origin);
       } catch (err) {
         this.d.log.error({ err: String(err), action: a }, "heal action failed");
         const v = "volumeId" in a ? this.#state.volumes[a.volumeId] : undefined;
-        if (v) this.#report(v, "failed", "healer", { reason: `heal ${a.kind}: ${(err as Error).message}` });
+        if (v) this.#report(v, "failed", origin, { reason: `heal ${a.kind}: ${(err as Error).message}` });
       }
     }
     if (plan.length) {
       await this.#save();
-      this.d.log.info({ actions: plan.length }, "healer repaired the node");
+      this.d.log.info({ actions: plan.length, requestId: origin.requestId }, "healer repaired the node");
     }
     return plan;
   }
 
-  async #apply(a: HealAction): Promise<void> {
+  async #apply(a: HealAction, origin: Origin): Promise<void> {
     if (a.kind === "unmount") return mnt.unmount(a.path);
     if (a.kind === "detach") return loop.detach(a.device, { backingFile: a.backingFile });
     const v = this.#state.volumes[a.volumeId] as VolumeState;
     if (a.kind === "attach") {
-      const device = await this.#ensureAttached(v, "healer");
-      this.#report(v, "healed", "healer", { device, reason: "re-attached a device that was gone" });
+      const device = await this.#ensureAttached(v, origin);
+      this.#report(v, "healed", origin, { device, reason: "re-attached a device that was gone" });
     } else if (a.kind === "mount-staging") {
-      const device = await this.#ensureAttached(v, "healer");
-      await this.#mountStaging(v, device, "healer");
-      this.#report(v, "healed", "healer", { device, path: v.staging?.path, reason: a.remountFrom ? `re-mounted staging (was ${a.remountFrom})` : "re-mounted staging" });
+      const device = await this.#ensureAttached(v, origin);
+      await this.#mountStaging(v, device, origin);
+      this.#report(v, "healed", origin, { device, path: v.staging?.path, reason: a.remountFrom ? `re-mounted staging (was ${a.remountFrom})` : "re-mounted staging" });
     } else if (a.kind === "publish") {
       const p = v.publishes.find((x) => x.target === a.target);
       if (await mnt.isMountPoint(a.target)) await mnt.unmount(a.target); // a bind of a stale device
-      await this.#bind(v, a.target, p?.readOnly ?? false, "healer");
-      this.#report(v, "healed", "healer", { path: a.target, reason: "re-published a target that was gone" });
+      await this.#bind(v, a.target, p?.readOnly ?? false, origin);
+      this.#report(v, "healed", origin, { path: a.target, reason: "re-published a target that was gone" });
     }
   }
 }

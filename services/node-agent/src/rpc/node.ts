@@ -14,10 +14,11 @@
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
 import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
-import { type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
+import { type CallContext, type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
 import type { z } from "zod";
 import { validateCoPath } from "../adapters/paths.js";
 import type { NodeService } from "../app/node-service.js";
+import type { Origin } from "../app/reporter.js";
 
 export const NODE_CAPABILITIES = ["STAGE_UNSTAGE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME_STATS", "VOLUME_CONDITION", "SINGLE_NODE_MULTI_WRITER"] as const;
 
@@ -126,12 +127,33 @@ export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, n
   return call as CheckedCall<R>;
 }
 
-/** The capability message as a Capability; a malformed one (no access mode or type) is a missing field. */
-const capabilityOf = (vc: VolumeCapabilityMsg | null | undefined): Capability | undefined => (vc ? toCapability(vc) : undefined);
+/** The fields of any Node request, as the proto loader gives them (unset strings are ""). */
+interface NodeRequest {
+  volume_id?: string;
+  staging_target_path?: string;
+  target_path?: string;
+  volume_path?: string;
+  volume_capability?: VolumeCapabilityMsg | null;
+  publish_context?: Record<string, string>;
+}
+
+/**
+ * A Node request as NodeArgs: every field it has (the table decides which matter). A capability
+ * without access mode or access type is refused here, as a missing required field.
+ */
+const argsOf = (req: NodeRequest): NodeArgs => ({
+  volumeId: req.volume_id,
+  stagingPath: req.staging_target_path,
+  targetPath: req.target_path,
+  volumePath: req.volume_path,
+  capability: req.volume_capability ? toCapability(req.volume_capability) : undefined,
+  publishContext: req.publish_context,
+});
 
 export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {
-  const check = <R extends NodeRpc>(rpc: R, args: NodeArgs) => checkNodeCall(rpc, args, CSI_FIELDS, svc);
-  const via = "grpc" as const;
+  const check = <R extends NodeRpc>(rpc: R, req: NodeRequest) => checkNodeCall(rpc, argsOf(req), CSI_FIELDS, svc);
+  /** The step's reports carry the call's request id (x-request-id, or the one the server made). */
+  const grpc = (ctx: CallContext): Origin => ({ via: "grpc", requestId: ctx.requestId });
   return {
     NodeGetInfo: async () => ({
       node_id: info.nodeId,
@@ -140,50 +162,34 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
     }),
     NodeGetCapabilities: async () => ({ capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
-    NodeStageVolume: async (req) => {
-      const c = await check("NodeStageVolume", {
-        volumeId: req.volume_id,
-        stagingPath: req.staging_target_path,
-        capability: capabilityOf(req.volume_capability),
-        publishContext: req.publish_context,
-      });
-      await svc.stage({ ...c, via });
+    NodeStageVolume: async (req, ctx) => {
+      await svc.stage({ ...(await check("NodeStageVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
-    NodeUnstageVolume: async (req) => {
-      const c = await check("NodeUnstageVolume", { volumeId: req.volume_id, stagingPath: req.staging_target_path });
-      await svc.unstage({ ...c, via });
+    NodeUnstageVolume: async (req, ctx) => {
+      await svc.unstage({ ...(await check("NodeUnstageVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
-    NodePublishVolume: async (req) => {
-      const c = await check("NodePublishVolume", {
-        volumeId: req.volume_id,
-        stagingPath: req.staging_target_path,
-        targetPath: req.target_path,
-        capability: capabilityOf(req.volume_capability),
-        publishContext: req.publish_context,
-      });
-      await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), via });
+    NodePublishVolume: async (req, ctx) => {
+      const c = await check("NodePublishVolume", req);
+      await svc.publish({ ...c, readOnly: !!req.readonly || readerOnly(c.capability), origin: grpc(ctx) });
       return {};
     },
 
-    NodeUnpublishVolume: async (req) => {
-      const c = await check("NodeUnpublishVolume", { volumeId: req.volume_id, targetPath: req.target_path });
-      await svc.unpublish({ ...c, via });
+    NodeUnpublishVolume: async (req, ctx) => {
+      await svc.unpublish({ ...(await check("NodeUnpublishVolume", req)), origin: grpc(ctx) });
       return {};
     },
 
-    NodeExpandVolume: async (req) => {
-      const c = await check("NodeExpandVolume", { volumeId: req.volume_id, volumePath: req.volume_path, capability: capabilityOf(req.volume_capability) });
-      const bytes = await svc.expand({ ...c, via });
+    NodeExpandVolume: async (req, ctx) => {
+      const bytes = await svc.expand({ ...(await check("NodeExpandVolume", req)), origin: grpc(ctx) });
       return { capacity_bytes: String(bytes) };
     },
 
     NodeGetVolumeStats: async (req) => {
-      const c = await check("NodeGetVolumeStats", { volumeId: req.volume_id, volumePath: req.volume_path });
-      const s = await svc.stats(c);
+      const s = await svc.stats(await check("NodeGetVolumeStats", req));
       const u = s.usage;
       const usage = !u
         ? []
@@ -202,18 +208,18 @@ export type Work = z.output<typeof NodeQueueMessage>;
 
 /** NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC calls. */
 export async function runWork(svc: NodeService, w: Work): Promise<void> {
-  const via = "nats" as const;
-  if (w.op === "limits") return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, via });
+  const origin: Origin = { via: "nats", requestId: w.id };
+  if (w.op === "limits") return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, origin });
   const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
   switch (w.op) {
     case "stage":
-      return svc.stage({ ...(await check("NodeStageVolume")), via });
+      return svc.stage({ ...(await check("NodeStageVolume")), origin });
     case "publish":
-      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, via });
+      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, origin });
     case "unpublish":
-      return svc.unpublish({ ...(await check("NodeUnpublishVolume")), via });
+      return svc.unpublish({ ...(await check("NodeUnpublishVolume")), origin });
     case "unstage":
-      return svc.unstage({ ...(await check("NodeUnstageVolume")), via });
+      return svc.unstage({ ...(await check("NodeUnstageVolume")), origin });
     default: {
       const never: never = w;
       throw new Error(`unknown node work ${JSON.stringify(never)}`);
