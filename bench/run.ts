@@ -65,7 +65,12 @@ export function row(label: string, f: Figures): string {
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
 const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
 
-async function scenario(label: string, create: (name: string) => Promise<string>, remove: (id: string) => Promise<unknown>, countImages: () => Promise<number>) {
+async function scenario(
+  label: string,
+  create: (name: string) => Promise<string>,
+  remove: (id: string) => Promise<unknown>,
+  countImages: () => Promise<number>,
+) {
   console.log(`\n${label} (N=${N})`);
   for (const c of LEVELS) {
     const ids: string[] = [];
@@ -111,7 +116,9 @@ async function main(dir: string) {
   const poolDir = path.join(dir, "pools", "bench", "default");
   const countImages = async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length;
   try {
-    console.log(`${REPLICAS} journal process(es), one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`);
+    console.log(
+      `${REPLICAS} journal process(es), one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`,
+    );
     console.log(`this disk right now: ${(await fileCreateMicros(dir)).toFixed(0)} µs to create, size and close one file (the pool's per-create cost)`);
     await scenario(
       "journal commands over NATS",
@@ -121,7 +128,8 @@ async function main(dir: string) {
     );
     await scenario(
       "CSI CreateVolume/DeleteVolume through the controller's gRPC socket",
-      async (name) => (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume?.volume_id ?? "",
+      async (name) =>
+        (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume?.volume_id ?? "",
       (id) => ctrl.DeleteVolume({ volume_id: id }),
       countImages,
     );

@@ -11,7 +11,7 @@
  */
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { csiClient, type CsiService, methodsOf } from "@csi/runtime";
+import { type CsiService, csiClient, methodsOf } from "@csi/runtime";
 
 const { positionals, values } = parseArgs({ allowPositionals: true, options: { endpoint: { type: "string" } } });
 const [which, method, body] = positionals;
@@ -23,7 +23,8 @@ if (!service || !method || !(methodsOf(service) as string[]).includes(method)) {
   process.exit(2);
 }
 const runDir = process.env.RUN_DIR ?? path.resolve("run");
-const endpoint = values.endpoint ?? `unix://${path.join(runDir, service === "Controller" || service === "GroupController" ? "csi-controller.sock" : "csi-node.sock")}`;
+const endpoint =
+  values.endpoint ?? `unix://${path.join(runDir, service === "Controller" || service === "GroupController" ? "csi-controller.sock" : "csi-node.sock")}`;
 const client = csiClient(endpoint, service) as unknown as Record<string, (req: unknown) => Promise<unknown>> & { close(): void };
 try {
   const res = await client[method]?.(body ? JSON.parse(body) : {});

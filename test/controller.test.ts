@@ -23,7 +23,11 @@ const procs: ServiceProcess[] = [];
 
 const mountCap = (mode: AccessMode = "SINGLE_NODE_WRITER") => ({ access_mode: { mode }, mount: { fs_type: "ext4", mount_flags: [] } });
 const blockCap = (mode: AccessMode = "SINGLE_NODE_WRITER") => ({ access_mode: { mode }, block: {} });
-const code = async (p: Promise<unknown>) => p.then(() => 0, (e: { code: number }) => e.code);
+const code = async (p: Promise<unknown>) =>
+  p.then(
+    () => 0,
+    (e: { code: number }) => e.code,
+  );
 const create = (name: string, more: Record<string, unknown> = {}) =>
   ctrl.CreateVolume({ name, volume_capabilities: [mountCap()], capacity_range: { required_bytes: String(64 * MiB) }, secrets: { password: SECRET }, ...more });
 
@@ -36,9 +40,16 @@ before(async () => {
   const base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: env.dir };
   procs.push(await spawnService("journal", { ...base, CLUSTER_ID: "c1" }));
   procs.push(await spawnService("journal", { ...base, CLUSTER_ID: "c2" }));
-  for (const [id, max] of [["node-1", "64"], ["node-2.example.com", "2"]] as const) {
+  for (const [id, max] of [
+    ["node-1", "64"],
+    ["node-2.example.com", "2"],
+  ] as const) {
     procs.push(
-      await spawnService("node-agent", { ...base, MAX_VOLUMES_PER_NODE: max }, { args: ["--endpoint", `unix://${path.join(env.dir, `${id}.sock`)}`, "--nodeid", id] }),
+      await spawnService(
+        "node-agent",
+        { ...base, MAX_VOLUMES_PER_NODE: max },
+        { args: ["--endpoint", `unix://${path.join(env.dir, `${id}.sock`)}`, "--nodeid", id] },
+      ),
     );
   }
   const sock = `unix://${path.join(env.dir, "controller.sock")}`;
@@ -64,10 +75,26 @@ describe("identity", () => {
     assert.ok(caps.some((c) => c.volume_expansion?.type === "ONLINE"));
     assert.equal((await identity.Probe({})).ready?.value, true);
     const rpcs = (await ctrl.ControllerGetCapabilities({})).capabilities.map((c) => String(c.rpc?.type));
-    for (const r of ["CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME", "LIST_VOLUMES", "GET_CAPACITY", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS", "CLONE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME", "VOLUME_CONDITION", "LIST_VOLUMES_PUBLISHED_NODES"]) {
+    for (const r of [
+      "CREATE_DELETE_VOLUME",
+      "PUBLISH_UNPUBLISH_VOLUME",
+      "LIST_VOLUMES",
+      "GET_CAPACITY",
+      "CREATE_DELETE_SNAPSHOT",
+      "LIST_SNAPSHOTS",
+      "CLONE_VOLUME",
+      "EXPAND_VOLUME",
+      "GET_VOLUME",
+      "VOLUME_CONDITION",
+      "LIST_VOLUMES_PUBLISHED_NODES",
+    ]) {
       assert.ok(rpcs.includes(r), r);
     }
-    assert.equal(await code(ctrl.ControllerModifyVolume({ volume_id: "x" })), 5, "implemented (test/modify-volume.test.ts): an id that names nothing is NOT_FOUND");
+    assert.equal(
+      await code(ctrl.ControllerModifyVolume({ volume_id: "x" })),
+      5,
+      "implemented (test/modify-volume.test.ts): an id that names nothing is NOT_FOUND",
+    );
   });
 });
 
@@ -79,7 +106,11 @@ describe("CreateVolume / DeleteVolume", () => {
     assert.equal(await code(ctrl.CreateVolume({ name: "v", volume_capabilities: [{ access_mode: { mode: "SINGLE_NODE_WRITER" } }] })), 3, "no access type");
     assert.equal(await code(create("v", { capacity_range: { required_bytes: String(2 * GiB), limit_bytes: String(GiB) } })), 11, "limit < required");
     assert.equal(await code(create("v", { parameters: { clusterID: "nope" } })), 3, "unknown cluster");
-    assert.equal(await code(create("v", { volume_content_source: { snapshot: { snapshot_id: "0001-0002-c1-0000000000000001-00000000-0000-0000-0000-000000000000" } } })), 5, "missing snapshot");
+    assert.equal(
+      await code(create("v", { volume_content_source: { snapshot: { snapshot_id: "0001-0002-c1-0000000000000001-00000000-0000-0000-0000-000000000000" } } })),
+      5,
+      "missing snapshot",
+    );
     assert.equal(await code(create("x".repeat(129))), 3, "name too long");
     assert.equal(await code(create("v", { capacity_range: { required_bytes: String(2 * 1024 * 1024 * GiB) } })), 11, "past the pool's max");
   });
@@ -95,7 +126,17 @@ describe("CreateVolume / DeleteVolume", () => {
     assert.deepEqual(decomposeVolumeId(v.volume_id).poolID, 2);
     const again = await ctrl.CreateVolume({ name: "pvc-default", volume_capabilities: [mountCap()], parameters: { pool: "fast", team: "storage" } });
     assert.equal(again.volume?.volume_id, v.volume_id);
-    assert.equal(await code(ctrl.CreateVolume({ name: "pvc-default", volume_capabilities: [mountCap()], capacity_range: { required_bytes: String(3 * GiB) }, parameters: { pool: "fast", team: "storage" } })), 6);
+    assert.equal(
+      await code(
+        ctrl.CreateVolume({
+          name: "pvc-default",
+          volume_capabilities: [mountCap()],
+          capacity_range: { required_bytes: String(3 * GiB) },
+          parameters: { pool: "fast", team: "storage" },
+        }),
+      ),
+      6,
+    );
     const long = await create("n".repeat(128));
     assert.ok((long.volume?.volume_id.length ?? 999) <= 128);
   });
@@ -127,8 +168,13 @@ describe("expand, get, validate, capacity", () => {
     const r = await ctrl.ControllerExpandVolume({ volume_id: v.volume_id, capacity_range: { required_bytes: String(2 * GiB) }, volume_capability: mountCap() });
     assert.equal(r.capacity_bytes, String(2 * GiB));
     assert.equal(r.node_expansion_required, true);
-    const b = (await ctrl.CreateVolume({ name: "pvc-expand-block", volume_capabilities: [blockCap()], capacity_range: { required_bytes: String(MiB) } })).volume!;
-    const rb = await ctrl.ControllerExpandVolume({ volume_id: b.volume_id, capacity_range: { required_bytes: String(8 * MiB) }, volume_capability: blockCap() });
+    const b = (await ctrl.CreateVolume({ name: "pvc-expand-block", volume_capabilities: [blockCap()], capacity_range: { required_bytes: String(MiB) } }))
+      .volume!;
+    const rb = await ctrl.ControllerExpandVolume({
+      volume_id: b.volume_id,
+      capacity_range: { required_bytes: String(8 * MiB) },
+      volume_capability: blockCap(),
+    });
     assert.equal(rb.capacity_bytes, String(8 * MiB));
     assert.equal(rb.node_expansion_required, false);
     assert.equal(await code(ctrl.ControllerExpandVolume({ volume_id: v.volume_id })), 3, "no capacity range");
@@ -163,7 +209,14 @@ describe("publish / unpublish with claims", () => {
   test("claims: errors, idempotency, access modes, node limits, delete while published", async () => {
     const v = (await create("pvc-pub")).volume!;
     const pub = (node: string, more: Record<string, unknown> = {}) =>
-      ctrl.ControllerPublishVolume({ volume_id: v.volume_id, node_id: node, volume_capability: mountCap(), readonly: false, secrets: { password: SECRET }, ...more });
+      ctrl.ControllerPublishVolume({
+        volume_id: v.volume_id,
+        node_id: node,
+        volume_capability: mountCap(),
+        readonly: false,
+        secrets: { password: SECRET },
+        ...more,
+      });
     assert.equal(await code(ctrl.ControllerPublishVolume({ volume_id: v.volume_id, volume_capability: mountCap() })), 3, "no node");
     assert.equal(await code(ctrl.ControllerPublishVolume({ node_id: "node-1", volume_capability: mountCap() })), 3, "no volume");
     assert.equal(await code(ctrl.ControllerPublishVolume({ volume_id: v.volume_id, node_id: "node-1" })), 3, "no capability");
@@ -189,11 +242,21 @@ describe("publish / unpublish with claims", () => {
     await pub("node-2.example.com");
 
     // node-2 registered max 2 volumes: a third is RESOURCE_EXHAUSTED.
-    const ro = (await ctrl.CreateVolume({ name: "pvc-ro", volume_capabilities: [mountCap("MULTI_NODE_READER_ONLY")], capacity_range: { required_bytes: String(MiB) } })).volume!;
+    const ro = (
+      await ctrl.CreateVolume({ name: "pvc-ro", volume_capabilities: [mountCap("MULTI_NODE_READER_ONLY")], capacity_range: { required_bytes: String(MiB) } })
+    ).volume!;
     const third = (await create("pvc-third")).volume!;
-    await ctrl.ControllerPublishVolume({ volume_id: ro.volume_id, node_id: "node-2.example.com", volume_capability: mountCap("MULTI_NODE_READER_ONLY"), readonly: true });
+    await ctrl.ControllerPublishVolume({
+      volume_id: ro.volume_id,
+      node_id: "node-2.example.com",
+      volume_capability: mountCap("MULTI_NODE_READER_ONLY"),
+      readonly: true,
+    });
     await ctrl.ControllerPublishVolume({ volume_id: ro.volume_id, node_id: "node-1", volume_capability: mountCap("MULTI_NODE_READER_ONLY"), readonly: true });
-    assert.equal(await code(ctrl.ControllerPublishVolume({ volume_id: third.volume_id, node_id: "node-2.example.com", volume_capability: mountCap(), readonly: false })), 8);
+    assert.equal(
+      await code(ctrl.ControllerPublishVolume({ volume_id: third.volume_id, node_id: "node-2.example.com", volume_capability: mountCap(), readonly: false })),
+      8,
+    );
 
     await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-2.example.com" });
     await ctrl.DeleteVolume({ volume_id: v.volume_id });
@@ -216,8 +279,14 @@ describe("snapshots, clones, listing", () => {
     assert.equal(await code(ctrl.CreateSnapshot({ name: "s1", source_volume_id: other.volume_id })), 6);
     const s2 = (await ctrl.CreateSnapshot({ name: "s2", source_volume_id: other.volume_id })).snapshot!;
 
-    assert.deepEqual((await ctrl.ListSnapshots({ snapshot_id: s1.snapshot_id })).entries.map((e) => e.snapshot?.snapshot_id), [s1.snapshot_id]);
-    assert.deepEqual((await ctrl.ListSnapshots({ source_volume_id: other.volume_id })).entries.map((e) => e.snapshot?.snapshot_id), [s2.snapshot_id]);
+    assert.deepEqual(
+      (await ctrl.ListSnapshots({ snapshot_id: s1.snapshot_id })).entries.map((e) => e.snapshot?.snapshot_id),
+      [s1.snapshot_id],
+    );
+    assert.deepEqual(
+      (await ctrl.ListSnapshots({ source_volume_id: other.volume_id })).entries.map((e) => e.snapshot?.snapshot_id),
+      [s2.snapshot_id],
+    );
     assert.deepEqual((await ctrl.ListSnapshots({ snapshot_id: "some-snap-id" })).entries, []);
     const p1 = await ctrl.ListSnapshots({ max_entries: 1 });
     assert.equal(p1.entries.length, 1);
@@ -263,6 +332,9 @@ describe("logging", () => {
     assert.ok(logs.includes('"method":"Controller.CreateVolume"'), "requests are logged at debug");
     assert.ok(logs.includes("***stripped***"), "secret values are replaced");
     assert.ok(!logs.includes(SECRET), "no secret value in any log line");
-    assert.ok(controllerProc.logs.every((l) => !l.includes('"method"') || l.includes('"requestId"')), "every call log line carries a request id");
+    assert.ok(
+      controllerProc.logs.every((l) => !l.includes('"method"') || l.includes('"requestId"')),
+      "every call log line carries a request id",
+    );
   });
 });

@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { chmod, copyFile, open, readdir } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { composeVolumeId, decomposeVolumeId, DriverError, subjects } from "@csi/contracts";
+import { composeVolumeId, DriverError, decomposeVolumeId, subjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -29,7 +29,11 @@ let c1: ServiceProcess;
 const procs: ServiceProcess[] = [];
 
 const mountCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4", mount_flags: [] } };
-const code = async (p: Promise<unknown>) => p.then(() => 0, (e: { code: number }) => e.code);
+const code = async (p: Promise<unknown>) =>
+  p.then(
+    () => 0,
+    (e: { code: number }) => e.code,
+  );
 const createVolume = async (name: string, more: Record<string, unknown> = {}) =>
   (await ctrl.CreateVolume({ name, volume_capabilities: [mountCap], capacity_range: { required_bytes: String(4 * MiB) }, ...more })).volume!;
 const uuidOf = (id: string) => decomposeVolumeId(id).uuid;
@@ -96,7 +100,11 @@ describe("GroupController", () => {
     const tooMany = Array.from({ length: 129 }, () => composeVolumeId({ clusterID: "c1", poolID: 1, uuid: randomUUID() }));
     assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-args", source_volume_ids: tooMany })), 3, "past the bound");
     const missing = composeVolumeId({ clusterID: "c1", poolID: 1, uuid: randomUUID() });
-    assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-args", source_volume_ids: [a.volume_id, missing] })), 5, "a volume that does not exist");
+    assert.equal(
+      await code(groups.CreateVolumeGroupSnapshot({ name: "grp-args", source_volume_ids: [a.volume_id, missing] })),
+      5,
+      "a volume that does not exist",
+    );
     assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-args", source_volume_ids: ["not-an-id"] })), 5, "a malformed id");
     assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-args", source_volume_ids: [a.volume_id, fast.volume_id] })), 9, "two pools");
     assert.equal(await code(groups.GetVolumeGroupSnapshot({})), 3, "get without an id");
@@ -117,7 +125,8 @@ describe("GroupController", () => {
     await writeAt(volumeFile(v1.volume_id), before1);
     await writeAt(volumeFile(v2.volume_id), before2);
 
-    const g = (await groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v1.volume_id, v2.volume_id], parameters: { retain: "yes" } })).group_snapshot!;
+    const g = (await groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v1.volume_id, v2.volume_id], parameters: { retain: "yes" } }))
+      .group_snapshot!;
     const gid = decomposeVolumeId(g.group_snapshot_id);
     assert.deepEqual([gid.clusterID, gid.poolID], ["c1", 1], "the group id uses the volume id codec, in the members' pool");
     assert.equal(g.ready_to_use, true);
@@ -140,7 +149,8 @@ describe("GroupController", () => {
     assert.deepEqual(await readAt(volumeFile(r2.volume_id), before2.length), before2);
 
     // Idempotent by name and source set (in any order); other members or parameters are AlreadyExists.
-    const again = (await groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v2.volume_id, v1.volume_id], parameters: { retain: "yes" } })).group_snapshot;
+    const again = (await groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v2.volume_id, v1.volume_id], parameters: { retain: "yes" } }))
+      .group_snapshot;
     assert.deepEqual(again, g);
     assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v1.volume_id], parameters: { retain: "yes" } })), 6);
     assert.equal(await code(groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v1.volume_id, v2.volume_id] })), 6);
@@ -175,7 +185,10 @@ describe("GroupController", () => {
 
     // The group's own history; its name is free again.
     const history = await journal.call("c1", "volume.history", { uuid: gid.uuid });
-    assert.deepEqual(history.events.map((e) => e.event.type), ["NameReserved", "GroupSnapshotReserved", "GroupSnapshotCreated", "GroupSnapshotDeleted", "NameReleased"]);
+    assert.deepEqual(
+      history.events.map((e) => e.event.type),
+      ["NameReserved", "GroupSnapshotReserved", "GroupSnapshotCreated", "GroupSnapshotDeleted", "NameReleased"],
+    );
     const fresh = (await groups.CreateVolumeGroupSnapshot({ name: "grp-1", source_volume_ids: [v1.volume_id, v2.volume_id] })).group_snapshot!;
     assert.notEqual(fresh.group_snapshot_id, g.group_snapshot_id);
   });
@@ -194,12 +207,19 @@ describe("GroupController", () => {
 });
 
 describe("a journal killed half way through a group", () => {
-  const lastOn = async (subject: string) => (await (await jetstreamManager(nc)).streams.getMessage(subjects.streamName("c1"), { last_by_subj: subject }))?.json() as Record<string, unknown>;
+  const lastOn = async (subject: string) =>
+    (await (await jetstreamManager(nc)).streams.getMessage(subjects.streamName("c1"), { last_by_subj: subject }))?.json() as Record<string, unknown>;
   async function crashDuring(name: string, sourceUuids: string[], after: string) {
     await c1.stop();
     const crashing = await startC1({ JOURNAL_CRASH_AFTER: after, LOCK_TTL_MS: "1000" });
     const dying = journal.call("c1", "groupsnapshot.create", { requestId: randomUUID(), name, sourceUuids }, { timeoutMs: 1500 });
-    assert.equal(await dying.then(() => "OK", (e: DriverError) => e.code), "DeadlineExceeded");
+    assert.equal(
+      await dying.then(
+        () => "OK",
+        (e: DriverError) => e.code,
+      ),
+      "DeadlineExceeded",
+    );
     assert.equal(await crashing.exited, null, "killed by signal");
     const reserved = (await lastOn(subjects.nameEvents("c1", "grp", "default", name))) as { type: string; uuid: string };
     assert.equal(reserved.type, "NameReserved");
@@ -227,7 +247,11 @@ describe("a journal killed half way through a group", () => {
     assert.equal(g.readyToUse, true);
     assert.deepEqual(g.snapshots.map((s) => s.sourceUuid).sort(), [...sources].sort());
     const types = (await journal.call("c1", "volume.history", { uuid: dead })).events.map((e) => String(e.event.type));
-    assert.deepEqual([...types.slice(0, 2), ...types.slice(2).sort()], ["NameReserved", "GroupSnapshotReserved", "NameReleased", "ReservationUndone"], "undone (the last two land in one batch)");
+    assert.deepEqual(
+      [...types.slice(0, 2), ...types.slice(2).sort()],
+      ["NameReserved", "GroupSnapshotReserved", "NameReleased", "ReservationUndone"],
+      "undone (the last two land in one batch)",
+    );
     assert.deepEqual(await snapImages(), [...before, ...g.snapshots.map((s) => `csi-snap-${s.uuid}.img`)].sort(), "no orphan image");
   });
 
@@ -258,7 +282,9 @@ describe("a journal killed half way through a group", () => {
     const vols = [await createVolume("pvc-crash-c1"), await createVolume("pvc-crash-c2")];
     const sources = vols.map((v) => uuidOf(v.volume_id));
     const dead = await crashDuring("grp-crash-uncut", sources, "SnapshotReserved");
-    const reserved = (await journal.call("c1", "volume.history", { uuid: dead })).events.find((e) => e.event.type === "GroupSnapshotReserved")?.event as { members: { snapshotUuid: string }[] };
+    const reserved = (await journal.call("c1", "volume.history", { uuid: dead })).events.find((e) => e.event.type === "GroupSnapshotReserved")?.event as {
+      members: { snapshotUuid: string }[];
+    };
     // Reserved, not cut: get shows a member not ready; a list does not show it (CSI: not cut, not listed).
     const first = reserved.members[0]?.snapshotUuid as string;
     assert.equal((await journal.call("c1", "snapshot.get", { uuid: first })).readyToUse, false);
@@ -268,7 +294,13 @@ describe("a journal killed half way through a group", () => {
     assert.notEqual(g.uuid, dead);
     for (const m of reserved.members) {
       assert.equal((await lastOn(subjects.snapshotEvents("c1", m.snapshotUuid))).type, "ReservationUndone", "the uncut member is undone");
-      assert.equal(await journal.call("c1", "snapshot.get", { uuid: m.snapshotUuid }).then(() => "OK", (e: DriverError) => e.code), "NotFound");
+      assert.equal(
+        await journal.call("c1", "snapshot.get", { uuid: m.snapshotUuid }).then(
+          () => "OK",
+          (e: DriverError) => e.code,
+        ),
+        "NotFound",
+      );
     }
   });
 });

@@ -27,7 +27,11 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const codeOf = (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof DriverError ? e.code : String(e)));
+const codeOf = (p: Promise<unknown>) =>
+  p.then(
+    () => "OK",
+    (e: unknown) => (e instanceof DriverError ? e.code : String(e)),
+  );
 
 test("an aborted call stops waiting for a journal that does not answer (the timeout is 30 s)", async () => {
   nc.subscribe("csi.slow.journal.volume.get", { callback: () => {} }); // takes the request, never answers

@@ -17,8 +17,8 @@ import { FilePool } from "../services/journal/src/adapters/file-pool.js";
 import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
 import { Journal } from "../services/journal/src/app/journal.js";
 import { Projector } from "../services/journal/src/app/projector.js";
-import type { ImageInfo } from "../services/journal/src/domain/pool-backend.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
+import type { ImageInfo } from "../services/journal/src/domain/pool-backend.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 const MiB = 1024 * 1024;

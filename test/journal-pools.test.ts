@@ -24,7 +24,14 @@ let clustersFile: string;
 let journal: ServiceProcess;
 
 const startJournal = (extra: Record<string, string> = {}) =>
-  spawnService("journal", { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, CLUSTER_ID: CLUSTER, CATCHUP_EVERY_MS: "0", ...extra });
+  spawnService("journal", {
+    NATS_URL: env.nats.url,
+    REDIS_URL: env.redis.url,
+    CLUSTERS_FILE: clustersFile,
+    CLUSTER_ID: CLUSTER,
+    CATCHUP_EVERY_MS: "0",
+    ...extra,
+  });
 const poolDir = (pool: string) => path.join(env.dir, "pools", CLUSTER, pool);
 const imagesIn = async (pool: string) => (await readdir(poolDir(pool))).filter((f) => f.endsWith(".img"));
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
@@ -32,7 +39,11 @@ const create = (name: string, sizeBytes: number, more: Partial<CommandRequest<"v
   client.call(CLUSTER, "volume.create", { requestId: randomUUID(), name, sizeBytes, capabilities: cap, ...more });
 const snapshot = (name: string, sourceUuid: string, timeoutMs?: number) =>
   client.call(CLUSTER, "snapshot.create", { requestId: randomUUID(), name, sourceUuid }, timeoutMs ? { timeoutMs } : {});
-const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof DriverError ? e.code : String(e)));
+const codeOf = async (p: Promise<unknown>) =>
+  p.then(
+    () => "OK",
+    (e: unknown) => (e instanceof DriverError ? e.code : String(e)),
+  );
 const pattern = Buffer.from("bytes of the non-default pool ".repeat(64));
 async function writeAt(pool: string, image: string, data: Buffer, offset: number) {
   const fh = await open(path.join(poolDir(pool), `${image}.img`), "r+");
@@ -88,7 +99,10 @@ describe("clones and restores from a non-default pool", () => {
     assert.deepEqual(await create("pvc-fast-clone-named", 8 * MiB, { source: { kind: "volume", uuid: src.uuid } }), named);
     // Naming another pool is refused, and nothing is made.
     const before = [...(await imagesIn("default")), ...(await imagesIn("fast"))].length;
-    await assert.rejects(create("pvc-cross", 8 * MiB, { pool: "default", source: { kind: "snapshot", uuid: snap.uuid } }), (e: DriverError) => e.code === "InvalidArgument" && /pool fast/.test(e.message));
+    await assert.rejects(
+      create("pvc-cross", 8 * MiB, { pool: "default", source: { kind: "snapshot", uuid: snap.uuid } }),
+      (e: DriverError) => e.code === "InvalidArgument" && /pool fast/.test(e.message),
+    );
     assert.equal([...(await imagesIn("default")), ...(await imagesIn("fast"))].length, before);
     assert.equal(await codeOf(client.call(CLUSTER, "volume.get", { uuid: clone.uuid })), "OK");
 
@@ -132,8 +146,14 @@ describe("a snapshot's creation time is the same in every reply", () => {
 
     // The log holds the reservation; the dead writer had got as far as cutting the image.
     const jsm = await jetstreamManager(nc);
-    const nameEv = (await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "snap", "default", name) }))?.json() as { uuid: string };
-    const reserved = (await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.snapshotEvents(CLUSTER, nameEv.uuid) }))?.json() as { type: string; time: string; imageName: string };
+    const nameEv = (
+      await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "snap", "default", name) })
+    )?.json() as { uuid: string };
+    const reserved = (await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.snapshotEvents(CLUSTER, nameEv.uuid) }))?.json() as {
+      type: string;
+      time: string;
+      imageName: string;
+    };
     assert.equal(reserved.type, "SnapshotReserved");
     const cut = path.join(poolDir("fast"), `${reserved.imageName}.img`);
     await copyFile(path.join(poolDir("fast"), `${src.imageName}.img`), cut);
@@ -154,7 +174,10 @@ describe("a snapshot's creation time is the same in every reply", () => {
     assert.ok(s.createdAt > reserved.time, `created ${s.createdAt} is when it was recorded, after the reservation ${reserved.time}`);
     for (const v of await views(s.uuid, src.uuid)) assert.deepEqual(v, s);
     const history = await client.call(CLUSTER, "volume.history", { uuid: s.uuid });
-    assert.deepEqual(history.events.map((e) => e.event.type), ["NameReserved", "SnapshotReserved", "SnapshotCreated"]);
+    assert.deepEqual(
+      history.events.map((e) => e.event.type),
+      ["NameReserved", "SnapshotReserved", "SnapshotCreated"],
+    );
     assert.equal(history.events[2]?.event.time, s.createdAt);
   });
 });

@@ -10,12 +10,12 @@ import { open, readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type CommandRequest, DriverError, subjects } from "@csi/contracts";
+import { keysFor } from "@csi/journal";
 import { JournalClient } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Svcm } from "@nats-io/services";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { keysFor } from "@csi/journal";
 import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
@@ -41,7 +41,11 @@ const images = async () => (await readdir(poolDir())).filter((f) => f.endsWith("
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
 const create = (name: string, sizeBytes: number, more: Partial<CommandRequest<"volume.create">> = {}) =>
   client.call(CLUSTER, "volume.create", { requestId: randomUUID(), name, sizeBytes, capabilities: cap, ...more });
-const codeOf = async (p: Promise<unknown>) => p.then(() => "OK", (e: unknown) => (e instanceof DriverError ? e.code : String(e)));
+const codeOf = async (p: Promise<unknown>) =>
+  p.then(
+    () => "OK",
+    (e: unknown) => (e instanceof DriverError ? e.code : String(e)),
+  );
 
 before(async () => {
   env = await startTestServers();
@@ -108,7 +112,10 @@ describe("volumes", () => {
     assert.equal(new Set(ok.map((v) => v.uuid)).size, 1, "every success names the same volume");
     for (const e of errs) assert.equal(e.code, "Aborted", `unexpected error ${e.code}: ${e.message}`);
     const uuid = ok[0]?.uuid as string;
-    assert.deepEqual((await images()).filter((f) => f.includes(uuid)), [`csi-vol-${uuid}.img`]);
+    assert.deepEqual(
+      (await images()).filter((f) => f.includes(uuid)),
+      [`csi-vol-${uuid}.img`],
+    );
     assert.equal((await images()).length, imagesBefore + 1, "exactly one image was made");
     const keys = keysFor(CLUSTER, "default");
     assert.equal(await redis.hget(keys.dir("volume"), keys.dirField("volume", name)), uuid);
@@ -120,7 +127,10 @@ describe("volumes", () => {
       perReplica.push(st.endpoints?.find((e) => e.name === "volume-create")?.num_requests ?? 0);
     }
     assert.equal(perReplica.length, 2, "two replicas answer");
-    assert.ok(perReplica.every((n) => n > 0), `requests per replica: ${perReplica}`);
+    assert.ok(
+      perReplica.every((n) => n > 0),
+      `requests per replica: ${perReplica}`,
+    );
     await second.stop();
   });
 });
@@ -155,7 +165,11 @@ describe("crashes and lost state", () => {
     assert.ok(v, "the retry succeeded");
     const all = (await images()).filter((f) => f.startsWith("csi-vol-"));
     const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
-    assert.deepEqual(all.filter((f) => !live.includes(f)), [], "no orphan image");
+    assert.deepEqual(
+      all.filter((f) => !live.includes(f)),
+      [],
+      "no orphan image",
+    );
     assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
   });
 
@@ -210,8 +224,16 @@ describe("crashes and lost state", () => {
     await frozen.stop();
     const mine = (await images()).filter((f) => f.startsWith("csi-vol-"));
     const listed = (await client.call(CLUSTER, "volume.list", {})).entries;
-    assert.deepEqual(listed.filter((x) => x.name === name).map((x) => x.uuid), [v.uuid], "one volume of that name");
-    assert.deepEqual(mine.filter((f) => !listed.some((x) => f === `${x.imageName}.img`)), [], "the old writer left no image");
+    assert.deepEqual(
+      listed.filter((x) => x.name === name).map((x) => x.uuid),
+      [v.uuid],
+      "one volume of that name",
+    );
+    assert.deepEqual(
+      mine.filter((f) => !listed.some((x) => f === `${x.imageName}.img`)),
+      [],
+      "the old writer left no image",
+    );
     const again = await create(name, MiB);
     assert.equal(again.uuid, v.uuid);
   });
@@ -280,12 +302,24 @@ describe("operator commands", () => {
     assert.ok(out.dropped > 0 && out.replayedTo > 0, JSON.stringify(out));
     const after = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
     assert.deepEqual(after, before);
-    const types = admin("history", v.uuid).trim().split("\n").map((l) => JSON.parse(l).type);
+    const types = admin("history", v.uuid)
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l).type);
     assert.deepEqual(types, ["VolumeReserved", "VolumeCreated", "VolumeExpanded"]);
-    const byName = admin("history", "--name", "pvc-admin").trim().split("\n").map((l) => JSON.parse(l));
-    assert.deepEqual(byName.map((e) => [e.type, e.uuid]), [["NameReserved", v.uuid]]);
+    const byName = admin("history", "--name", "pvc-admin")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(
+      byName.map((e) => [e.type, e.uuid]),
+      [["NameReserved", v.uuid]],
+    );
     const full = await client.call(CLUSTER, "volume.history", { uuid: v.uuid });
-    assert.deepEqual(full.events.map((e) => e.event.type), ["NameReserved", "VolumeReserved", "VolumeCreated", "VolumeExpanded"]);
+    assert.deepEqual(
+      full.events.map((e) => e.event.type),
+      ["NameReserved", "VolumeReserved", "VolumeCreated", "VolumeExpanded"],
+    );
     assert.ok(full.events.every((e) => (e.event.actor as { service: string }).service === "journal" && typeof e.event.requestId === "string"));
   });
 });
@@ -311,12 +345,18 @@ describe("snapshots and clones", () => {
     const bySource = await client.call(CLUSTER, "snapshot.list", { sourceUuid: src.uuid });
     assert.deepEqual(bySource.entries.map((s) => s.uuid).sort(), [s1.uuid, s2.uuid].sort());
     const byId = await client.call(CLUSTER, "snapshot.list", { snapshotUuid: s3.uuid });
-    assert.deepEqual(byId.entries.map((s) => s.uuid), [s3.uuid]);
+    assert.deepEqual(
+      byId.entries.map((s) => s.uuid),
+      [s3.uuid],
+    );
     assert.deepEqual((await client.call(CLUSTER, "snapshot.list", { snapshotUuid: randomUUID() })).entries, []);
     const seen: string[] = [];
     let token: string | undefined;
     do {
-      const page: Awaited<ReturnType<typeof client.call<"snapshot.list">>> = await client.call(CLUSTER, "snapshot.list", { maxEntries: 2, ...(token ? { startingToken: token } : {}) });
+      const page: Awaited<ReturnType<typeof client.call<"snapshot.list">>> = await client.call(CLUSTER, "snapshot.list", {
+        maxEntries: 2,
+        ...(token ? { startingToken: token } : {}),
+      });
       assert.ok(page.entries.length <= 2);
       seen.push(...page.entries.map((s) => s.uuid));
       token = page.nextToken;
@@ -346,6 +386,9 @@ describe("snapshots and clones", () => {
 
     assert.deepEqual(await client.call(CLUSTER, "snapshot.delete", { requestId: "sd", uuid: s1.uuid }), { deleted: true });
     assert.deepEqual(await client.call(CLUSTER, "snapshot.delete", { requestId: "sd", uuid: s1.uuid }), { deleted: false });
-    assert.deepEqual((await client.call(CLUSTER, "snapshot.list", { sourceUuid: src.uuid })).entries.map((s) => s.uuid), [s2.uuid]);
+    assert.deepEqual(
+      (await client.call(CLUSTER, "snapshot.list", { sourceUuid: src.uuid })).entries.map((s) => s.uuid),
+      [s2.uuid],
+    );
   });
 });

@@ -36,11 +36,19 @@ const procs: ServiceProcess[] = [];
 const fsType = hasXfs ? "xfs" : "ext4";
 const mountCap = (mode: AccessMode = "SINGLE_NODE_WRITER", fs = fsType) => ({ access_mode: { mode }, mount: { fs_type: fs, mount_flags: [] } });
 const blockCap = (mode: AccessMode = "SINGLE_NODE_WRITER") => ({ access_mode: { mode }, block: {} });
-const code = (p: Promise<unknown>) => p.then(() => 0, (e: { code: number }) => e.code);
+const code = (p: Promise<unknown>) =>
+  p.then(
+    () => 0,
+    (e: { code: number }) => e.code,
+  );
 const kubelet = (...parts: string[]) => path.join(root, "kubelet", ...parts);
 
 async function startAgent(extra: Record<string, string> = {}) {
-  agent = await spawnService("node-agent", { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000", ...extra }, { args: ["--endpoint", nodeSock, "--nodeid", NODE] });
+  agent = await spawnService(
+    "node-agent",
+    { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000", ...extra },
+    { args: ["--endpoint", nodeSock, "--nodeid", NODE] },
+  );
   node?.close();
   node = csiClient(nodeSock, "Node");
 }
@@ -99,9 +107,15 @@ describe("node-agent on real devices", { skip }, () => {
     await stage();
     await stage();
     assert.ok(await isMounted(staging), "staged filesystem is mounted");
-    assert.equal(await code(node.NodeStageVolume({ volume_id: v.id, staging_target_path: staging, volume_capability: mountCap("SINGLE_NODE_READER_ONLY"), publish_context: v.ctx })), 6);
+    assert.equal(
+      await code(
+        node.NodeStageVolume({ volume_id: v.id, staging_target_path: staging, volume_capability: mountCap("SINGLE_NODE_READER_ONLY"), publish_context: v.ctx }),
+      ),
+      6,
+    );
 
-    const publish = (target: string, readonly = false) => node.NodePublishVolume({ volume_id: v.id, staging_target_path: staging, target_path: target, volume_capability: mountCap(), readonly });
+    const publish = (target: string, readonly = false) =>
+      node.NodePublishVolume({ volume_id: v.id, staging_target_path: staging, target_path: target, volume_capability: mountCap(), readonly });
     for (const t of [a, a, b, b]) await publish(t as string);
     await publish(ro as string, true);
     await writeFile(path.join(a as string, "hello.txt"), "written through target a");
@@ -154,7 +168,8 @@ describe("node-agent on real devices", { skip }, () => {
     const staging = kubelet("plugins", "staging", v.uuid);
     const target = kubelet("pods", "blk", "volumeDevices", "dev");
     await node.NodeStageVolume({ volume_id: v.id, staging_target_path: staging, volume_capability: blockCap(), publish_context: v.ctx });
-    for (let i = 0; i < 2; i++) await node.NodePublishVolume({ volume_id: v.id, staging_target_path: staging, target_path: target, volume_capability: blockCap(), readonly: false });
+    for (let i = 0; i < 2; i++)
+      await node.NodePublishVolume({ volume_id: v.id, staging_target_path: staging, target_path: target, volume_capability: blockCap(), readonly: false });
     const fh = await open(target, "r+");
     const pattern = Buffer.from("raw block bytes");
     await fh.write(pattern, 0, pattern.length, 4 * MiB);
@@ -187,8 +202,22 @@ describe("node-agent on real devices", { skip }, () => {
       ["no capability", () => node.NodeStageVolume({ volume_id: valid, staging_target_path: stagingPath }), 3],
       ["unknown volume", () => node.NodeStageVolume({ volume_id: valid, staging_target_path: stagingPath, volume_capability: mountCap() }), 5],
       ["malformed volume", () => node.NodeStageVolume({ volume_id: "some-vol-id", staging_target_path: stagingPath, volume_capability: mountCap() }), 5],
-      ["hostile image name", () => node.NodeStageVolume({ volume_id: valid, staging_target_path: stagingPath, volume_capability: mountCap(), publish_context: { imageName: "../../etc/passwd" } }), 3],
-      ["publish unknown volume", () => node.NodePublishVolume({ volume_id: valid, staging_target_path: stagingPath, target_path: kubelet("bad", "t"), volume_capability: mountCap() }), 5],
+      [
+        "hostile image name",
+        () =>
+          node.NodeStageVolume({
+            volume_id: valid,
+            staging_target_path: stagingPath,
+            volume_capability: mountCap(),
+            publish_context: { imageName: "../../etc/passwd" },
+          }),
+        3,
+      ],
+      [
+        "publish unknown volume",
+        () => node.NodePublishVolume({ volume_id: valid, staging_target_path: stagingPath, target_path: kubelet("bad", "t"), volume_capability: mountCap() }),
+        5,
+      ],
       ["publish no target", () => node.NodePublishVolume({ volume_id: valid, staging_target_path: stagingPath, volume_capability: mountCap() }), 3],
       ["unpublish no target", () => node.NodeUnpublishVolume({ volume_id: valid }), 3],
       ["unstage no volume", () => node.NodeUnstageVolume({ staging_target_path: stagingPath }), 3],
@@ -228,7 +257,10 @@ describe("node-agent on real devices", { skip }, () => {
     const dev1 = (await loopsUnder(root)).find((l) => l.backingFile === v1.ctx.imagePath)?.device as string;
     execFileSync("losetup", ["-d", dev1]);
     execFileSync("umount", [t2]);
-    assert.equal((await loopsUnder(root)).some((l) => l.backingFile === v1.ctx.imagePath), false);
+    assert.equal(
+      (await loopsUnder(root)).some((l) => l.backingFile === v1.ctx.imagePath),
+      false,
+    );
 
     await startAgent();
     for (const p of [s1, t1, t1b, s2, t2]) assert.ok(await isMounted(p), `${p} mounted again`);
@@ -238,7 +270,10 @@ describe("node-agent on real devices", { skip }, () => {
     assert.ok(h1.includes("healed") && h1.includes("attached"), `v1 healer reports: ${h1}`);
     assert.ok(h2.includes("healed"), `v2 healer reports: ${h2}`);
 
-    for (const [v, s, ts] of [[v1, s1, [t1, t1b]], [v2, s2, [t2]]] as const) {
+    for (const [v, s, ts] of [
+      [v1, s1, [t1, t1b]],
+      [v2, s2, [t2]],
+    ] as const) {
       for (const t of ts) await node.NodeUnpublishVolume({ volume_id: v.id, target_path: t });
       await node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: s });
     }
@@ -254,7 +289,10 @@ describe("node-agent on real devices", { skip }, () => {
     const dying = agent as ServiceProcess;
     assert.notEqual(await code(stage()), 0, "the call dies with the agent");
     await dying.exited;
-    assert.ok((await loopsUnder(root)).some((l) => l.backingFile === v.ctx.imagePath), "the crash left the device attached");
+    assert.ok(
+      (await loopsUnder(root)).some((l) => l.backingFile === v.ctx.imagePath),
+      "the crash left the device attached",
+    );
     await startAgent();
     assert.ok(!(await loopsUnder(root)).some((l) => l.backingFile === v.ctx.imagePath), "the healer detached the leftover");
     await stage();
@@ -305,7 +343,10 @@ describe("node-agent on real devices", { skip }, () => {
   });
 
   test("no mount and no loop device is left behind by the agent", async () => {
-    assert.deepEqual((await mountsLeftUnder(root)).map((m) => m.mountPoint), []);
+    assert.deepEqual(
+      (await mountsLeftUnder(root)).map((m) => m.mountPoint),
+      [],
+    );
     assert.deepEqual(await loopsUnder(root), []);
   });
 });

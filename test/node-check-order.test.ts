@@ -21,9 +21,10 @@ import { NodeState } from "../services/node-agent/src/domain/node-state.js";
 import { runWork, type Work } from "../services/node-agent/src/rpc/node.js";
 
 type PathWork = Exclude<Work, { op: "limits" }>;
+
 import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
-import { ROOT } from "./support/processes.js";
 import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
+import { ROOT } from "./support/processes.js";
 
 const skip = whyNoDevices();
 const [OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION] = [0, 3, 5, 9];

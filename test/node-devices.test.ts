@@ -13,12 +13,12 @@ import { mkdtemp, open, readdir, readFile, realpath, stat, truncate, unlink, wri
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsUnder, whyNoDevices } from "./support/machine.js";
 import { run } from "../services/node-agent/src/adapters/exec.js";
 import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "../services/node-agent/src/adapters/filesystem.js";
 import { attach, detach, findByBackingFile, list, refreshSize } from "../services/node-agent/src/adapters/loop.js";
 import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "../services/node-agent/src/adapters/mount.js";
 import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "../services/node-agent/src/adapters/paths.js";
+import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsUnder, whyNoDevices } from "./support/machine.js";
 
 const MiB = 1024 * 1024;
 

@@ -74,8 +74,11 @@ async function lifecycle(ctrlSocket: string, runDir: string) {
     const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
     const v = (await c.CreateVolume({ name: "stack-vol", volume_capabilities: [cap], capacity_range: { required_bytes: String(8 * 1024 * 1024) } })).volume!;
     const snap = (await c.CreateSnapshot({ name: "stack-snap", source_volume_id: v.volume_id })).snapshot!;
-    const restored = (await c.CreateVolume({ name: "stack-restored", volume_capabilities: [cap], volume_content_source: { snapshot: { snapshot_id: snap.snapshot_id } } })).volume!;
-    const cloned = (await c.CreateVolume({ name: "stack-clone", volume_capabilities: [cap], volume_content_source: { volume: { volume_id: v.volume_id } } })).volume!;
+    const restored = (
+      await c.CreateVolume({ name: "stack-restored", volume_capabilities: [cap], volume_content_source: { snapshot: { snapshot_id: snap.snapshot_id } } })
+    ).volume!;
+    const cloned = (await c.CreateVolume({ name: "stack-clone", volume_capabilities: [cap], volume_content_source: { volume: { volume_id: v.volume_id } } }))
+      .volume!;
     const grown = await c.ControllerExpandVolume({ volume_id: v.volume_id, capacity_range: { required_bytes: String(16 * 1024 * 1024) } });
     assert.equal(grown.capacity_bytes, String(16 * 1024 * 1024));
     const nodeId = (await csiNodeInfo(runDir)).node_id;
@@ -83,7 +86,13 @@ async function lifecycle(ctrlSocket: string, runDir: string) {
     assert.ok(pub.publish_context.imageName);
     await c.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: nodeId });
     // Our CLI sees the same volumes.
-    const listed = JSON.parse(execFileSync(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/csi.ts"), "controller", "ListVolumes"], { cwd: ROOT, env: { ...process.env, RUN_DIR: runDir }, encoding: "utf8" }));
+    const listed = JSON.parse(
+      execFileSync(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/csi.ts"), "controller", "ListVolumes"], {
+        cwd: ROOT,
+        env: { ...process.env, RUN_DIR: runDir },
+        encoding: "utf8",
+      }),
+    );
     assert.equal(listed.entries.length, 3);
     await c.DeleteSnapshot({ snapshot_id: snap.snapshot_id });
     for (const id of [v.volume_id, restored.volume_id, cloned.volume_id]) await c.DeleteVolume({ volume_id: id });

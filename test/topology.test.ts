@@ -20,9 +20,18 @@ let ctrl: CsiClient<"Controller">;
 let node1: CsiClient<"Node">;
 const procs: ServiceProcess[] = [];
 
-const code = async (p: Promise<unknown>) => p.then(() => 0, (e: { code: number }) => e.code);
+const code = async (p: Promise<unknown>) =>
+  p.then(
+    () => 0,
+    (e: { code: number }) => e.code,
+  );
 const create = (name: string, accessibility_requirements?: { requisite?: object[]; preferred?: object[] }) =>
-  ctrl.CreateVolume({ name, volume_capabilities: [mountCap], capacity_range: { required_bytes: String(MiB) }, ...(accessibility_requirements ? { accessibility_requirements } : {}) });
+  ctrl.CreateVolume({
+    name,
+    volume_capabilities: [mountCap],
+    capacity_range: { required_bytes: String(MiB) },
+    ...(accessibility_requirements ? { accessibility_requirements } : {}),
+  });
 const poolIdOf = (volumeId: string) => decomposeVolumeId(volumeId).poolID;
 
 before(async () => {
@@ -83,7 +92,9 @@ describe("placement", () => {
 
   test("a clone stays in its source's pool", async () => {
     const src = (await create("topo-src", { requisite: [at("node-2")] })).volume!;
-    const clone = (await ctrl.CreateVolume({ name: "topo-clone", volume_capabilities: [mountCap], volume_content_source: { volume: { volume_id: src.volume_id } } })).volume!;
+    const clone = (
+      await ctrl.CreateVolume({ name: "topo-clone", volume_capabilities: [mountCap], volume_content_source: { volume: { volume_id: src.volume_id } } })
+    ).volume!;
     assert.equal(poolIdOf(clone.volume_id), 2);
     assert.deepEqual(clone.accessible_topology, [at("node-2")]);
   });

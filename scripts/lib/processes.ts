@@ -9,7 +9,6 @@ import path from "node:path";
 
 export const ROOT = path.resolve(import.meta.dirname, "../..");
 
-
 export interface ServiceProcess {
   child: ChildProcess;
   /** Every log line so far (pino JSON). */

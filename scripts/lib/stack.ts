@@ -70,7 +70,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const redisUrl = opts.redisUrl || (await server("redis"));
     const nodeId = opts.nodeId || os.hostname();
     const clustersFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE ?? writeLocalClusters(opts.runDir, nodeId);
-    const env = { NATS_URL: natsUrl, REDIS_URL: redisUrl, DATA_DIR: opts.dataDir, LOG_LEVEL: process.env.LOG_LEVEL ?? "info", CLUSTERS_FILE: clustersFile, ...opts.env };
+    const env = {
+      NATS_URL: natsUrl,
+      REDIS_URL: redisUrl,
+      DATA_DIR: opts.dataDir,
+      LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
+      CLUSTERS_FILE: clustersFile,
+      ...opts.env,
+    };
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
     const onLine = opts.onLine;

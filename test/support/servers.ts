@@ -11,8 +11,8 @@ import os from "node:os";
 import path from "node:path";
 import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
 
-export type { LocalServer };
 export { freePort } from "../../scripts/lib/local-servers.js";
+export type { LocalServer };
 
 export interface TestServers {
   nats: LocalServer;
@@ -27,10 +27,7 @@ export async function tempDir(prefix = "csi-test-"): Promise<string> {
 
 export async function startTestServers(): Promise<TestServers> {
   const dir = await tempDir();
-  const [nats, redis] = await Promise.all([
-    startServer("nats", path.join(dir, "nats")),
-    startServer("redis", path.join(dir, "redis")),
-  ]);
+  const [nats, redis] = await Promise.all([startServer("nats", path.join(dir, "nats")), startServer("redis", path.join(dir, "redis"))]);
   return {
     nats,
     redis,

@@ -11,7 +11,12 @@ export const DEFAULT_FS: SupportedFs = "ext4";
 export const isSupportedFs = (fs: string): fs is SupportedFs => (SUPPORTED_FS as readonly string[]).includes(fs);
 
 const READER_ONLY: ReadonlySet<AccessMode> = new Set(["SINGLE_NODE_READER_ONLY", "MULTI_NODE_READER_ONLY"]);
-const SINGLE_NODE: ReadonlySet<AccessMode> = new Set(["SINGLE_NODE_WRITER", "SINGLE_NODE_READER_ONLY", "SINGLE_NODE_SINGLE_WRITER", "SINGLE_NODE_MULTI_WRITER"]);
+const SINGLE_NODE: ReadonlySet<AccessMode> = new Set([
+  "SINGLE_NODE_WRITER",
+  "SINGLE_NODE_READER_ONLY",
+  "SINGLE_NODE_SINGLE_WRITER",
+  "SINGLE_NODE_MULTI_WRITER",
+]);
 /** Plain filesystems cannot be written from two nodes; raw block can (the user coordinates). */
 const MULTI_WRITER: ReadonlySet<AccessMode> = new Set(["MULTI_NODE_MULTI_WRITER", "MULTI_NODE_SINGLE_WRITER"]);
 
@@ -23,6 +28,7 @@ export const isSingleNode = (m: AccessMode) => SINGLE_NODE.has(m);
 /** Why this driver cannot serve a capability, or undefined if it can. */
 export function unsupported(c: Capability): string | undefined {
   if (c.accessType === "mount" && c.fsType && !isSupportedFs(c.fsType)) return `filesystem ${c.fsType} is not supported (${SUPPORTED_FS.join(", ")})`;
-  if (c.accessType === "mount" && MULTI_WRITER.has(c.accessMode)) return `${c.accessMode} needs a block volume: a filesystem cannot be written from several nodes`;
+  if (c.accessType === "mount" && MULTI_WRITER.has(c.accessMode))
+    return `${c.accessMode} needs a block volume: a filesystem cannot be written from several nodes`;
   return undefined;
 }

@@ -16,8 +16,7 @@ const meta = {
   actor: Actor,
 };
 
-const ev = <T extends string, S extends z.ZodRawShape>(type: T, data: S) =>
-  z.object({ type: z.literal(type), ...meta, ...data });
+const ev = <T extends string, S extends z.ZodRawShape>(type: T, data: S) => z.object({ type: z.literal(type), ...meta, ...data });
 
 // --- request-name aggregate: the fence for "one name, one reservation" ---
 export const NameReserved = ev("NameReserved", { kind: Kind, name: z.string(), uuid: Uuid });

@@ -40,7 +40,6 @@ export const nodeSubjects = {
   wildcard: "csi.nodes.*",
 };
 
-
 /**
  * Work a front-end sends a node without kubelet: stage/publish/unpublish/unstage a volume.
  * Delivered durably (stream CSI_NODE_WORK, one subject and one durable consumer per node),

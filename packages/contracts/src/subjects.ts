@@ -46,7 +46,10 @@ function aggregateEvents(cluster: string, kind: Kind, uuid: string): string {
 export const subjects = {
   /** `command` is "<family>.<verb>", e.g. "volume.create". */
   command: (cluster: string, command: string) =>
-    `csi.${clusterToken(cluster)}.journal.${command.split(".").map((t) => token(t, "command")).join(".")}`,
+    `csi.${clusterToken(cluster)}.journal.${command
+      .split(".")
+      .map((t) => token(t, "command"))
+      .join(".")}`,
   commandWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.journal.>`,
   eventsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.evt.>`,
   /** The events of one volume, snapshot, … (its kind's token, then its uuid). */

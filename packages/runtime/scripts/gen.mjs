@@ -12,7 +12,24 @@ const out = path.join(pkg, "src", "generated");
 const proto = createRequire(import.meta.url).resolve("@csi/contracts/proto/csi.proto");
 const bin = createRequire(import.meta.url).resolve("@grpc/proto-loader/build/bin/proto-loader-gen-types.js");
 rmSync(out, { recursive: true, force: true });
-execFileSync(process.execPath, [bin, "--keepCase", "--longs=String", "--enums=String", "--defaults", "--oneofs", "--grpcLib=@grpc/grpc-js", "-I", path.dirname(proto), "-O", out, "csi.proto"], { stdio: "inherit" });
+execFileSync(
+  process.execPath,
+  [
+    bin,
+    "--keepCase",
+    "--longs=String",
+    "--enums=String",
+    "--defaults",
+    "--oneofs",
+    "--grpcLib=@grpc/grpc-js",
+    "-I",
+    path.dirname(proto),
+    "-O",
+    out,
+    "csi.proto",
+  ],
+  { stdio: "inherit" },
+);
 const walk = (dir) =>
   readdirSync(dir).flatMap((e) => {
     const p = path.join(dir, e);

@@ -3,18 +3,19 @@
  * benchmark). Requests are validated before they leave; replies are validated when they come
  * back; an error reply becomes the DriverError it names.
  */
-import type { NatsConnection } from "@nats-io/nats-core";
+
 import {
   type CommandRequest,
   type CommandResult,
-  describeZodError,
   DriverError,
+  describeZodError,
   fromWireError,
   type JournalCommand,
   journalContract,
   replyEnvelope,
   subjects,
 } from "@csi/contracts";
+import type { NatsConnection } from "@nats-io/nats-core";
 
 const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]) => [k, replyEnvelope(v.result)]));
 

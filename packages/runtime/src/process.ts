@@ -1,17 +1,20 @@
 /** Small runtime pieces every service's main.ts uses: the root logger and the clusters file. */
 import { readFileSync } from "node:fs";
 import os from "node:os";
-import { pino, type Logger } from "pino";
 import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "@csi/contracts";
+import { type Logger, pino } from "pino";
 
 /** The root logger of a process: JSON lines on stdout (fd 1), or another fd (a CLI's stderr). */
 export function createLogger(service: string, level = "info", fd = 1): Logger {
   return pino(
     {
-    level,
-    base: { service, pid: process.pid, host: os.hostname() },
-    // Defence in depth: the gRPC chain already strips secrets before logging.
-    redact: { paths: ["*.secrets", "*.*.secrets", "secrets", "*.controller_publish_secrets", "*.node_stage_secrets", "*.node_publish_secrets"], censor: "***stripped***" },
+      level,
+      base: { service, pid: process.pid, host: os.hostname() },
+      // Defence in depth: the gRPC chain already strips secrets before logging.
+      redact: {
+        paths: ["*.secrets", "*.*.secrets", "secrets", "*.controller_publish_secrets", "*.node_stage_secrets", "*.node_publish_secrets"],
+        censor: "***stripped***",
+      },
     },
     pino.destination(fd),
   );

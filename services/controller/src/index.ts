@@ -7,13 +7,13 @@ import { subjects } from "@csi/contracts";
 import { csiIdentity, JournalClient, loadClusters, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
-import { NodeDirectory } from "./adapters/nodes.js";
 import { NodeWorkSender } from "./adapters/node-work.js";
+import { NodeDirectory } from "./adapters/nodes.js";
 import type { ControllerConfig } from "./config.js";
 import { controllerHandlers } from "./rpc/controller.js";
 import { groupControllerHandlers } from "./rpc/group-controller.js";
 
-export { controllerConfig, ControllerConfig } from "./config.js";
+export { ControllerConfig, controllerConfig } from "./config.js";
 
 export const CONTROLLER_VERSION = "0.1.0";
 

@@ -17,7 +17,7 @@ import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
 import { serveJournal } from "./rpc/nats-service.js";
 
-export { journalConfig, JournalConfig } from "./config.js";
+export { JournalConfig, journalConfig } from "./config.js";
 /** The Redis key layout (test/journal.test.ts reads the projection with it). */
 export { keysFor } from "./domain/kinds.js";
 
@@ -70,7 +70,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION);
   // Device reports from node-agents wait in a durable queue until a journal appends them.
   const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log);
-  const timer = cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
+  const timer =
+    cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
   log.info({ pools: [...pools.keys()], stream: events.stream }, "journal serving");
 

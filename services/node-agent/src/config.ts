@@ -20,7 +20,9 @@ export const NodeAgentConfig = z.object({
     .string()
     .optional()
     .transform((s) => s || undefined)
-    .refine((s) => s === undefined || (path.posix.normalize(s) === s && s.startsWith("/sys/fs/cgroup/")), { message: "IO_LIMITS_CGROUP must be a clean absolute path under /sys/fs/cgroup/" }),
+    .refine((s) => s === undefined || (path.posix.normalize(s) === s && s.startsWith("/sys/fs/cgroup/")), {
+      message: "IO_LIMITS_CGROUP must be a clean absolute path under /sys/fs/cgroup/",
+    }),
   /** Fault injection for tests: SIGKILL this process right after reporting this device state. */
   crashAfter: z.string().optional(),
 });

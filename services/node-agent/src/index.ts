@@ -18,7 +18,7 @@ import { LimitsState } from "./domain/io-limits.js";
 import { NodeState } from "./domain/node-state.js";
 import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.js";
 
-export { nodeAgentConfig, NodeAgentConfig } from "./config.js";
+export { NodeAgentConfig, nodeAgentConfig } from "./config.js";
 
 export const NODE_AGENT_VERSION = "0.1.0";
 
@@ -31,7 +31,14 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
   await ioLimits.load();
-  const svc = new NodeService({ nodeId: cfg.nodeId, clusters, stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState), reporter, log, ioLimits });
+  const svc = new NodeService({
+    nodeId: cfg.nodeId,
+    clusters,
+    stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState),
+    reporter,
+    log,
+    ioLimits,
+  });
   await svc.load();
   const healed = await svc.heal(); // before serving: put back what should be there
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal

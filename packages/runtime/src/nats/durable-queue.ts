@@ -5,11 +5,12 @@
  * done, redelivered after a transient failure, dropped (and logged) when malformed or failed
  * for good. What is sent while the consumer is away waits in the stream.
  */
+
+import { DriverError, describeZodError, type QueueSpec } from "@csi/contracts";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
-import { describeZodError, DriverError, type QueueSpec } from "@csi/contracts";
 
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
@@ -22,11 +23,13 @@ export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<voi
       throw err;
     });
   };
-  await jsm.streams.info(q.stream).catch(() =>
-    jsm.streams
-      .add({ name: q.stream, subjects: q.subjects, storage: StorageType.File, retention: RetentionPolicy.Workqueue, duplicate_window: 2 * 60 * NANOS })
-      .catch(orExisting(() => jsm.streams.info(q.stream))),
-  );
+  await jsm.streams
+    .info(q.stream)
+    .catch(() =>
+      jsm.streams
+        .add({ name: q.stream, subjects: q.subjects, storage: StorageType.File, retention: RetentionPolicy.Workqueue, duplicate_window: 2 * 60 * NANOS })
+        .catch(orExisting(() => jsm.streams.info(q.stream))),
+    );
   await jsm.consumers.info(q.stream, q.consumer).catch(() =>
     jsm.consumers
       .add(q.stream, {

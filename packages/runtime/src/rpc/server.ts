@@ -13,9 +13,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { unlink } from "node:fs/promises";
+import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } from "@csi/contracts";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
-import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } from "@csi/contracts";
 import { type CsiService, csiServices, type Methods, type RequestOf, type ResponseOf } from "../csi.js";
 import { parseEndpoint } from "./endpoint.js";
 import { redactSecrets } from "./redact.js";

@@ -1,6 +1,6 @@
 /** Reads node registrations (published by node-agents into the CSI_NODES stream). */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 export class NodeDirectory {

@@ -7,15 +7,18 @@ import {
   DriverError,
   decomposeVolumeId,
   GiB,
+  inForce,
   invalidArgument,
   isUuid,
+  type MutableParameters,
+  parseMutableParameters,
+  pickMutableParameters,
   type ResolvedCluster,
   roundUpToMiB,
   type SnapshotView,
   type VolumeIdParts,
   type VolumeView,
 } from "@csi/contracts";
-import { inForce, type MutableParameters, parseMutableParameters, pickMutableParameters } from "@csi/contracts";
 import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
 import { accessibleTopology } from "./topology.js";
 
@@ -67,7 +70,10 @@ export function splitParameters(params: Record<string, string> | undefined): { c
  * `mutable_parameters` (which take precedence, as CSI says); both validated the same way. The
  * limit keys are taken out of the parameters kept with the volume.
  */
-export function createLimits(rest: Record<string, string>, mutable: Record<string, string>): { parameters: Record<string, string>; mutableParameters: MutableParameters } {
+export function createLimits(
+  rest: Record<string, string>,
+  mutable: Record<string, string>,
+): { parameters: Record<string, string>; mutableParameters: MutableParameters } {
   const { picked, rest: parameters } = pickMutableParameters(rest);
   const fromParameters = parseMutableParameters(picked, "parameters");
   return { parameters, mutableParameters: inForce({ ...fromParameters, ...parseMutableParameters(mutable) }) };

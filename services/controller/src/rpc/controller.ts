@@ -44,7 +44,12 @@ export const CONTROLLER_CAPABILITIES = [
   "MODIFY_VOLUME",
 ] as const;
 
-export function controllerHandlers(deps: { clusters: Clusters; journal: JournalClient; nodes: NodeDirectory; nodeWork: NodeWorkSender }): Handlers<"Controller"> {
+export function controllerHandlers(deps: {
+  clusters: Clusters;
+  journal: JournalClient;
+  nodes: NodeDirectory;
+  nodeWork: NodeWorkSender;
+}): Handlers<"Controller"> {
   const { clusters, nodes, nodeWork } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
   const { call, locate, mustLocate } = journalRouting(deps);
@@ -197,7 +202,12 @@ export function controllerHandlers(deps: { clusters: Clusters; journal: JournalC
       }
       if (reasons.length) return { confirmed: null, message: reasons.join("; ") };
       return {
-        confirmed: { volume_context: req.volume_context ?? {}, volume_capabilities: req.volume_capabilities, parameters: req.parameters ?? {}, mutable_parameters: mutable },
+        confirmed: {
+          volume_context: req.volume_context ?? {},
+          volume_capabilities: req.volume_capabilities,
+          parameters: req.parameters ?? {},
+          mutable_parameters: mutable,
+        },
         message: "",
       };
     },

@@ -37,10 +37,16 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       const params = splitParameters(req.parameters);
       const inClusters = new Set(ids.flatMap((id) => locate(id)?.cluster.clusterID ?? []));
       if (params.clusterID) inClusters.add(params.clusterID);
-      if (inClusters.size > 1) throw invalidArgument(`the source volumes are in several clusters (${[...inClusters].sort().join(", ")}): a group snapshot is taken in one`);
+      if (inClusters.size > 1)
+        throw invalidArgument(`the source volumes are in several clusters (${[...inClusters].sort().join(", ")}): a group snapshot is taken in one`);
       const sources = ids.map((id) => mustLocate(id, "source volume"));
       const cluster = (sources[0] as (typeof sources)[number]).cluster.clusterID;
-      const g = await call(cluster, "groupsnapshot.create", { requestId: ctx.requestId, name: req.name, sourceUuids: sources.map((l) => l.parts.uuid), parameters: params.rest }, ctx);
+      const g = await call(
+        cluster,
+        "groupsnapshot.create",
+        { requestId: ctx.requestId, name: req.name, sourceUuids: sources.map((l) => l.parts.uuid), parameters: params.rest },
+        ctx,
+      );
       return { group_snapshot: csiGroupSnapshot(cluster, g) };
     },
 
@@ -49,7 +55,12 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       const l = locate(req.group_snapshot_id);
       if (!l) return {}; // malformed or foreign: nothing of ours to delete
       const snapshotUuids = memberUuids(req.snapshot_ids, l.cluster.clusterID);
-      await call(l.cluster.clusterID, "groupsnapshot.delete", { requestId: ctx.requestId, uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) }, ctx);
+      await call(
+        l.cluster.clusterID,
+        "groupsnapshot.delete",
+        { requestId: ctx.requestId, uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) },
+        ctx,
+      );
       return {};
     },
 

@@ -2,7 +2,16 @@
  * Routing to the clusters' journals, shared by the Controller and GroupController services: a
  * journal command with the caller's deadline, and an id → (cluster, parts) lookup.
  */
-import { type Clusters, type CommandRequest, type CommandResult, DriverError, type JournalCommand, notFound, type ResolvedCluster, type VolumeIdParts } from "@csi/contracts";
+import {
+  type Clusters,
+  type CommandRequest,
+  type CommandResult,
+  DriverError,
+  type JournalCommand,
+  notFound,
+  type ResolvedCluster,
+  type VolumeIdParts,
+} from "@csi/contracts";
 import type { CallContext, JournalClient } from "@csi/runtime";
 import { tryDecode } from "../domain/csi.js";
 

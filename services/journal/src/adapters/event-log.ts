@@ -4,9 +4,19 @@
  * writer that lost its lock cannot overwrite a newer state: the server refuses the append with
  * "wrong last sequence" and the writer gets a SequenceConflict.
  */
-import { DeliverPolicy, jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/transport-node";
+
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
+import {
+  DeliverPolicy,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+} from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;

@@ -168,8 +168,7 @@ export class FilePool implements PoolBackend {
     const src = this.imagePath(source);
     const file = this.imagePath(target);
     const size = this.#checkSize(sizeBytes);
-    const tooSmall = (have: number) =>
-      new DriverError("OutOfRange", `clone size ${size} is smaller than source "${source}" (${have} bytes)`);
+    const tooSmall = (have: number) => new DriverError("OutOfRange", `clone size ${size} is smaller than source "${source}" (${have} bytes)`);
     return this.#publish(target, file, sameWritable(target, size), async (tmp) => {
       const from = await this.#source(source, src);
       if (size < from.sizeBytes) throw tooSmall(from.sizeBytes);
@@ -250,12 +249,7 @@ export class FilePool implements PoolBackend {
    * place if it does not exist yet. An existing image (found first, or won by a racing caller)
    * goes through `onExisting`, which returns it if compatible or throws.
    */
-  async #publish(
-    name: string,
-    file: string,
-    onExisting: (img: ImageInfo) => ImageInfo,
-    build: (tmp: string) => Promise<void>,
-  ): Promise<ImageInfo> {
+  async #publish(name: string, file: string, onExisting: (img: ImageInfo) => ImageInfo, build: (tmp: string) => Promise<void>): Promise<ImageInfo> {
     await this.init();
     const found = await this.#stat(name, file);
     if (found) return onExisting(found);

@@ -11,8 +11,8 @@
 import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
-import type { Mutation } from "../domain/projection.js";
 import type { Keys } from "../domain/kinds.js";
+import type { Mutation } from "../domain/projection.js";
 import type { Hash } from "../domain/records.js";
 
 const LOCK_AND_READ = `
@@ -136,7 +136,14 @@ export class RedisStore {
   }
 
   async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {
-    const q = JSON.stringify({ l: spec.locks, a: spec.hashes, f: spec.fields, c: spec.counts ?? [], p: this.keys.projection, ...(spec.recordPrefix ? { r: spec.recordPrefix } : {}) });
+    const q = JSON.stringify({
+      l: spec.locks,
+      a: spec.hashes,
+      f: spec.fields,
+      c: spec.counts ?? [],
+      p: this.keys.projection,
+      ...(spec.recordPrefix ? { r: spec.recordPrefix } : {}),
+    });
     const res = await this.#call(() => this.#r.csiLockAndRead(token, ttlMs, q));
     if (res[0] === 0) return { ok: false, busy: res[1] };
     const [, present, hashesJson, fieldsJson, countsJson, recordJson] = res;
@@ -185,9 +192,7 @@ export class RedisStore {
   /** Up to `count` members of a lexicographic index after `after` (exclusive). */
   async indexPage(key: string, after: string | undefined, count: number): Promise<string[]> {
     const min = after ? `(${after}` : "-";
-    return count > 0
-      ? this.#call(() => this.#r.zrangebylex(key, min, "+", "LIMIT", 0, count))
-      : this.#call(() => this.#r.zrangebylex(key, min, "+"));
+    return count > 0 ? this.#call(() => this.#r.zrangebylex(key, min, "+", "LIMIT", 0, count)) : this.#call(() => this.#r.zrangebylex(key, min, "+"));
   }
 
   async #call<T>(f: () => Promise<T>): Promise<T> {

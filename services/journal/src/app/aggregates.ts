@@ -111,10 +111,22 @@ export class Aggregates {
    * Release a request name (first, so `[released]` is the name's new fence) and end the records
    * of a reservation that never became usable. `ends` with seq 0 have nothing to end.
    */
-  releaseAndUndo(op: Operation, name: { kind: Kind; name: string; uuid: string; seq: number }, ends: { kind: Kind; uuid: string; seq: number }[], reason: string) {
-    const list: Append[] = [{ subject: this.nameSubject(name.kind, name.name), body: { type: "NameReleased", kind: name.kind, name: name.name, uuid: name.uuid }, expectedSeq: name.seq }];
+  releaseAndUndo(
+    op: Operation,
+    name: { kind: Kind; name: string; uuid: string; seq: number },
+    ends: { kind: Kind; uuid: string; seq: number }[],
+    reason: string,
+  ) {
+    const list: Append[] = [
+      {
+        subject: this.nameSubject(name.kind, name.name),
+        body: { type: "NameReleased", kind: name.kind, name: name.name, uuid: name.uuid },
+        expectedSeq: name.seq,
+      },
+    ];
     for (const e of ends) {
-      if (e.seq > 0) list.push({ subject: this.recordSubject(e.kind, e.uuid), body: { type: "ReservationUndone", kind: e.kind, uuid: e.uuid, reason }, expectedSeq: e.seq });
+      if (e.seq > 0)
+        list.push({ subject: this.recordSubject(e.kind, e.uuid), body: { type: "ReservationUndone", kind: e.kind, uuid: e.uuid, reason }, expectedSeq: e.seq });
     }
     return op.append(...list);
   }

@@ -14,17 +14,40 @@
  * live group whose members are gone, which the CO's retry finishes).
  */
 import { randomUUID } from "node:crypto";
-import { DriverError, type GroupMember, type Kind, type GroupSnapshotView, invalidArgument, notFound, type ParsedRequest, type StoredEvent } from "@csi/contracts";
+import {
+  DriverError,
+  type GroupMember,
+  type GroupSnapshotView,
+  invalidArgument,
+  type Kind,
+  notFound,
+  type ParsedRequest,
+  type StoredEvent,
+} from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { checkGroupReservation, type GroupState, groupDigest, groupPool, type MemberState, membersMismatch } from "../domain/group.js";
 import { KINDS } from "../domain/kinds.js";
 import type { PoolBackend } from "../domain/pool-backend.js";
 import { foldRecord } from "../domain/projection.js";
-import { type GroupRecord, groupFromHash, groupSnapshotView, type Hash, isLive, isMade, snapshotFromHash, type VolumeRecord, volumeFromHash } from "../domain/records.js";
+import {
+  type GroupRecord,
+  groupFromHash,
+  groupSnapshotView,
+  type Hash,
+  isLive,
+  isMade,
+  snapshotFromHash,
+  type VolumeRecord,
+  volumeFromHash,
+} from "../domain/records.js";
 import type { Aggregates } from "./aggregates.js";
 import { type Operation, runOperation } from "./operation.js";
 
-const view = (s: GroupState): GroupSnapshotView => groupSnapshotView(s.record, s.members.flatMap((m) => (m.record ? [m.record] : [])));
+const view = (s: GroupState): GroupSnapshotView =>
+  groupSnapshotView(
+    s.record,
+    s.members.flatMap((m) => (m.record ? [m.record] : [])),
+  );
 
 export class GroupSnapshots {
   constructor(private readonly a: Aggregates) {}
@@ -82,13 +105,22 @@ export class GroupSnapshots {
   /** Record the members that were cut but not recorded, and the group. */
   async #complete(op: Operation, state: GroupState, groupHash: Hash | undefined, cut: MemberState[]): Promise<GroupState> {
     const list: Append[] = cut.flatMap((m) => (m.record && m.image ? [this.#created(m.record.uuid, m.image, m.record.seq)] : []));
-    if (!state.record.ready) list.push({ subject: this.a.recordSubject("groupsnapshot", state.record.uuid), body: { type: "GroupSnapshotCreated", uuid: state.record.uuid }, expectedSeq: state.record.seq });
+    if (!state.record.ready)
+      list.push({
+        subject: this.a.recordSubject("groupsnapshot", state.record.uuid),
+        body: { type: "GroupSnapshotCreated", uuid: state.record.uuid },
+        expectedSeq: state.record.seq,
+      });
     const landed = await op.append(...list);
     return this.#after(state.record.uuid, groupHash, state.members, landed);
   }
 
   #created(snapshotUuid: string, image: { id: string; sizeBytes: number }, expectedSeq: number): Append {
-    return { subject: this.a.recordSubject("snapshot", snapshotUuid), body: { type: "SnapshotCreated", uuid: snapshotUuid, imageId: image.id, sizeBytes: image.sizeBytes }, expectedSeq };
+    return {
+      subject: this.a.recordSubject("snapshot", snapshotUuid),
+      body: { type: "SnapshotCreated", uuid: snapshotUuid, imageId: image.id, sizeBytes: image.sizeBytes },
+      expectedSeq,
+    };
   }
 
   async #reserveAndCut(op: Operation, name: string, fence: number, pool: PoolBackend, digest: string, volumes: VolumeRecord[]): Promise<GroupState> {
@@ -99,25 +131,48 @@ export class GroupSnapshots {
     const instance = this.a.d.cluster.instance;
     const reserved = { type: "GroupSnapshotReserved", uuid, name, instance, pool: pool.poolName, poolId: pool.poolId, digest, members } as const;
     const [nameEv, groupEv] = await op
-      .append({ subject: this.a.nameSubject("groupsnapshot", name), body: { type: "NameReserved", kind: "groupsnapshot", name, uuid }, expectedSeq: fence }, { subject: groupSubject, body: reserved, expectedSeq: 0 })
+      .append(
+        { subject: this.a.nameSubject("groupsnapshot", name), body: { type: "NameReserved", kind: "groupsnapshot", name, uuid }, expectedSeq: fence },
+        { subject: groupSubject, body: reserved, expectedSeq: 0 },
+      )
       .catch(async (err: unknown) => {
         const [nameLanded, groupLanded] = err instanceof AppendError ? err.landed : [];
         if (groupLanded && !nameLanded) {
-          await op.append({ subject: groupSubject, body: { type: "ReservationUndone", kind: "groupsnapshot", uuid, reason: "name fenced off" }, expectedSeq: groupLanded.seq }).catch(() => {});
+          await op
+            .append({
+              subject: groupSubject,
+              body: { type: "ReservationUndone", kind: "groupsnapshot", uuid, reason: "name fenced off" },
+              expectedSeq: groupLanded.seq,
+            })
+            .catch(() => {});
         }
         throw err;
       });
     // Undo everything that landed: the members' reservations, the group's, the name.
     const undo = async (landed: (StoredEvent | undefined)[], reason: string) => {
       await Promise.all(members.map((m) => pool.deleteImage(imageOf(m)).catch(() => {})));
-      const ends: { kind: Kind; uuid: string; seq: number }[] = [{ kind: "groupsnapshot", uuid, seq: groupEv?.seq ?? 0 }, ...members.map((m, i) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid, seq: landed[i]?.seq ?? 0 }))];
+      const ends: { kind: Kind; uuid: string; seq: number }[] = [
+        { kind: "groupsnapshot", uuid, seq: groupEv?.seq ?? 0 },
+        ...members.map((m, i) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid, seq: landed[i]?.seq ?? 0 })),
+      ];
       await this.a.releaseAndUndo(op, { kind: "groupsnapshot", name, uuid, seq: nameEv?.seq ?? 0 }, ends, reason).catch(() => {});
     };
     const memberEvs = await op
       .append(
         ...members.map((m, i): Append => {
           const v = volumes[i] as VolumeRecord;
-          const body = { type: "SnapshotReserved", uuid: m.snapshotUuid, name, instance, sourceUuid: v.uuid, pool: pool.poolName, poolId: pool.poolId, imageName: imageOf(m), digest, groupSnapshotUuid: uuid } as const;
+          const body = {
+            type: "SnapshotReserved",
+            uuid: m.snapshotUuid,
+            name,
+            instance,
+            sourceUuid: v.uuid,
+            pool: pool.poolName,
+            poolId: pool.poolId,
+            imageName: imageOf(m),
+            digest,
+            groupSnapshotUuid: uuid,
+          } as const;
           return { subject: this.a.recordSubject("snapshot", m.snapshotUuid), body, expectedSeq: 0 };
         }),
       )
@@ -134,23 +189,31 @@ export class GroupSnapshots {
     }
     const images = cuts.map((c) => (c.status === "fulfilled" ? c.value : undefined));
     const landed = await op
-      .append(
-        ...members.map((m, i) => this.#created(m.snapshotUuid, images[i] as { id: string; sizeBytes: number }, memberEvs[i]?.seq ?? 0)),
-        { subject: groupSubject, body: { type: "GroupSnapshotCreated", uuid }, expectedSeq: groupEv?.seq ?? 0 },
-      )
+      .append(...members.map((m, i) => this.#created(m.snapshotUuid, images[i] as { id: string; sizeBytes: number }, memberEvs[i]?.seq ?? 0)), {
+        subject: groupSubject,
+        body: { type: "GroupSnapshotCreated", uuid },
+        expectedSeq: groupEv?.seq ?? 0,
+      })
       .catch(async (err: unknown) => {
         // As for a single snapshot: the member images are an orphan only if another writer undid the group.
         if (isFenced(err) && (await this.a.ended(groupSubject))) await Promise.all(members.map((m) => pool.deleteImage(imageOf(m)).catch(() => {})));
         throw err;
       });
-    return this.#after(uuid, undefined, members.map((member) => ({ member })), [groupEv, ...memberEvs, ...landed].filter((e) => e !== undefined));
+    return this.#after(
+      uuid,
+      undefined,
+      members.map((member) => ({ member })),
+      [groupEv, ...memberEvs, ...landed].filter((e) => e !== undefined),
+    );
   }
 
   /** Undo a group that was not cut whole: remove what images there are, end its records, release the name. Returns the name fence after. */
   async #undo(op: Operation, name: string, uuid: string, nameSeq: number, state: GroupState | undefined, reason: string): Promise<number> {
     // A group record lost from Redis is still in the log: its reservation lists the members.
     const known = state ?? (await this.#fromLog(uuid));
-    const ends: { kind: Kind; uuid: string; seq: number }[] = [{ kind: "groupsnapshot", uuid, seq: known?.record.seq ?? (await this.a.d.log.lastSeqOf(this.a.recordSubject("groupsnapshot", uuid))) }];
+    const ends: { kind: Kind; uuid: string; seq: number }[] = [
+      { kind: "groupsnapshot", uuid, seq: known?.record.seq ?? (await this.a.d.log.lastSeqOf(this.a.recordSubject("groupsnapshot", uuid))) },
+    ];
     for (const m of known?.members ?? []) {
       const pools = m.record ? [this.a.poolOf(m.record.pool)] : [...this.a.d.pools.values()];
       for (const p of pools) await p?.deleteImage(KINDS.snapshot.imageName(m.member.snapshotUuid));
@@ -190,11 +253,21 @@ export class GroupSnapshots {
       });
       for (const s of live) await this.a.poolOf(s.pool)?.deleteImage(s.imageName);
       if (live.length > 0) {
-        await op.append(...live.map((s): Append => ({ subject: this.a.recordSubject("snapshot", s.uuid), body: { type: "SnapshotDeleted", uuid: s.uuid }, expectedSeq: s.seq })));
+        await op.append(
+          ...live.map(
+            (s): Append => ({ subject: this.a.recordSubject("snapshot", s.uuid), body: { type: "SnapshotDeleted", uuid: s.uuid }, expectedSeq: s.seq }),
+          ),
+        );
       }
-      const list: Append[] = [{ subject: this.a.recordSubject("groupsnapshot", r.uuid), body: { type: "GroupSnapshotDeleted", uuid: r.uuid }, expectedSeq: r.seq }];
+      const list: Append[] = [
+        { subject: this.a.recordSubject("groupsnapshot", r.uuid), body: { type: "GroupSnapshotDeleted", uuid: r.uuid }, expectedSeq: r.seq },
+      ];
       if (second.fields[0] === r.uuid) {
-        list.push({ subject: this.a.nameSubject("groupsnapshot", r.name), body: { type: "NameReleased", kind: "groupsnapshot", name: r.name, uuid: r.uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
+        list.push({
+          subject: this.a.nameSubject("groupsnapshot", r.name),
+          body: { type: "NameReleased", kind: "groupsnapshot", name: r.name, uuid: r.uuid },
+          expectedSeq: Number(second.fields[1] ?? 0),
+        });
       }
       await op.append(...list);
       return { deleted: true };

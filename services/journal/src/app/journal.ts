@@ -20,21 +20,24 @@
  */
 import { randomUUID } from "node:crypto";
 import {
+  applyMutableParameters,
   type CommandResult,
   type DeviceReport,
   DriverError,
   type EventBody,
+  inForce,
   invalidArgument,
+  limitsToContext,
   notFound,
   type ParsedRequest,
   readerOnly,
   roundUpToMiB,
   type SnapshotView,
   type StoredEvent,
+  sameMutableParameters,
   subjects,
   type VolumeView,
 } from "@csi/contracts";
-import { applyMutableParameters, inForce, limitsToContext, sameMutableParameters } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
@@ -82,7 +85,14 @@ export class Journal {
       const poolName = poolForCreate(req, source, record, this.#d.cluster.defaultPool);
       const digest = volumeDigest(poolName, req.parameters, mutableParameters);
       const image = record ? await this.#a.poolOf(record.pool)?.statImage(record.imageName) : undefined;
-      const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}) };
+      const ask = {
+        name: req.name,
+        sizeBytes,
+        limitBytes: req.limitBytes,
+        digest,
+        capabilities: req.capabilities,
+        ...(req.source ? { source: req.source } : {}),
+      };
       const settled = await this.#settle(op, "volume", req.name, nameSeq, hash, checkVolumeReservation(ask, dirUuid, record, image));
       if ("done" in settled) return volumeView(settled.done);
       // Source checks come after the name checks: an existing volume is answered as it is.
@@ -90,14 +100,25 @@ export class Journal {
       if (source && source.pool !== poolName) {
         throw invalidArgument(`source ${req.source?.kind} is in pool ${source.pool}, not ${poolName}: cross-pool clones are not supported`);
       }
-      if (source && sizeBytes < source.sizeBytes) throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${source.sizeBytes}`);
+      if (source && sizeBytes < source.sizeBytes)
+        throw new DriverError("OutOfRange", `requested ${sizeBytes} bytes is smaller than the source's ${source.sizeBytes}`);
       const pool = this.#a.pool(poolName);
       if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
       const uuid = randomUUID();
       const imageName = KINDS.volume.imageName(uuid);
       const reserved = {
-        type: "VolumeReserved", uuid, name: req.name, instance: this.#d.cluster.instance, pool: poolName, poolId: pool.poolId, imageName,
-        sizeBytes, digest, parameters: req.parameters, capabilities: req.capabilities, ...(req.source ? { source: req.source } : {}),
+        type: "VolumeReserved",
+        uuid,
+        name: req.name,
+        instance: this.#d.cluster.instance,
+        pool: poolName,
+        poolId: pool.poolId,
+        imageName,
+        sizeBytes,
+        digest,
+        parameters: req.parameters,
+        capabilities: req.capabilities,
+        ...(req.source ? { source: req.source } : {}),
         ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}),
       } as const;
       const landed = await this.#reserveAndBuild(op, "volume", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
@@ -145,7 +166,9 @@ export class Journal {
         // The name fence failed but the uuid's reservation landed: undo it, so the log stays true.
         const [nameLanded, recordLanded] = err instanceof AppendError ? err.landed : [];
         if (recordLanded && !nameLanded) {
-          await op.append({ subject: recordSubject, body: { type: "ReservationUndone", kind, uuid, reason: "name fenced off" }, expectedSeq: recordLanded.seq }).catch(() => {});
+          await op
+            .append({ subject: recordSubject, body: { type: "ReservationUndone", kind, uuid, reason: "name fenced off" }, expectedSeq: recordLanded.seq })
+            .catch(() => {});
         }
         throw err;
       });
@@ -159,19 +182,29 @@ export class Journal {
       await this.#a.releaseAndUndo(op, { kind, name, uuid, seq: nameEv?.seq ?? 0 }, [{ kind, uuid, seq: reservedSeq }], reason).catch(() => {});
       throw err;
     }
-    const [createdEv] = await op.append({ subject: recordSubject, body: createdEvent(kind, uuid, image), expectedSeq: reservedSeq }).catch(async (err: unknown) => {
-      // Fenced off: another writer took over while we worked (our lock expired). If it ended
-      // this reservation, the image (named after the uuid: ours alone) is an orphan: remove it.
-      // If it recorded the image ("complete"), the image is the volume's: keep it. If the log
-      // is merely unreachable, keep it too: the next create of the name records it.
-      if (isFenced(err) && (await this.#a.ended(recordSubject))) await pool.deleteImage(imageName).catch(() => {});
-      throw err;
-    });
+    const [createdEv] = await op
+      .append({ subject: recordSubject, body: createdEvent(kind, uuid, image), expectedSeq: reservedSeq })
+      .catch(async (err: unknown) => {
+        // Fenced off: another writer took over while we worked (our lock expired). If it ended
+        // this reservation, the image (named after the uuid: ours alone) is an orphan: remove it.
+        // If it recorded the image ("complete"), the image is the volume's: keep it. If the log
+        // is merely unreachable, keep it too: the next create of the name records it.
+        if (isFenced(err) && (await this.#a.ended(recordSubject))) await pool.deleteImage(imageName).catch(() => {});
+        throw err;
+      });
     return [reservedEv, createdEv].filter((e) => e !== undefined);
   }
 
   /** Undo a stale reservation: remove a partial image, end the record, release the name. Returns the name fence after. */
-  async #undo(op: Operation, kind: ImageKind, name: string, uuid: string, nameSeq: number, record: RecordOf<ImageKind> | undefined, reason: string): Promise<number> {
+  async #undo(
+    op: Operation,
+    kind: ImageKind,
+    name: string,
+    uuid: string,
+    nameSeq: number,
+    record: RecordOf<ImageKind> | undefined,
+    reason: string,
+  ): Promise<number> {
     // Without a record, the image name is still derived from the uuid; try every pool.
     const imageName = record?.imageName ?? KINDS[kind].imageName(uuid);
     const pools = record ? [this.#a.poolOf(record.pool)] : [...this.#d.pools.values()];
@@ -208,7 +241,11 @@ export class Journal {
       await this.#a.poolOf(r.pool)?.deleteImage(r.imageName);
       const list: Append[] = [{ subject: this.#a.recordSubject(kind, uuid), body: { type: KINDS[kind].deleted, uuid }, expectedSeq: r.seq }];
       if (second.fields[0] === uuid) {
-        list.push({ subject: this.#a.nameSubject(kind, r.name), body: { type: "NameReleased", kind, name: r.name, uuid }, expectedSeq: Number(second.fields[1] ?? 0) });
+        list.push({
+          subject: this.#a.nameSubject(kind, r.name),
+          body: { type: "NameReleased", kind, name: r.name, uuid },
+          expectedSeq: Number(second.fields[1] ?? 0),
+        });
       }
       await op.append(...list);
       return { deleted: true };
@@ -224,7 +261,11 @@ export class Journal {
       const want = roundUpToMiB(req.sizeBytes);
       if (want <= r.sizeBytes) return volumeView(r); // never shrink: the current size answers
       const img = await this.#a.pool(r.pool).resizeImage(r.imageName, want);
-      const expanded = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes }, expectedSeq: r.seq });
+      const expanded = await op.append({
+        subject: this.#a.recordSubject("volume", r.uuid),
+        body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes },
+        expectedSeq: r.seq,
+      });
       return volumeView(this.#a.after("volume", r.uuid, h, expanded));
     });
   }
@@ -274,14 +315,22 @@ export class Journal {
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
       let seq = r.seq;
       if (verdict.kind === "new") {
-        const [ev] = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeClaimed", uuid: r.uuid, ...ask }, expectedSeq: r.seq });
+        const [ev] = await op.append({
+          subject: this.#a.recordSubject("volume", r.uuid),
+          body: { type: "VolumeClaimed", uuid: r.uuid, ...ask },
+          expectedSeq: r.seq,
+        });
         seq = ev?.seq ?? seq;
       }
       const pool = this.#a.pool(r.pool);
       return {
         publishContext: {
-          clusterID: this.#a.cluster, pool: r.pool, poolId: String(r.poolId), imageName: r.imageName,
-          imagePath: pool.imagePath(r.imageName), readOnly: String(readOnly),
+          clusterID: this.#a.cluster,
+          pool: r.pool,
+          poolId: String(r.poolId),
+          imageName: r.imageName,
+          imagePath: pool.imagePath(r.imageName),
+          readOnly: String(readOnly),
           // The I/O limits as of this point of the volume's log (a later modification reaches the node as node work).
           ...limitsToContext(r.mutableParameters, seq),
         },
@@ -299,7 +348,11 @@ export class Journal {
       const released = r.claims.filter((c) => req.nodeId === undefined || c.nodeId === req.nodeId);
       let seq = r.seq;
       for (const c of released) {
-        const [ev] = await op.append({ subject: this.#a.recordSubject("volume", r.uuid), body: { type: "VolumeUnclaimed", uuid: r.uuid, nodeId: c.nodeId }, expectedSeq: seq });
+        const [ev] = await op.append({
+          subject: this.#a.recordSubject("volume", r.uuid),
+          body: { type: "VolumeUnclaimed", uuid: r.uuid, nodeId: c.nodeId },
+          expectedSeq: seq,
+        });
         seq = ev?.seq ?? seq;
       }
       return { deleted: released.length > 0 };
@@ -330,8 +383,20 @@ export class Journal {
       const pool = this.#a.pool(source.pool);
       const uuid = randomUUID();
       const imageName = KINDS.snapshot.imageName(uuid);
-      const reserved = { type: "SnapshotReserved", uuid, name: req.name, instance: this.#d.cluster.instance, sourceUuid: req.sourceUuid, pool: source.pool, poolId: pool.poolId, imageName, digest } as const;
-      const landed = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () => pool.snapshotImage(source.imageName, imageName));
+      const reserved = {
+        type: "SnapshotReserved",
+        uuid,
+        name: req.name,
+        instance: this.#d.cluster.instance,
+        sourceUuid: req.sourceUuid,
+        pool: source.pool,
+        poolId: pool.poolId,
+        imageName,
+        digest,
+      } as const;
+      const landed = await this.#reserveAndBuild(op, "snapshot", req.name, uuid, settled.fence, pool, imageName, reserved, () =>
+        pool.snapshotImage(source.imageName, imageName),
+      );
       return snapshotView(this.#a.after("snapshot", uuid, undefined, landed));
     });
   }

@@ -107,7 +107,10 @@ export class Operation {
   }
 
   async #release(keys: string[]): Promise<void> {
-    await this.env.store.applyAndUnlock([], keys.map((k) => [k, this.token] as [string, string]));
+    await this.env.store.applyAndUnlock(
+      [],
+      keys.map((k) => [k, this.token] as [string, string]),
+    );
     for (const k of keys) this.#locks.splice(this.#locks.indexOf(k), 1);
   }
 

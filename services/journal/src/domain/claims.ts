@@ -16,7 +16,9 @@ export function decideClaim(existing: Claim[], ask: Claim, opts: { nodeVolumes: 
   const mine = existing.find((c) => c.nodeId === ask.nodeId);
   if (mine) {
     const same = mine.readOnly === ask.readOnly && mine.accessMode === ask.accessMode && mine.accessType === ask.accessType;
-    return same ? { kind: "exists" } : { kind: "refused", code: "AlreadyExists", reason: `volume is already published to node ${ask.nodeId} with another capability or read-only flag` };
+    return same
+      ? { kind: "exists" }
+      : { kind: "refused", code: "AlreadyExists", reason: `volume is already published to node ${ask.nodeId} with another capability or read-only flag` };
   }
   const others = existing.filter((c) => c.nodeId !== ask.nodeId);
   const first = others[0];

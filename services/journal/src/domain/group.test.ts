@@ -13,11 +13,33 @@ const S2 = "44444444-4444-4444-8444-444444444444";
 const digest = groupDigest([V1, V2], {});
 const ask = { name: "grp", sourceUuids: [V2, V1], digest };
 const group = (more: Partial<GroupRecord> = {}): GroupRecord => ({
-  uuid: G, name: "grp", pool: "default", poolId: 1, digest, createdAt: "t", ready: true, seq: 9,
-  members: [{ volumeUuid: V1, snapshotUuid: S1 }, { volumeUuid: V2, snapshotUuid: S2 }], ...more,
+  uuid: G,
+  name: "grp",
+  pool: "default",
+  poolId: 1,
+  digest,
+  createdAt: "t",
+  ready: true,
+  seq: 9,
+  members: [
+    { volumeUuid: V1, snapshotUuid: S1 },
+    { volumeUuid: V2, snapshotUuid: S2 },
+  ],
+  ...more,
 });
 const snap = (uuid: string, imageId = "ab"): SnapshotRecord => ({
-  uuid, name: "grp", pool: "default", poolId: 1, imageName: `csi-snap-${uuid}`, imageId, digest, createdAt: "t", seq: 3, sourceUuid: V1, sizeBytes: 1, groupSnapshotUuid: G,
+  uuid,
+  name: "grp",
+  pool: "default",
+  poolId: 1,
+  imageName: `csi-snap-${uuid}`,
+  imageId,
+  digest,
+  createdAt: "t",
+  seq: 3,
+  sourceUuid: V1,
+  sizeBytes: 1,
+  groupSnapshotUuid: G,
 });
 const img = (uuid: string): ImageInfo => ({ name: `csi-snap-${uuid}`, id: "ab", sizeBytes: 1, readOnly: true });
 /** A member: "recorded" (record + image), "cut" (reserved, image made, not recorded), "reserved" (no image), "none". */
@@ -67,8 +89,20 @@ test("snapshot ids: none given is no check; the members in any order match; anyt
 });
 
 test("a group is cut in one pool: the sources' pool, or refused", () => {
-  assert.deepEqual(groupPool([{ uuid: V1, pool: "fast" }, { uuid: V2, pool: "fast" }]), { pool: "fast" });
-  assert.deepEqual(groupPool([{ uuid: V1, pool: "fast" }, { uuid: V2, pool: "default" }]), { refused: "the source volumes are in several pools (default, fast): a group snapshot is cut in one pool" });
+  assert.deepEqual(
+    groupPool([
+      { uuid: V1, pool: "fast" },
+      { uuid: V2, pool: "fast" },
+    ]),
+    { pool: "fast" },
+  );
+  assert.deepEqual(
+    groupPool([
+      { uuid: V1, pool: "fast" },
+      { uuid: V2, pool: "default" },
+    ]),
+    { refused: "the source volumes are in several pools (default, fast): a group snapshot is cut in one pool" },
+  );
 });
 
 test("the digest ignores the order of the sources", () => {

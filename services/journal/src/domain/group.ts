@@ -50,7 +50,12 @@ export function checkGroupReservation(
     return { kind: "inconsistent", reason: `name directory points ${ask.name} at ${dirUuid}, whose record names ${record.name}` };
   }
   // Other members or parameters are a conflict whatever state the group is in (as for snapshots).
-  if (!sameSet(record.members.map((m) => m.volumeUuid), ask.sourceUuids)) {
+  if (
+    !sameSet(
+      record.members.map((m) => m.volumeUuid),
+      ask.sourceUuids,
+    )
+  ) {
     return { kind: "conflict", reason: `group snapshot ${ask.name} exists for other source volumes` };
   }
   if (record.digest !== ask.digest) return { kind: "conflict", reason: `group snapshot ${ask.name} exists with other parameters` };

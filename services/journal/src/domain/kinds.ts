@@ -28,8 +28,8 @@
 import {
   type EventBody,
   type JournalEvent,
-  type Kind,
   KIND_TOKENS,
+  type Kind,
   type SnapshotView,
   snapshotImageName,
   subjects,

@@ -16,7 +16,15 @@ let seq = 0;
 const at = (time: string, e: Record<string, unknown>): StoredEvent => ({ seq: ++seq, subject: "s", event: { ...meta, time, ...e } as JournalEvent });
 
 const snapReserved = at("2026-01-01T00:00:00.000Z", {
-  type: "SnapshotReserved", uuid: U, name: "snap", instance: "default", sourceUuid: SRC, pool: "fast", poolId: 2, imageName: `csi-snap-${U}`, digest: "d",
+  type: "SnapshotReserved",
+  uuid: U,
+  name: "snap",
+  instance: "default",
+  sourceUuid: SRC,
+  pool: "fast",
+  poolId: 2,
+  imageName: `csi-snap-${U}`,
+  digest: "d",
 });
 const snapCreated = at("2026-01-01T00:00:05.000Z", { type: "SnapshotCreated", uuid: U, imageId: "ab", sizeBytes: 4096 });
 
@@ -42,15 +50,33 @@ test("fold: given events of other aggregates or already applied, then they chang
 
 test("fold: given a volume, when claimed, unclaimed, expanded and deleted, then the claims, size and tombstone follow", () => {
   const reserved = at("2026-01-02T00:00:00.000Z", {
-    type: "VolumeReserved", uuid: U, name: "pvc", instance: "default", pool: "default", poolId: 1, imageName: `csi-vol-${U}`,
-    sizeBytes: 1048576, digest: "d", parameters: { a: "b" }, capabilities: [], source: { kind: "snapshot", uuid: SRC },
+    type: "VolumeReserved",
+    uuid: U,
+    name: "pvc",
+    instance: "default",
+    pool: "default",
+    poolId: 1,
+    imageName: `csi-vol-${U}`,
+    sizeBytes: 1048576,
+    digest: "d",
+    parameters: { a: "b" },
+    capabilities: [],
+    source: { kind: "snapshot", uuid: SRC },
   });
   const claim = { type: "VolumeClaimed", uuid: U, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false };
-  const evs = [reserved, at("t", { type: "VolumeCreated", uuid: U, imageId: "1", sizeBytes: 1048576 }), at("t", claim), at("t", { type: "VolumeExpanded", uuid: U, sizeBytes: 2097152 })];
+  const evs = [
+    reserved,
+    at("t", { type: "VolumeCreated", uuid: U, imageId: "1", sizeBytes: 1048576 }),
+    at("t", claim),
+    at("t", { type: "VolumeExpanded", uuid: U, sizeBytes: 2097152 }),
+  ];
   const h = foldRecord("volume", U, undefined, evs);
   assert.ok(isLive(h));
   const v = volumeFromHash(U, h);
-  assert.deepEqual([v.sizeBytes, v.claims.map((c) => c.nodeId), v.parameters, v.source, v.createdAt], [2097152, ["n1"], { a: "b" }, { kind: "snapshot", uuid: SRC }, reserved.event.time]);
+  assert.deepEqual(
+    [v.sizeBytes, v.claims.map((c) => c.nodeId), v.parameters, v.source, v.createdAt],
+    [2097152, ["n1"], { a: "b" }, { kind: "snapshot", uuid: SRC }, reserved.event.time],
+  );
   const unclaimed = foldRecord("volume", U, h, [at("t", { type: "VolumeUnclaimed", uuid: U, nodeId: "n1" })]);
   assert.ok(isLive(unclaimed));
   assert.deepEqual(volumeFromHash(U, unclaimed).claims, []);
@@ -71,7 +97,10 @@ test("mutations: the projection writes the fields the fold computes, guarded by 
   }
   const { _seq, ...folded } = foldRecord("snapshot", U, undefined, [snapReserved, snapCreated]) ?? {};
   assert.deepEqual(written, folded);
-  assert.ok(reserve?.ops.some((o) => o[0] === "ZADD" && o[1] === k.snapsOf(SRC)), "indexed by its source volume");
+  assert.ok(
+    reserve?.ops.some((o) => o[0] === "ZADD" && o[1] === k.snapsOf(SRC)),
+    "indexed by its source volume",
+  );
   const [undone] = mutationsFor(k, [at("t", { type: "ReservationUndone", kind: "snapshot", uuid: U, reason: "x" })]);
   assert.equal(undone?.ops[0]?.[0], "SNAPINDEXREM", "a snapshot leaves its source's index");
 });

@@ -10,7 +10,7 @@
  * aggregate last applied (its guard), so applying is idempotent and order-safe per aggregate:
  * the writer's inline apply, the catch-up replay and a full rebuild can all run at once.
  */
-import type { Kind, JournalEvent, StoredEvent } from "@csi/contracts";
+import type { JournalEvent, Kind, StoredEvent } from "@csi/contracts";
 import { type Keys, KINDS } from "./kinds.js";
 import { aggregateSeq, type Hash } from "./records.js";
 
@@ -44,7 +44,15 @@ type Reserved = Extract<JournalEvent, { type: "VolumeReserved" | "SnapshotReserv
 
 /** What every reservation records; the image id stays empty until the *Created event. */
 function reservedFields(e: Reserved): Fields {
-  return { "csi.volname": e.name, "csi.imagename": e.imageName, "csi.imageid": "", "csi.pool": e.pool, "csi.poolid": e.poolId, "csi.digest": e.digest, "csi.created": e.time };
+  return {
+    "csi.volname": e.name,
+    "csi.imagename": e.imageName,
+    "csi.imageid": "",
+    "csi.pool": e.pool,
+    "csi.poolid": e.poolId,
+    "csi.digest": e.digest,
+    "csi.created": e.time,
+  };
 }
 
 export function recordChange(e: JournalEvent): RecordChange | undefined {
@@ -91,8 +99,13 @@ export function recordChange(e: JournalEvent): RecordChange | undefined {
         uuid: e.uuid,
         fresh: true,
         set: {
-          "csi.volname": e.name, "csi.pool": e.pool, "csi.poolid": e.poolId, "csi.digest": e.digest, "csi.created": e.time,
-          "csi.members": JSON.stringify(e.members), "csi.ready": "",
+          "csi.volname": e.name,
+          "csi.pool": e.pool,
+          "csi.poolid": e.poolId,
+          "csi.digest": e.digest,
+          "csi.created": e.time,
+          "csi.members": JSON.stringify(e.members),
+          "csi.ready": "",
         },
       };
     case "GroupSnapshotCreated":

@@ -3,7 +3,16 @@
  * events. Pure code: parsing the Redis hash shape (see kinds.ts for the key layout and
  * projection.ts for how events write it) and building the views replies carry.
  */
-import { type Capability, Claim, type ContentSource, type GroupMember, type GroupSnapshotView, MutableParameters, type SnapshotView, type VolumeView } from "@csi/contracts";
+import {
+  type Capability,
+  Claim,
+  type ContentSource,
+  type GroupMember,
+  type GroupSnapshotView,
+  MutableParameters,
+  type SnapshotView,
+  type VolumeView,
+} from "@csi/contracts";
 
 /** What every record has: a request name, a pool, a parameter digest, a creation time, a fence. */
 interface RecordHead {

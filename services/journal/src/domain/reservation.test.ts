@@ -9,8 +9,21 @@ const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
 const digest = volumeDigest("default", {});
 const ask: VolumeAsk = { name: "pvc", sizeBytes: 4 * MiB, limitBytes: 0, digest, capabilities: [] };
 const rec = (more: Partial<VolumeRecord> = {}): VolumeRecord => ({
-  uuid: U, name: "pvc", pool: "default", poolId: 1, imageName: `csi-vol-${U}`, imageId: "ab", digest, createdAt: "", seq: 3,
-  sizeBytes: 4 * MiB, parameters: {}, capabilities: [], claims: [], mutableParameters: {}, ...more,
+  uuid: U,
+  name: "pvc",
+  pool: "default",
+  poolId: 1,
+  imageName: `csi-vol-${U}`,
+  imageId: "ab",
+  digest,
+  createdAt: "",
+  seq: 3,
+  sizeBytes: 4 * MiB,
+  parameters: {},
+  capabilities: [],
+  claims: [],
+  mutableParameters: {},
+  ...more,
 });
 const img = (sizeBytes = 4 * MiB): ImageInfo => ({ name: `csi-vol-${U}`, id: "ab", sizeBytes, readOnly: false });
 
@@ -40,10 +53,22 @@ const fastSrc = { pool: "fast" };
 const poolTable: [string, Parameters<typeof poolForCreate>[0], { pool: string } | undefined, VolumeRecord | undefined, string][] = [
   ["no pool, no source", {}, undefined, undefined, "default"],
   ["a named pool", { pool: "fast" }, undefined, undefined, "fast"],
-  ["a named pool wins over the source's (the caller then refuses the cross-pool clone)", { pool: "default", source: { kind: "volume", uuid: U } }, fastSrc, undefined, "default"],
+  [
+    "a named pool wins over the source's (the caller then refuses the cross-pool clone)",
+    { pool: "default", source: { kind: "volume", uuid: U } },
+    fastSrc,
+    undefined,
+    "default",
+  ],
   ["a clone: its source's pool", { source: { kind: "volume", uuid: U } }, fastSrc, undefined, "fast"],
   ["a restore: its snapshot's pool", { source: { kind: "snapshot", uuid: U } }, fastSrc, undefined, "fast"],
-  ["source gone, volume made from it under this name: that volume's pool", { source: { kind: "volume", uuid: U } }, undefined, rec({ pool: "fast", source: { kind: "volume", uuid: U } }), "fast"],
+  [
+    "source gone, volume made from it under this name: that volume's pool",
+    { source: { kind: "volume", uuid: U } },
+    undefined,
+    rec({ pool: "fast", source: { kind: "volume", uuid: U } }),
+    "fast",
+  ],
   ["source gone, the name holds a volume of another source: the default", { source: { kind: "volume", uuid: U } }, undefined, rec({ pool: "fast" }), "default"],
 ];
 for (const [name, ask, source, existing, want] of poolTable) {

@@ -61,7 +61,12 @@ const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind
  * from its record; a source deleted since is known only through the volume already made from it
  * under this name (`existing`, whose pool was the source's).
  */
-export function poolForCreate(ask: { pool?: string; source?: ContentSource }, source: { pool: string } | undefined, existing: VolumeRecord | undefined, defaultPool: string): string {
+export function poolForCreate(
+  ask: { pool?: string; source?: ContentSource },
+  source: { pool: string } | undefined,
+  existing: VolumeRecord | undefined,
+  defaultPool: string,
+): string {
   if (ask.pool) return ask.pool;
   if (!ask.source) return defaultPool;
   if (source) return source.pool;

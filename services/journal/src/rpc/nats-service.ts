@@ -3,8 +3,8 @@
  * cluster, every command an endpoint in the cluster's queue group, so any number of replicas
  * share the work. Requests are validated against the contract before any logic runs.
  */
-import { describeZodError, DriverError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
-import { Svcm, type Service } from "@nats-io/services";
+import { DriverError, describeZodError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
+import { type Service, Svcm } from "@nats-io/services";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Journal } from "../app/journal.js";

@@ -11,15 +11,16 @@ import {
   type Capability,
   type Clusters,
   DEFAULT_FS,
+  type DeviceState,
   DriverError,
   decomposeVolumeId,
-  type DeviceState,
   IMAGE_NAME_RE,
   type MutableParameters,
   notFound,
   readerOnly,
   volumeImageName,
 } from "@csi/contracts";
+import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
 import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";
@@ -28,10 +29,8 @@ import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from ".
 import type { StateFile } from "../adapters/state-file.js";
 import { type HealAction, planHeal } from "../domain/heal.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
-import { KeyedMutex } from "@csi/runtime";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
-
 
 export interface NodeServiceDeps {
   nodeId: string;
@@ -65,7 +64,12 @@ export class NodeService {
     await this.d.stateFile.save(this.#state);
   }
 
-  #report(v: Pick<VolumeState, "clusterID" | "uuid">, state: DeviceState, origin: Origin, more: { device?: string; path?: string; reason?: string } = {}): void {
+  #report(
+    v: Pick<VolumeState, "clusterID" | "uuid">,
+    state: DeviceState,
+    origin: Origin,
+    more: { device?: string; path?: string; reason?: string } = {},
+  ): void {
     this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
 
@@ -286,7 +290,11 @@ export class NodeService {
     } else if (a.kind === "mount-staging") {
       const device = await this.#ensureAttached(v, origin);
       await this.#mountStaging(v, device, origin);
-      this.#report(v, "healed", origin, { device, path: v.staging?.path, reason: a.remountFrom ? `re-mounted staging (was ${a.remountFrom})` : "re-mounted staging" });
+      this.#report(v, "healed", origin, {
+        device,
+        path: v.staging?.path,
+        reason: a.remountFrom ? `re-mounted staging (was ${a.remountFrom})` : "re-mounted staging",
+      });
     } else if (a.kind === "publish") {
       const p = v.publishes.find((x) => x.target === a.target);
       if (await mnt.isMountPoint(a.target)) await mnt.unmount(a.target); // a bind of a stale device

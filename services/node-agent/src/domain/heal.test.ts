@@ -5,10 +5,23 @@ import type { MountEntry } from "./mountinfo.js";
 import type { NodeState, VolumeState } from "./node-state.js";
 
 const mnt = (mountPoint: string, source: string): MountEntry => ({
-  mountId: 1, parentId: 0, majorMinor: "7:0", root: "/", mountPoint, options: ["rw"], optionalFields: [], fsType: "ext4", source, superOptions: [],
+  mountId: 1,
+  parentId: 0,
+  majorMinor: "7:0",
+  root: "/",
+  mountPoint,
+  options: ["rw"],
+  optionalFields: [],
+  fsType: "ext4",
+  source,
+  superOptions: [],
 });
 const vol = (id: string, more: Partial<VolumeState> = {}): VolumeState => ({
-  volumeId: id, clusterID: "c", uuid: id, imagePath: `/pool/${id}.img`, readOnly: false,
+  volumeId: id,
+  clusterID: "c",
+  uuid: id,
+  imagePath: `/pool/${id}.img`,
+  readOnly: false,
   staging: { path: `/stage/${id}`, capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" } },
   publishes: [{ target: `/pub/${id}/a`, readOnly: false }],
   ...more,

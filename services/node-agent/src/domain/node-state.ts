@@ -49,7 +49,8 @@ export function checkPublish(v: VolumeState | undefined, stagingPath: string, ta
   if (!v?.staging) return { code: "FailedPrecondition", reason: "volume is not staged on this node" };
   if (v.staging.path !== stagingPath) return { code: "FailedPrecondition", reason: `volume is staged at ${v.staging.path}, not ${stagingPath}` };
   const existing = v.publishes.find((p) => p.target === target);
-  if (existing && existing.readOnly !== readOnly) return { code: "AlreadyExists", reason: `${target} is already published with read-only=${existing.readOnly}` };
+  if (existing && existing.readOnly !== readOnly)
+    return { code: "AlreadyExists", reason: `${target} is already published with read-only=${existing.readOnly}` };
   return undefined;
 }
 

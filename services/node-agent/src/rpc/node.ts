@@ -14,7 +14,7 @@
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
 import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
-import { type CallContext, type Handlers, type VolumeCapabilityMsg, toCapability } from "@csi/runtime";
+import { type CallContext, type Handlers, toCapability, type VolumeCapabilityMsg } from "@csi/runtime";
 import type { z } from "zod";
 import { validateCoPath } from "../adapters/paths.js";
 import type { NodeService } from "../app/node-service.js";
