@@ -308,7 +308,21 @@ describe("snapshots, clones, listing", () => {
   });
 
   test("ListVolumes pages across both clusters; a bad token is ABORTED", async () => {
+    // Volumes of its own in both clusters: more than one page of 3, whatever else exists.
+    const mine: string[] = [];
+    for (const [name, clusterID] of [
+      ["pvc-list-1", "c1"],
+      ["pvc-list-2", "c1"],
+      ["pvc-list-3", "c2"],
+      ["pvc-list-4", "c2"],
+    ] as const) {
+      mine.push((await create(name, { parameters: { clusterID } })).volume!.volume_id);
+    }
     const all = (await ctrl.ListVolumes({})).entries.map((e) => String(e.volume?.volume_id));
+    assert.ok(
+      mine.every((id) => all.includes(id)),
+      "every volume of this test is listed",
+    );
     assert.ok(all.some((id: string) => decomposeVolumeId(id).clusterID === "c2"));
     const seen: string[] = [];
     let token = "";
@@ -328,6 +342,19 @@ describe("snapshots, clones, listing", () => {
 
 describe("logging", () => {
   test("secrets passed in requests never appear in the logs; request ids do", async () => {
+    // Calls of its own that carry secrets (create, snapshot, publish, delete), with a request id each.
+    const v = (await create("pvc-secret-logs")).volume!;
+    const s = (await ctrl.CreateSnapshot({ name: "s-secret-logs", source_volume_id: v.volume_id, secrets: { password: SECRET } })).snapshot!;
+    await ctrl.ControllerPublishVolume({
+      volume_id: v.volume_id,
+      node_id: "node-1",
+      volume_capability: mountCap(),
+      readonly: false,
+      secrets: { password: SECRET },
+    });
+    await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1", secrets: { password: SECRET } });
+    await ctrl.DeleteSnapshot({ snapshot_id: s.snapshot_id, secrets: { password: SECRET } });
+    await ctrl.DeleteVolume({ volume_id: v.volume_id, secrets: { password: SECRET } });
     const logs = controllerProc.logs.join("\n");
     assert.ok(logs.includes('"method":"Controller.CreateVolume"'), "requests are logged at debug");
     assert.ok(logs.includes("***stripped***"), "secret values are replaced");

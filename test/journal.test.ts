@@ -16,8 +16,9 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Svcm } from "@nats-io/services";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
+import { ROOT, spawnService, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
+import { SharedProcess, withOwnProcesses } from "./support/shared-process.js";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;
@@ -26,16 +27,13 @@ let nc: NatsConnection;
 let redis: Redis;
 let client: JournalClient;
 let clustersFile: string;
-const procs: ServiceProcess[] = [];
 
 function journalEnv(extra: Record<string, string> = {}): Record<string, string> {
   return { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, CLUSTER_ID: CLUSTER, CATCHUP_EVERY_MS: "0", ...extra };
 }
-async function startJournalProcess(extra: Record<string, string> = {}, waitReady = true): Promise<ServiceProcess> {
-  const p = await spawnService("journal", journalEnv(extra), { waitReady });
-  procs.push(p);
-  return p;
-}
+const startJournalProcess = (extra: Record<string, string> = {}) => spawnService("journal", journalEnv(extra));
+/** The healthy journal every test can count on. A test that needs it gone takes it down with `journal.whileDown`. */
+const journal = new SharedProcess(startJournalProcess);
 const poolDir = () => path.join(env.dir, "pools", CLUSTER, "default");
 const images = async () => (await readdir(poolDir())).filter((f) => f.endsWith(".img")).sort();
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
@@ -46,6 +44,17 @@ const codeOf = async (p: Promise<unknown>) =>
     () => "OK",
     (e: unknown) => (e instanceof DriverError ? e.code : String(e)),
   );
+/** Repeats `f` while the journal is unreachable (servers restarting), up to ~100 tries. */
+const retry = async <T>(f: () => Promise<T>): Promise<T> => {
+  for (let i = 0; ; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (i > 100 || !(e instanceof DriverError) || !["Unavailable", "DeadlineExceeded", "Aborted"].includes(e.code)) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+};
 
 before(async () => {
   env = await startTestServers();
@@ -54,11 +63,11 @@ before(async () => {
   redis = new Redis(env.redis.url);
   redis.on("error", () => {}); // the restart test kills it on purpose
   client = new JournalClient(nc, 20_000);
-  await startJournalProcess();
+  await journal.start();
 });
 
 after(async () => {
-  await Promise.all(procs.map((p) => p.stop()));
+  await journal.stop();
   await nc?.close();
   redis?.disconnect();
   await env?.dispose();
@@ -102,140 +111,139 @@ describe("volumes", () => {
   });
 
   test("200 concurrent creates of one name over 2 replicas → one volume, one image, one reservation", async () => {
-    const second = await startJournalProcess();
-    const name = "pvc-storm";
-    const imagesBefore = (await images()).length;
-    const results = await Promise.allSettled(Array.from({ length: 200 }, () => create(name, 10 * MiB)));
-    const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
-    const errs = results.flatMap((r) => (r.status === "rejected" ? [r.reason as DriverError] : []));
-    assert.ok(ok.length > 0, "some create succeeded");
-    assert.equal(new Set(ok.map((v) => v.uuid)).size, 1, "every success names the same volume");
-    for (const e of errs) assert.equal(e.code, "Aborted", `unexpected error ${e.code}: ${e.message}`);
-    const uuid = ok[0]?.uuid as string;
-    assert.deepEqual(
-      (await images()).filter((f) => f.includes(uuid)),
-      [`csi-vol-${uuid}.img`],
-    );
-    assert.equal((await images()).length, imagesBefore + 1, "exactly one image was made");
-    const keys = keysFor(CLUSTER, "default");
-    assert.equal(await redis.hget(keys.dir("volume"), keys.dirField("volume", name)), uuid);
-    const reservations = (await client.call(CLUSTER, "volume.list", {})).entries.filter((v) => v.name === name);
-    assert.equal(reservations.length, 1);
-    // Both replicas took part: the queue group spread the requests (their service stats say so).
-    const perReplica: number[] = [];
-    for await (const st of await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client().stats(`csi-journal-${CLUSTER}`)) {
-      perReplica.push(st.endpoints?.find((e) => e.name === "volume-create")?.num_requests ?? 0);
-    }
-    assert.equal(perReplica.length, 2, "two replicas answer");
-    assert.ok(
-      perReplica.every((n) => n > 0),
-      `requests per replica: ${perReplica}`,
-    );
-    await second.stop();
+    await withOwnProcesses(startJournalProcess, async (own) => {
+      await own(); // the second replica, next to the shared one
+      const name = "pvc-storm";
+      const imagesBefore = (await images()).length;
+      const results = await Promise.allSettled(Array.from({ length: 200 }, () => create(name, 10 * MiB)));
+      const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      const errs = results.flatMap((r) => (r.status === "rejected" ? [r.reason as DriverError] : []));
+      assert.ok(ok.length > 0, "some create succeeded");
+      assert.equal(new Set(ok.map((v) => v.uuid)).size, 1, "every success names the same volume");
+      for (const e of errs) assert.equal(e.code, "Aborted", `unexpected error ${e.code}: ${e.message}`);
+      const uuid = ok[0]?.uuid as string;
+      assert.deepEqual(
+        (await images()).filter((f) => f.includes(uuid)),
+        [`csi-vol-${uuid}.img`],
+      );
+      assert.equal((await images()).length, imagesBefore + 1, "exactly one image was made");
+      const keys = keysFor(CLUSTER, "default");
+      assert.equal(await redis.hget(keys.dir("volume"), keys.dirField("volume", name)), uuid);
+      const reservations = (await client.call(CLUSTER, "volume.list", {})).entries.filter((v) => v.name === name);
+      assert.equal(reservations.length, 1);
+      // Both replicas took part: the queue group spread the requests (their service stats say so).
+      const perReplica: number[] = [];
+      for await (const st of await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client().stats(`csi-journal-${CLUSTER}`)) {
+        perReplica.push(st.endpoints?.find((e) => e.name === "volume-create")?.num_requests ?? 0);
+      }
+      assert.equal(perReplica.length, 2, "two replicas answer");
+      assert.ok(
+        perReplica.every((n) => n > 0),
+        `requests per replica: ${perReplica}`,
+      );
+    });
   });
 });
 
 describe("crashes and lost state", () => {
   test("SIGKILL after the reservation, before the image: a retry yields one consistent volume, no orphan", async () => {
-    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
-    // Stop the healthy replica so the crashing one takes the request.
-    const healthy = procs[0] as ServiceProcess;
-    await healthy.stop();
-    const name = "pvc-crash";
-    const dying = client.call(CLUSTER, "volume.create", { requestId: "crash", name, sizeBytes: 4 * MiB, capabilities: cap }, { timeoutMs: 3000 });
-    assert.equal(await codeOf(dying), "DeadlineExceeded", "the crashing replica never answers");
-    assert.equal(await crashing.exited, null, "killed by signal");
-    // The log (not yet the projection: the writer died before applying) holds the reservation.
-    const jsm = await jetstreamManager(nc);
-    const last = await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) });
-    const reserved = (last?.json() as { type: string; uuid: string }) ?? { type: "", uuid: "" };
-    assert.equal(reserved.type, "NameReserved", "the reservation was journaled before the crash");
-    assert.ok(!(await images()).includes(`csi-vol-${reserved.uuid}.img`), "the image was never created");
-    const fresh = await startJournalProcess();
-    procs[0] = fresh;
-    // The dead holder's lock expires by TTL (1 s); the retry may see Aborted until then.
-    let v: Awaited<ReturnType<typeof create>> | undefined;
-    for (let i = 0; i < 20 && !v; i++) {
-      v = await create(name, 4 * MiB).catch((e: DriverError) => {
-        assert.equal(e.code, "Aborted");
-        return undefined;
-      });
-      if (!v) await new Promise((r) => setTimeout(r, 200));
-    }
-    assert.ok(v, "the retry succeeded");
-    const all = (await images()).filter((f) => f.startsWith("csi-vol-"));
-    const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
-    assert.deepEqual(
-      all.filter((f) => !live.includes(f)),
-      [],
-      "no orphan image",
-    );
-    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
+    await journal.whileDown(async (own) => {
+      // The healthy replica is down, so the crashing one takes the request.
+      const crashing = await own({ JOURNAL_CRASH_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
+      const name = "pvc-crash";
+      const dying = client.call(CLUSTER, "volume.create", { requestId: "crash", name, sizeBytes: 4 * MiB, capabilities: cap }, { timeoutMs: 3000 });
+      assert.equal(await codeOf(dying), "DeadlineExceeded", "the crashing replica never answers");
+      assert.equal(await crashing.exited, null, "killed by signal");
+      // The log (not yet the projection: the writer died before applying) holds the reservation.
+      const jsm = await jetstreamManager(nc);
+      const last = await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) });
+      const reserved = (last?.json() as { type: string; uuid: string }) ?? { type: "", uuid: "" };
+      assert.equal(reserved.type, "NameReserved", "the reservation was journaled before the crash");
+      assert.ok(!(await images()).includes(`csi-vol-${reserved.uuid}.img`), "the image was never created");
+      await journal.start(); // the healthy replica is back
+      // The dead holder's lock expires by TTL (1 s); the retry may see Aborted until then.
+      let v: Awaited<ReturnType<typeof create>> | undefined;
+      for (let i = 0; i < 20 && !v; i++) {
+        v = await create(name, 4 * MiB).catch((e: DriverError) => {
+          assert.equal(e.code, "Aborted");
+          return undefined;
+        });
+        if (!v) await new Promise((r) => setTimeout(r, 200));
+      }
+      assert.ok(v, "the retry succeeded");
+      const all = (await images()).filter((f) => f.startsWith("csi-vol-"));
+      const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
+      assert.deepEqual(
+        all.filter((f) => !live.includes(f)),
+        [],
+        "no orphan image",
+      );
+      assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
+    });
   });
 
   test("a lock whose holder was killed is free again after its TTL, without restarting anything", async () => {
-    const crashing = await startJournalProcess({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "6000" });
-    const other = procs[0] as ServiceProcess;
-    await other.stop();
-    await codeOf(client.call(CLUSTER, "volume.create", { requestId: "crash", name: "pvc-lock", sizeBytes: MiB, capabilities: cap }, { timeoutMs: 500 }));
-    await crashing.exited;
-    const waiter = await startJournalProcess({ LOCK_WAIT_MS: "50" });
-    procs[0] = waiter;
-    const keys = keysFor(CLUSTER, "default");
-    const lockKey = keys.lock("name.volume.pvc-lock");
-    const ttl = await redis.pttl(lockKey);
-    assert.ok(ttl > 0, `the dead holder's lock is still there (pttl ${ttl})`);
-    assert.equal(await codeOf(create("pvc-lock", MiB)), "Aborted");
-    await new Promise((r) => setTimeout(r, ttl + 100));
-    assert.equal(await redis.exists(lockKey), 0);
-    const v = await create("pvc-lock", MiB);
-    assert.equal(v.name, "pvc-lock");
+    await journal.whileDown(async (own) => {
+      const crashing = await own({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "6000" });
+      await codeOf(client.call(CLUSTER, "volume.create", { requestId: "crash", name: "pvc-lock", sizeBytes: MiB, capabilities: cap }, { timeoutMs: 500 }));
+      await crashing.exited;
+      await own({ LOCK_WAIT_MS: "50" }); // the replica that answers from now on
+      const keys = keysFor(CLUSTER, "default");
+      const lockKey = keys.lock("name.volume.pvc-lock");
+      const ttl = await redis.pttl(lockKey);
+      assert.ok(ttl > 0, `the dead holder's lock is still there (pttl ${ttl})`);
+      assert.equal(await codeOf(create("pvc-lock", MiB)), "Aborted");
+      await new Promise((r) => setTimeout(r, ttl + 100));
+      assert.equal(await redis.exists(lockKey), 0);
+      const v = await create("pvc-lock", MiB);
+      assert.equal(v.name, "pvc-lock");
+    });
   });
 
   test("a writer whose lock expired mid-operation is fenced off by the sequence check and aborts", async () => {
-    const frozen = await startJournalProcess({ JOURNAL_FREEZE_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
-    await (procs[0] as ServiceProcess).stop();
-    const name = "pvc-fenced";
-    const first = codeOf(client.call(CLUSTER, "volume.create", { requestId: "frozen", name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 30_000 }));
-    const pid = frozen.child.pid as number;
-    const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
-    for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
-    assert.equal(await state(), "T", "the writer froze right after its reservation");
-    // Its lock expires (no renewals while frozen); another replica takes over the name. The
-    // frozen one is still in the queue group: a request it gets waits until it wakes up, so
-    // tries time out quickly and are repeated (what a CO does).
-    let v: Awaited<ReturnType<typeof create>> | undefined;
-    try {
-      const other = await startJournalProcess();
-      procs[0] = other;
-      for (let i = 0; i < 60 && !v; i++) {
-        v = await client
-          .call(CLUSTER, "volume.create", { requestId: `retry-${i}`, name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 1000 })
-          .catch((e: DriverError) => {
-            assert.ok(["Aborted", "DeadlineExceeded"].includes(e.code), e.message);
-            return undefined;
-          });
+    await journal.whileDown(async (own) => {
+      const frozen = await own({ JOURNAL_FREEZE_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
+      const name = "pvc-fenced";
+      const first = codeOf(client.call(CLUSTER, "volume.create", { requestId: "frozen", name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 30_000 }));
+      const pid = frozen.child.pid as number;
+      const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
+      for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await state(), "T", "the writer froze right after its reservation");
+      // Its lock expires (no renewals while frozen); another replica takes over the name. The
+      // frozen one is still in the queue group: a request it gets waits until it wakes up, so
+      // tries time out quickly and are repeated (what a CO does).
+      let v: Awaited<ReturnType<typeof create>> | undefined;
+      try {
+        await own(); // another replica
+        for (let i = 0; i < 60 && !v; i++) {
+          v = await client
+            .call(CLUSTER, "volume.create", { requestId: `retry-${i}`, name, sizeBytes: MiB, capabilities: cap }, { timeoutMs: 1000 })
+            .catch((e: DriverError) => {
+              assert.ok(["Aborted", "DeadlineExceeded"].includes(e.code), e.message);
+              return undefined;
+            });
+        }
+        assert.ok(v, "the other replica created the volume");
+      } finally {
+        process.kill(pid, "SIGCONT"); // the old writer wakes up and carries on
       }
-      assert.ok(v, "the other replica created the volume");
-    } finally {
-      process.kill(pid, "SIGCONT"); // the old writer wakes up and carries on
-    }
-    assert.equal(await first, "Aborted", "the old writer's append was fenced off");
-    await frozen.stop();
-    const mine = (await images()).filter((f) => f.startsWith("csi-vol-"));
-    const listed = (await client.call(CLUSTER, "volume.list", {})).entries;
-    assert.deepEqual(
-      listed.filter((x) => x.name === name).map((x) => x.uuid),
-      [v.uuid],
-      "one volume of that name",
-    );
-    assert.deepEqual(
-      mine.filter((f) => !listed.some((x) => f === `${x.imageName}.img`)),
-      [],
-      "the old writer left no image",
-    );
-    const again = await create(name, MiB);
-    assert.equal(again.uuid, v.uuid);
+      assert.equal(await first, "Aborted", "the old writer's append was fenced off");
+      await frozen.stop();
+      const mine = (await images()).filter((f) => f.startsWith("csi-vol-"));
+      const listed = (await client.call(CLUSTER, "volume.list", {})).entries;
+      assert.deepEqual(
+        listed.filter((x) => x.name === name).map((x) => x.uuid),
+        [v.uuid],
+        "one volume of that name",
+      );
+      assert.deepEqual(
+        mine.filter((f) => !listed.some((x) => f === `${x.imageName}.img`)),
+        [],
+        "the old writer left no image",
+      );
+      const again = await create(name, MiB);
+      assert.equal(again.uuid, v.uuid);
+    });
   });
 
   test("a stale reservation (record removed behind the journal's back) is cleaned and re-created", async () => {
@@ -251,38 +259,45 @@ describe("crashes and lost state", () => {
 
   test("nats-server and redis-server restarts: the journal reconnects and serves the same volumes", async () => {
     const v = await create("pvc-restarts", 2 * MiB);
-    const retry = async <T>(f: () => Promise<T>): Promise<T> => {
-      for (let i = 0; ; i++) {
-        try {
-          return await f();
-        } catch (e) {
-          if (i > 100 || !(e instanceof DriverError) || !["Unavailable", "DeadlineExceeded", "Aborted"].includes(e.code)) throw e;
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      }
-    };
-    await env.nats.kill();
-    await env.nats.restart();
-    assert.equal((await retry(() => client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 1000 }))).uuid, v.uuid);
-    await env.redis.kill();
-    assert.equal(await codeOf(client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 5000 })), "Unavailable", "no Redis: a clear Unavailable");
-    await env.redis.restart();
-    assert.equal((await retry(() => create("pvc-restarts", 2 * MiB))).uuid, v.uuid, "same volume after both restarts");
-    const w = await retry(() => create("pvc-after-restarts", MiB));
-    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: w.uuid })).name, "pvc-after-restarts");
+    try {
+      await env.nats.kill();
+      await env.nats.restart();
+      assert.equal((await retry(() => client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 1000 }))).uuid, v.uuid);
+      await env.redis.kill();
+      assert.equal(await codeOf(client.call(CLUSTER, "volume.get", { uuid: v.uuid }, { timeoutMs: 5000 })), "Unavailable", "no Redis: a clear Unavailable");
+      await env.redis.restart();
+      assert.equal((await retry(() => create("pvc-restarts", 2 * MiB))).uuid, v.uuid, "same volume after both restarts");
+      const w = await retry(() => create("pvc-after-restarts", MiB));
+      assert.equal((await client.call(CLUSTER, "volume.get", { uuid: w.uuid })).name, "pvc-after-restarts");
+    } finally {
+      // The servers are shared: up again, and the journal answering, even if this test failed halfway.
+      await env.restartStopped();
+      await retry(() => client.call(CLUSTER, "volume.list", {}, { timeoutMs: 1000 })).catch((e) =>
+        console.error("# the journal does not answer after the restarts:", e),
+      );
+    }
   });
 
   test("Redis FLUSHALL: the projection is rebuilt from the log, every volume keeps its id and size", async () => {
+    // Volumes of its own, of each kind: plain, with parameters, restored from a snapshot.
+    const plain = await create("pvc-flush-plain", 2 * MiB);
+    const withParams = await create("pvc-flush-params", 3 * MiB, { parameters: { fs: "xfs" } });
+    const snap = await client.call(CLUSTER, "snapshot.create", { requestId: "flush", name: "snap-flush", sourceUuid: plain.uuid });
+    const restored = await create("pvc-flush-restored", 4 * MiB, { source: { kind: "snapshot", uuid: snap.uuid } });
+    const mine = [plain.uuid, withParams.uuid, restored.uuid];
     const before = (await client.call(CLUSTER, "volume.list", {})).entries;
-    assert.ok(before.length >= 3);
+    assert.ok(before.length >= 3, `${before.length} volumes before the flush`);
     await redis.flushall();
     const afterList = (await client.call(CLUSTER, "volume.list", {})).entries;
     const pick = (l: typeof before) => l.map((v) => [v.uuid, v.name, v.sizeBytes, v.imageId]).sort();
     assert.deepEqual(pick(afterList), pick(before));
     // And writes keep working: the name directory came back too.
-    const first = before[0] as (typeof before)[number];
-    const again = await create(first.name, first.sizeBytes, { parameters: first.parameters, ...(first.source ? { source: first.source } : {}) });
-    assert.equal(again.uuid, first.uuid, `re-create of ${first.name} after the rebuild`);
+    const ours = before.filter((v) => mine.includes(v.uuid));
+    assert.equal(ours.length, mine.length, "the test's own volumes were listed");
+    for (const first of ours) {
+      const again = await create(first.name, first.sizeBytes, { parameters: first.parameters, ...(first.source ? { source: first.source } : {}) });
+      assert.equal(again.uuid, first.uuid, `re-create of ${first.name} after the rebuild`);
+    }
   });
 });
 

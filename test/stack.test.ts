@@ -9,18 +9,22 @@ import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
-import { after, test } from "node:test";
+import { type TestContext, test } from "node:test";
 import { PLUGIN_NAME_RE } from "@csi/contracts";
 import { csiClient } from "@csi/runtime";
 import { ROOT } from "./support/processes.js";
 import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
 
-const cleanups: (() => Promise<void>)[] = [];
-after(async () => {
-  for (const c of cleanups.reverse()) await c();
-});
+/** What the test must undo when it ends, pass or fail: last registered, first undone. */
+function cleanupsOf(t: TestContext): (() => Promise<void>)[] {
+  const cleanups: (() => Promise<void>)[] = [];
+  t.after(async () => {
+    for (const c of cleanups.reverse()) await c();
+  });
+  return cleanups;
+}
 
-async function runStack(extraEnv: Record<string, string>) {
+async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
   const dir = await tempDir("csi-stack-");
   const runDir = path.join(dir, "run");
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, ...extraEnv };
@@ -33,7 +37,12 @@ async function runStack(extraEnv: Record<string, string>) {
   let out = "";
   const exited = new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
   cleanups.push(async () => {
-    if (child.exitCode === null) child.kill("SIGKILL");
+    if (child.exitCode === null && child.signalCode === null) {
+      // SIGTERM first: the stack stops its services and embedded servers (a SIGKILL would orphan them).
+      child.kill("SIGTERM");
+      const late = await Promise.race([exited.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 15_000).unref())]);
+      if (late) child.kill("SIGKILL");
+    }
     await rm(dir, { recursive: true, force: true });
   });
   await new Promise<void>((resolve, reject) => {
@@ -111,8 +120,8 @@ async function csiNodeInfo(runDir: string) {
   }
 }
 
-async function exercise(extraEnv: Record<string, string>) {
-  const stack = await runStack(extraEnv);
+async function exercise(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
+  const stack = await runStack(cleanups, extraEnv);
   assert.equal(/started embedded nats-server/.test(stack.output()), !extraEnv.NATS_URL);
   const ctrl = path.join(stack.runDir, "csi-controller.sock");
   const node = path.join(stack.runDir, "csi-node.sock");
@@ -126,13 +135,14 @@ async function exercise(extraEnv: Record<string, string>) {
   assert.match(stack.output(), /"msg":"stopped"/);
 }
 
-test("npm start's stack with embedded NATS and Redis: Identity on both sockets, clean stop", async () => {
-  await exercise({});
+test("npm start's stack with embedded NATS and Redis: Identity on both sockets, clean stop", async (t) => {
+  await exercise(cleanupsOf(t), {});
 });
 
-test("npm start's stack against given NATS_URL / REDIS_URL", async () => {
+test("npm start's stack against given NATS_URL / REDIS_URL", async (t) => {
+  const cleanups = cleanupsOf(t);
   const servers: TestServers = await startTestServers();
   cleanups.push(() => servers.dispose());
-  await exercise({ NATS_URL: servers.nats.url, REDIS_URL: servers.redis.url });
+  await exercise(cleanups, { NATS_URL: servers.nats.url, REDIS_URL: servers.redis.url });
   assert.ok(servers.nats.running && servers.redis.running, "external servers are left running");
 });

@@ -48,13 +48,18 @@ export async function mountsLeftUnder(dir: string) {
   return mountsUnder(await readMounts(), dir);
 }
 
-export async function cleanupUnder(dir: string): Promise<void> {
+/** Unmounts every mount under `dir` (deepest first) and detaches every loop device whose backing file is under it; removes nothing. */
+export async function releaseUnder(dir: string): Promise<void> {
   for (let round = 0; round < 3; round++) {
     const mounts = await mountsLeftUnder(dir);
     if (mounts.length === 0) break;
     for (const m of mounts) await run("umount", [m.mountPoint]).catch(() => run("umount", ["--lazy", m.mountPoint]).catch(() => {}));
   }
   for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
+}
+
+export async function cleanupUnder(dir: string): Promise<void> {
+  await releaseUnder(dir);
   const left = await mountsLeftUnder(dir);
   if (left.length > 0) {
     console.error(`# NOT removing ${dir}: still mounted: ${left.map((m) => m.mountPoint).join(", ")}`);

@@ -4,6 +4,7 @@
  *
  *   const env = await startTestServers();   // in before()
  *   await env.nats.kill(); await env.nats.restart();
+ *   await env.restartStopped();             // in a test's finally: whatever it killed runs again
  *   await env.dispose();                    // in after()
  */
 import { mkdtemp, rm } from "node:fs/promises";
@@ -18,6 +19,8 @@ export interface TestServers {
   nats: LocalServer;
   redis: LocalServer;
   dir: string;
+  /** Restarts whichever server is down (a test that kills one calls this in its `finally`). */
+  restartStopped(): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -32,6 +35,9 @@ export async function startTestServers(): Promise<TestServers> {
     nats,
     redis,
     dir,
+    restartStopped: async () => {
+      for (const s of [nats, redis]) if (!s.running) await s.restart();
+    },
     dispose: async () => {
       await Promise.all([nats.stop(), redis.stop()]);
       await rm(dir, { recursive: true, force: true });
