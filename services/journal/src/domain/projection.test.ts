@@ -7,13 +7,30 @@ import { test } from "node:test";
 import type { JournalEvent, StoredEvent } from "@csi/contracts";
 import { keysFor } from "./kinds.js";
 import { foldRecord, type Mutation, mutationsFor } from "./projection.js";
-import { isLive, snapshotFromHash, volumeFromHash } from "./records.js";
+import { isLive, snapshotFromHash, volumeFromHash, volumeView } from "./records.js";
 
 const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
 const SRC = "4f2b2a52-0d4e-4a43-9d0c-6a1cb0ad5f10";
 const meta = { v: 1 as const, requestId: "r", actor: { service: "journal", replica: "t" } };
 let seq = 0;
 const at = (time: string, e: Record<string, unknown>): StoredEvent => ({ seq: ++seq, subject: "s", event: { ...meta, time, ...e } as JournalEvent });
+
+/** A volume's reservation at `time`, with `more` fields. */
+const volReserved = (time: string, more: Record<string, unknown> = {}) =>
+  at(time, {
+    type: "VolumeReserved",
+    uuid: U,
+    name: "pvc",
+    instance: "default",
+    pool: "default",
+    poolId: 1,
+    imageName: `csi-vol-${U}`,
+    sizeBytes: 1048576,
+    digest: "d",
+    parameters: {},
+    capabilities: [],
+    ...more,
+  });
 
 const snapReserved = at("2026-01-01T00:00:00.000Z", {
   type: "SnapshotReserved",
@@ -49,20 +66,7 @@ test("fold: given events of other aggregates or already applied, then they chang
 });
 
 test("fold: given a volume, when claimed, unclaimed, expanded and deleted, then the claims, size and tombstone follow", () => {
-  const reserved = at("2026-01-02T00:00:00.000Z", {
-    type: "VolumeReserved",
-    uuid: U,
-    name: "pvc",
-    instance: "default",
-    pool: "default",
-    poolId: 1,
-    imageName: `csi-vol-${U}`,
-    sizeBytes: 1048576,
-    digest: "d",
-    parameters: { a: "b" },
-    capabilities: [],
-    source: { kind: "snapshot", uuid: SRC },
-  });
+  const reserved = volReserved("2026-01-02T00:00:00.000Z", { parameters: { a: "b" }, source: { kind: "snapshot", uuid: SRC } });
   const claim = { type: "VolumeClaimed", uuid: U, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false };
   const evs = [
     reserved,
@@ -103,4 +107,21 @@ test("mutations: the projection writes the fields the fold computes, guarded by 
   );
   const [undone] = mutationsFor(k, [at("t", { type: "ReservationUndone", kind: "snapshot", uuid: U, reason: "x" })]);
   assert.equal(undone?.ops[0]?.[0], "SNAPINDEXREM", "a snapshot leaves its source's index");
+});
+
+test("fold: given a volume reserved with or without limits, when modified, then the limits in force follow", () => {
+  const plain = foldRecord("volume", U, undefined, [volReserved("2026-01-03T00:00:00.000Z")]) ?? {};
+  assert.equal(plain["csi.mutable"], undefined, "a volume reserved without limits has none");
+  assert.deepEqual(volumeFromHash(U, plain).mutableParameters, {});
+  let h = foldRecord("volume", U, undefined, [volReserved("2026-01-03T00:00:00.000Z", { mutableParameters: { readIOPS: "5" } })]) ?? {};
+  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { readIOPS: "5" });
+  h = foldRecord("volume", U, h, [at("t", { type: "VolumeModified", uuid: U, mutableParameters: { writeIOPS: "100" } })]) ?? {};
+  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { writeIOPS: "100" }, "a modification replaces the whole set");
+  assert.deepEqual(volumeView(volumeFromHash(U, h)).mutableParameters, { writeIOPS: "100" });
+  const k = keysFor("c1", "default");
+  assert.deepEqual(
+    mutationsFor(k, [at("t", { type: "VolumeModified", uuid: U, mutableParameters: {} })])[0]?.guard,
+    [k.record("volume", U), "_seq"],
+    "guarded like every volume event",
+  );
 });

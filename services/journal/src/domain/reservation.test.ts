@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ImageInfo } from "./pool-backend.js";
 import type { VolumeRecord } from "./records.js";
-import { checkVolumeReservation, poolForCreate, type VolumeAsk, volumeDigest } from "./reservation.js";
+import { checkVolumeReservation, digestOf, poolForCreate, type VolumeAsk, volumeDigest } from "./reservation.js";
 
 const MiB = 1024 * 1024;
 const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
@@ -74,3 +74,11 @@ const poolTable: [string, Parameters<typeof poolForCreate>[0], { pool: string } 
 for (const [name, ask, source, existing, want] of poolTable) {
   test(`pool for create: ${name} → ${want}`, () => assert.equal(poolForCreate(ask, source, existing, "default"), want));
 }
+
+test("a repeated create is judged on the limits given at creation; a volume without limits digests as before", () => {
+  assert.equal(volumeDigest("default", { a: "1" }), digestOf({ pool: "default", parameters: { a: "1" } }), "old reservations stay compatible");
+  assert.equal(volumeDigest("default", { a: "1" }, {}), volumeDigest("default", { a: "1" }));
+  assert.notEqual(volumeDigest("default", {}, { readIOPS: "5" }), volumeDigest("default", {}));
+  assert.notEqual(volumeDigest("default", {}, { readIOPS: "5" }), volumeDigest("default", {}, { readIOPS: "6" }));
+  assert.equal(volumeDigest("default", {}, { readIOPS: "5", writeIOPS: "1" }), volumeDigest("default", {}, { writeIOPS: "1", readIOPS: "5" }));
+});
