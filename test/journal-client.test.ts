@@ -69,7 +69,11 @@ async function replicas(cluster: string, o: { first: (m: Msg) => void; next?: (m
       sent.push(m.string());
       if (!o.stays) one.unsubscribe();
       const next = o.next;
-      if (next && subs.length === 1) subs.push(nc.subscribe(subject, { queue: "q", callback: (_e2, m2) => (sent.push(m2.string()), next(m2)) }));
+      const take = (_e2: unknown, m2: Msg) => {
+        sent.push(m2.string());
+        next?.(m2);
+      };
+      if (next && subs.length === 1) subs.push(nc.subscribe(subject, { queue: "q", callback: take }));
       o.first(m);
     },
   });

@@ -111,7 +111,10 @@ class Exchange {
       } catch (err) {
         return resolve(this.#unavailable(err));
       }
-      const deadline = setTimeout(() => this.#end(this.#held ?? this.#fail("DeadlineExceeded", `journal of cluster ${this.cluster} did not answer in time`)), timeoutMs);
+      const deadline = setTimeout(
+        () => this.#end(this.#held ?? this.#fail("DeadlineExceeded", `journal of cluster ${this.cluster} did not answer in time`)),
+        timeoutMs,
+      );
       const onAbort = () =>
         this.#end({ ok: false, err: signal?.reason instanceof DriverError ? signal.reason : new DriverError("DeadlineExceeded", "the caller cancelled") });
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -160,7 +163,10 @@ class Exchange {
     clearTimeout(this.#live.get(attempt));
     this.#live.delete(attempt);
     if (this.#live.size > 0) return;
-    if (why === "silent") return this.#sendAgain();
+    if (why === "silent") {
+      this.#sendAgain();
+      return;
+    }
     const message =
       attempt === 0
         ? `no journal answers for cluster ${this.cluster}`
@@ -170,8 +176,9 @@ class Exchange {
 
   #onMessage(msg: Msg, attempt: number): void {
     if (msg.data.length === 0) {
-      if (msg.headers?.code === 503) return this.#gone(attempt, "no responders");
-      return this.#watch(attempt); // a working beat
+      if (msg.headers?.code === 503) this.#gone(attempt, "no responders");
+      else this.#watch(attempt); // a working beat
+      return;
     }
     let outcome: Outcome;
     try {
