@@ -79,7 +79,12 @@ async function replicas(cluster: string, o: { first: (m: Msg) => void; next?: (m
   });
   subs.push(one);
   await nc.flush();
-  return { sent, close: () => subs.forEach((s) => s.unsubscribe()) };
+  return {
+    sent,
+    close: () => {
+      for (const s of subs) s.unsubscribe();
+    },
+  };
 }
 
 /** Beats to `m`'s inbox every 250 ms for `ms`, as a working journal replica does. */
