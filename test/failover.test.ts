@@ -16,7 +16,7 @@ import { keysFor } from "@csi/journal";
 import { JournalClient } from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { spawnService, writeClustersFile } from "./support/processes.js";
+import { spawnJournal, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 import { withOwnProcesses } from "./support/shared-process.js";
 
@@ -33,15 +33,7 @@ let redis: Redis;
 let client: JournalClient;
 let clustersFile: string;
 
-const launch = (extra: Record<string, string> = {}) =>
-  spawnService("journal", {
-    NATS_URL: env.nats.url,
-    REDIS_URL: env.redis.url,
-    CLUSTERS_FILE: clustersFile,
-    CLUSTER_ID: CLUSTER,
-    CATCHUP_EVERY_MS: "0",
-    ...extra,
-  });
+const launch = (extra: Record<string, string> = {}) => spawnJournal({ natsUrl: env.nats.url, redisUrl: env.redis.url, clustersFile, cluster: CLUSTER }, extra);
 const poolDir = () => path.join(env.dir, "pools", CLUSTER, "default");
 const poolFiles = async () => (await readdir(poolDir())).sort();
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];

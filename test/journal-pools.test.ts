@@ -12,7 +12,7 @@ import { type CommandRequest, DriverError, subjects } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
+import { type ServiceProcess, spawnJournal, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 const CLUSTER = "pools";
@@ -24,14 +24,7 @@ let clustersFile: string;
 let journal: ServiceProcess;
 
 const startJournal = (extra: Record<string, string> = {}) =>
-  spawnService("journal", {
-    NATS_URL: env.nats.url,
-    REDIS_URL: env.redis.url,
-    CLUSTERS_FILE: clustersFile,
-    CLUSTER_ID: CLUSTER,
-    CATCHUP_EVERY_MS: "0",
-    ...extra,
-  });
+  spawnJournal({ natsUrl: env.nats.url, redisUrl: env.redis.url, clustersFile, cluster: CLUSTER }, extra);
 const poolDir = (pool: string) => path.join(env.dir, "pools", CLUSTER, pool);
 const imagesIn = async (pool: string) => (await readdir(poolDir(pool))).filter((f) => f.endsWith(".img"));
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
