@@ -23,7 +23,7 @@ import { withOwnProcesses } from "./support/shared-process.js";
 const CLUSTER = "fo";
 const MiB = 1024 * 1024;
 /** The journal's default lock TTL (services/journal/src/config.ts). */
-const LOCK_TTL_MS = 2_000;
+const LOCK_TTL_MS = 1_500;
 /** Far below the callers' deadline (DEADLINE_MS), far above what it takes (about 2 s), for a loaded machine. */
 const BOUND_MS = 12_000;
 const DEADLINE_MS = 30_000;

@@ -12,7 +12,7 @@ export const JournalConfig = z.object({
   replica: z.string().optional(),
   streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
   /** Short, renewed every TTL/3 by a live holder: a killed holder's locks are free within it (docs/journal.md, "Failover"). */
-  lockTtlMs: z.coerce.number().int().min(100).default(2_000),
+  lockTtlMs: z.coerce.number().int().min(100).default(1_500),
   /** Longer than the TTL, so a command resent after a replica died outwaits the dead holder's lock. */
   lockWaitMs: z.coerce.number().int().min(0).default(3_000),
   /** "Working" beats to a command's caller while it runs longer than this (0: none). */
