@@ -6,10 +6,13 @@
  *  - Starts the journal, the controller (unix://$PWD/run/csi-controller.sock) and one node-agent
  *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
+ *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
+ *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
  */
 import path from "node:path";
 import { ROOT } from "./lib/processes.js";
 import { startStack } from "./lib/stack.js";
+import { StackInUse } from "./lib/stack-lock.js";
 
 const say = (msg: string, extra: Record<string, unknown> = {}) =>
   process.stdout.write(`${JSON.stringify({ level: 30, time: Date.now(), service: "start", msg, ...extra })}\n`);
@@ -50,6 +53,11 @@ try {
   const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId } = stack;
   say("csi stack ready", { controller, node, nats, redis, nodeId });
 } catch (err) {
+  if (err instanceof StackInUse) {
+    process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);
+    process.stderr.write(`npm start: ${err.message}\n`);
+    process.exit(1);
+  }
   if (!stopping) {
     say("could not start the stack", { err: String((err as Error)?.stack ?? err) });
     await stopAll(1);

@@ -3,6 +3,7 @@
  * recorded. In-process journals (two replicas sharing NATS, Redis and the pool) on real servers:
  * writer A makes the image and stalls before recording it; its lock is lost; writer B finds the
  * image and records it ("complete"); A wakes, its append is fenced — and the volume keeps its image.
+ * A then catches up with the log and decides again (as a CO's retry would): it answers B's volume.
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -90,7 +91,7 @@ test("a fenced writer keeps the image another writer recorded", async () => {
   };
 
   const first = a.createVolume({ ...ask, requestId: "a" }).then(
-    () => "OK",
+    (view) => view.uuid,
     (e: { code?: string }) => e.code,
   );
   await made; // A has made the image and stalls before recording it
@@ -100,7 +101,10 @@ test("a fenced writer keeps the image another writer recorded", async () => {
   const v = await b.createVolume({ ...ask, requestId: "b1" }).catch(() => b.createVolume({ ...ask, requestId: "b2" }));
   assert.equal(v.sizeBytes, 4 * MiB);
   release();
-  assert.equal(await first, "Aborted", "A's VolumeCreated is fenced off");
+  assert.equal(await first, v.uuid, "A, fenced off, caught up and answered the volume B recorded");
   const got = await b.getVolume({ uuid: v.uuid });
   assert.deepEqual(got.condition, { abnormal: false, message: "image present" }, "the volume B answered still has its image");
+  const created = (await b.history({ uuid: v.uuid })).events.filter((e) => e.event.type === "VolumeCreated");
+  assert.equal(created.length, 1, "one VolumeCreated");
+  assert.match(String(created[0]?.event.requestId), /^b/, "B's: A's was fenced off");
 });

@@ -2,16 +2,18 @@
  * End to end: the `npm start` stack (scripts/start.ts) comes up, both CSI sockets answer
  * Identity calls over real gRPC, unimplemented methods are UNIMPLEMENTED, and SIGTERM stops
  * everything cleanly (exit 0, sockets removed). Once with embedded servers, once with
- * NATS_URL/REDIS_URL pointing at servers of our own.
+ * NATS_URL/REDIS_URL pointing at servers of our own. A second `npm start` on the same
+ * directories is refused and touches nothing; the directory lock behind that, on its own.
  */
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { existsSync, statSync } from "node:fs";
+import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { type TestContext, test } from "node:test";
 import { PLUGIN_NAME_RE } from "@csi/contracts";
 import { csiClient } from "@csi/runtime";
+import { LOCK_FILE, processStart, StackInUse, StackLock } from "../scripts/lib/stack-lock.js";
 import { ROOT } from "./support/processes.js";
 import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
 
@@ -24,8 +26,8 @@ function cleanupsOf(t: TestContext): (() => Promise<void>)[] {
   return cleanups;
 }
 
-async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
-  const dir = await tempDir("csi-stack-");
+/** `npm start` with data and run directories under `dir`. */
+function spawnStart(dir: string, extraEnv: Record<string, string>) {
   const runDir = path.join(dir, "run");
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, ...extraEnv };
   for (const k of ["NATS_URL", "REDIS_URL"]) if (!extraEnv[k]) delete env[k];
@@ -34,8 +36,14 @@ async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<stri
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });
-  let out = "";
   const exited = new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
+  return { child, exited, runDir };
+}
+
+async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
+  const dir = await tempDir("csi-stack-");
+  const { child, exited, runDir } = spawnStart(dir, extraEnv);
+  let out = "";
   cleanups.push(async () => {
     if (child.exitCode === null && child.signalCode === null) {
       // SIGTERM first: the stack stops its services and embedded servers (a SIGKILL would orphan them).
@@ -58,7 +66,7 @@ async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<stri
     child.stderr.on("data", onData);
     exited.then((c) => reject(new Error(`stack exited ${c}:\n${out}`)));
   });
-  return { child, exited, runDir, output: () => out };
+  return { child, exited, dir, runDir, output: () => out };
 }
 
 async function checkIdentity(socket: string) {
@@ -145,4 +153,70 @@ test("npm start's stack against given NATS_URL / REDIS_URL", async (t) => {
   cleanups.push(() => servers.dispose());
   await exercise(cleanups, { NATS_URL: servers.nats.url, REDIS_URL: servers.redis.url });
   assert.ok(servers.nats.running && servers.redis.running, "external servers are left running");
+});
+
+test("a second npm start on the same data directory is refused: exit 1, a clear message, the running stack untouched", async (t) => {
+  const cleanups = cleanupsOf(t);
+  const first = await runStack(cleanups, {});
+  const sockets = ["csi-controller.sock", "csi-node.sock"].map((f) => path.join(first.runDir, f));
+  const inodes = () => sockets.map((f) => statSync(f).ino);
+  const before = inodes();
+  const lockFile = path.join(first.dir, "data", LOCK_FILE);
+  const lockBefore = await readFile(lockFile, "utf8").catch(() => "none");
+
+  const second = spawnStart(first.dir, {});
+  let out = "";
+  second.child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  second.child.stderr.on("data", (b: Buffer) => (out += b.toString()));
+  // Should it start after all (the bug), SIGTERM stops it with its servers (a SIGKILL would orphan them).
+  const late = setTimeout(() => second.child.kill("SIGTERM"), 30_000);
+  const code = await second.exited;
+  clearTimeout(late);
+  assert.equal(code, 1, out);
+  assert.match(out, /is in use by another stack: npm start \(pid \d+\)/);
+  assert.doesNotMatch(out, /started embedded|csi stack ready/, "started nothing");
+
+  assert.deepEqual(inodes(), before, "the first stack's sockets are its own still");
+  assert.equal(await readFile(lockFile, "utf8"), lockBefore, "the lock is the first stack's still");
+  await checkIdentity(sockets[0] as string);
+  assert.equal(first.child.exitCode, null, "the first stack runs on");
+});
+
+test("the stack lock: held while any of its processes runs, taken over when none does, even on a reused pid", async (t) => {
+  const dir = await tempDir("csi-stack-lock-");
+  const sleeper = spawn("sleep", ["60"], { stdio: "ignore" });
+  t.after(async () => {
+    sleeper.kill("SIGKILL");
+    await rm(dir, { recursive: true, force: true });
+  });
+  const gone = spawn("true");
+  await new Promise((r) => gone.once("exit", r));
+  const lockFile = path.join(dir, LOCK_FILE);
+  const sleeperPid = sleeper.pid as number;
+  const stale = (procs: object[]) => writeFile(lockFile, JSON.stringify({ since: "then", procs }));
+
+  // Its npm start was SIGKILLed, but a server it started still runs on the data.
+  await stale([
+    { role: "npm start", pid: gone.pid, start: "1" },
+    { role: "nats-server", pid: sleeperPid, start: processStart(sleeperPid) },
+  ]);
+  await assert.rejects(StackLock.take([dir]), (e: unknown) => e instanceof StackInUse && e.message.includes(`nats-server (pid ${sleeperPid})`));
+  assert.match(await readFile(lockFile, "utf8"), /"then"/, "left as it was");
+
+  // None runs (the pid of the last one now belongs to someone else: another start time).
+  await stale([
+    { role: "npm start", pid: gone.pid, start: "1" },
+    { role: "nats-server", pid: sleeperPid, start: "1" },
+  ]);
+  const mine = await StackLock.take([dir]);
+  const content = JSON.parse(await readFile(lockFile, "utf8")) as { procs: { pid: number }[] };
+  assert.deepEqual(
+    content.procs.map((p) => p.pid),
+    [process.pid],
+    "taken over",
+  );
+  await assert.rejects(StackLock.take([dir]), StackInUse, "held by this live process now");
+  await mine.add("redis-server", sleeperPid);
+  await mine.release();
+  assert.equal(existsSync(lockFile), false, "released");
 });

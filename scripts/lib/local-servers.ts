@@ -20,6 +20,8 @@ export interface LocalServer {
   /** Start again on the same port with the same data. */
   restart(): Promise<void>;
   readonly running: boolean;
+  /** The server process's pid while it runs. */
+  readonly pid: number | undefined;
 }
 
 /** A TCP port nobody listens on right now. */
@@ -128,6 +130,9 @@ export async function startServer(kind: "nats" | "redis", dataDir: string, port?
     dataDir,
     get running() {
       return child !== undefined;
+    },
+    get pid() {
+      return child?.pid;
     },
     stop: () => signal("SIGTERM"),
     kill: () => signal("SIGKILL"),

@@ -63,6 +63,21 @@ export async function spawnService(
   return { child, logs, exited, stop: () => signal("SIGTERM"), kill: async () => void (await signal("SIGKILL")) };
 }
 
+/** A journal of one cluster as the tests run it: on the given servers, with periodic catch-up off (tests see every catch-up they cause). */
+export function spawnJournal(
+  at: { natsUrl: string; redisUrl: string; clustersFile: string; cluster: string },
+  extra: Record<string, string> = {},
+): Promise<ServiceProcess> {
+  return spawnService("journal", {
+    NATS_URL: at.natsUrl,
+    REDIS_URL: at.redisUrl,
+    CLUSTERS_FILE: at.clustersFile,
+    CLUSTER_ID: at.cluster,
+    CATCHUP_EVERY_MS: "0",
+    ...extra,
+  });
+}
+
 /** A pool of a test clusters file: its name, or its name and the topology segments it is reachable from. */
 export type TestPool = string | { name: string; topology: Record<string, string>[] };
 

@@ -6,6 +6,9 @@
  *   const stack = await startStack({ dataDir, runDir });   // rejects after stopping what it started
  *   …
  *   await stack.stop();                                     // services first, then our servers
+ *
+ * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
+ * stack on them is refused (StackInUse) before it starts or writes anything.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -13,6 +16,7 @@ import path from "node:path";
 import { DEFAULT_CLUSTERS, TOPOLOGY_KEY } from "@csi/contracts";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { type ServiceProcess, spawnService } from "./processes.js";
+import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
   dataDir: string;
@@ -46,6 +50,9 @@ export interface Stack {
 }
 
 export async function startStack(opts: StackOptions): Promise<Stack> {
+  mkdirSync(opts.dataDir, { recursive: true });
+  mkdirSync(opts.runDir, { recursive: true });
+  const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
   const servers: LocalServer[] = [];
   const services: ServiceProcess[] = [];
   let stopped: Promise<void> | undefined;
@@ -53,19 +60,24 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     stopped ??= (async () => {
       await Promise.all(services.map((p) => p.stop()));
       await Promise.all(servers.map((s) => s.stop()));
+      await lock.release();
     })();
     return stopped;
+  };
+  const started = async (p: ServiceProcess, role: string) => {
+    services.push(p);
+    await lock.add(role, p.child.pid);
   };
   const step = opts.onStep ?? (() => {});
   const server = async (kind: "nats" | "redis") => {
     const s = await startServer(kind, path.join(opts.dataDir, kind));
     servers.push(s);
+    await lock.add(`${kind}-server`, s.pid);
     step(`started embedded ${kind}-server`, { url: s.url });
     opts.signal?.throwIfAborted();
     return s.url;
   };
   try {
-    mkdirSync(opts.runDir, { recursive: true });
     const natsUrl = opts.natsUrl || (await server("nats"));
     const redisUrl = opts.redisUrl || (await server("redis"));
     const nodeId = opts.nodeId || os.hostname();
@@ -82,13 +94,13 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
     const onLine = opts.onLine;
     // The journal first: the controller's Probe wants a journal to answer.
-    services.push(await spawnService("journal", env, { onLine }));
+    await started(await spawnService("journal", env, { onLine }), "journal");
     opts.signal?.throwIfAborted();
     const rest = await Promise.allSettled([
       spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], onLine }),
       spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], onLine }),
     ]);
-    for (const r of rest) if (r.status === "fulfilled") services.push(r.value);
+    for (const [i, r] of rest.entries()) if (r.status === "fulfilled") await started(r.value, i === 0 ? "controller" : "node-agent");
     for (const r of rest) if (r.status === "rejected") throw r.reason;
     opts.signal?.throwIfAborted();
     const exited = Promise.race(services.map((p) => p.exited));

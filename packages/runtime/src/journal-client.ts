@@ -2,6 +2,13 @@
  * The typed client of the journal's NATS commands (used by the controller, tests and the
  * benchmark). Requests are validated before they leave; replies are validated when they come
  * back; an error reply becomes the DriverError it names.
+ *
+ * Fast failover (docs/journal.md, "Failover"): a replica that takes a command and works on it
+ * for longer than a moment sends "working" beats to the reply inbox (an empty message) until
+ * its reply. A command whose replica goes silent for `silenceMs` — no beat, no reply: it was
+ * killed — is sent again, with the same request id, to the queue group, so another replica
+ * finishes it (every command is idempotent by name or uuid). This goes on until the caller's
+ * deadline; when no other replica is there, the call is Unavailable at once.
  */
 
 import {
@@ -15,15 +22,38 @@ import {
   replyEnvelope,
   subjects,
 } from "@csi/contracts";
-import type { NatsConnection } from "@nats-io/nats-core";
+import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 
 const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]) => [k, replyEnvelope(v.result)]));
 
+/** A journal replica's "still working" beat: an empty message to the reply inbox (a reply is never empty). */
+export const WORKING_BEAT = new Uint8Array(0);
+
+/** Default silence after which a replica is presumed dead: four missed beats of the journal's default 250 ms. */
+export const DEFAULT_SILENCE_MS = 1000;
+
+export interface JournalClientOptions {
+  /**
+   * A replica that stays silent this long (no beat, no reply) after it was sent a command is
+   * presumed dead, and the command is sent again. 0: never resend (one plain request).
+   */
+  silenceMs?: number;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; err: DriverError };
+
 export class JournalClient {
+  readonly #inbox: Inbox;
+  readonly #silenceMs: number;
+
   constructor(
     private readonly nc: NatsConnection,
     private readonly timeoutMs = 30_000,
-  ) {}
+    opts: JournalClientOptions = {},
+  ) {
+    this.#inbox = new Inbox(nc);
+    this.#silenceMs = opts.silenceMs ?? DEFAULT_SILENCE_MS;
+  }
 
   /** Send one command; `timeoutMs` bounds the wait, `signal` ends it early (the caller went away). */
   async call<C extends JournalCommand>(
@@ -34,32 +64,170 @@ export class JournalClient {
   ): Promise<CommandResult<C>> {
     const parsed = journalContract[command].request.safeParse(request);
     if (!parsed.success) throw new DriverError("InvalidArgument", describeZodError(parsed.error));
-    let reply: Uint8Array;
-    try {
-      opts.signal?.throwIfAborted();
-      const sent = this.nc.request(subjects.command(cluster, command), JSON.stringify(parsed.data), { timeout: opts.timeoutMs ?? this.timeoutMs });
-      const msg = opts.signal ? await untilAborted(sent, opts.signal) : await sent;
-      reply = msg.data;
-    } catch (err) {
-      if (err instanceof DriverError) throw err;
-      const text = String((err as Error)?.message ?? err);
-      if (/no responders|503/i.test(text)) throw new DriverError("Unavailable", `no journal answers for cluster ${cluster}`, { cause: err });
-      if (/timeout/i.test(text)) throw new DriverError("DeadlineExceeded", `journal of cluster ${cluster} did not answer in time`, { cause: err });
-      throw new DriverError("Unavailable", `journal request failed: ${text}`, { cause: err });
-    }
-    const env = (envelopes[command] as ReturnType<typeof replyEnvelope>).safeParse(JSON.parse(Buffer.from(reply).toString("utf8")));
-    if (!env.success) throw new DriverError("Internal", `malformed journal reply: ${describeZodError(env.error)}`);
-    if (!env.data.ok) throw fromWireError(env.data.error);
-    return env.data.result as CommandResult<C>;
+    opts.signal?.throwIfAborted();
+    const envelope = envelopes[command] as ReturnType<typeof replyEnvelope>;
+    const outcome = await new Exchange(this.nc, this.#inbox, cluster, this.#silenceMs, (data) => {
+      const env = envelope.safeParse(JSON.parse(Buffer.from(data).toString("utf8")));
+      if (!env.success) return { ok: false, err: new DriverError("Internal", `malformed journal reply: ${describeZodError(env.error)}`) };
+      return env.data.ok ? { ok: true, value: env.data.result } : { ok: false, err: fromWireError(env.data.error) };
+    }).run(subjects.command(cluster, command), JSON.stringify(parsed.data), opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    if (!outcome.ok) throw outcome.err;
+    return outcome.value as CommandResult<C>;
   }
 }
 
-/** `p`, or the signal's reason as soon as it aborts (the request itself is left to time out). */
-function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason instanceof DriverError ? signal.reason : new DriverError("DeadlineExceeded", "the caller cancelled"));
-    if (signal.aborted) return onAbort();
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
+/**
+ * One command's exchange with the queue group: every send ("attempt") gets its own reply
+ * subject under one inbox, and each attempt is watched for silence on its own.
+ *
+ *  - a beat or a reply from an attempt shows its replica is alive (also one presumed dead);
+ *  - an attempt silent for `silenceMs` is presumed dead; when no attempt is left alive, the
+ *    command is sent again;
+ *  - a reply ends the exchange — except an Aborted while an earlier attempt is still alive
+ *    (the resend found the name locked by that very attempt): that one's reply is awaited;
+ *  - no responders: Unavailable at once;
+ *  - the deadline: DeadlineExceeded (or the Aborted held back, if any).
+ */
+class Exchange {
+  readonly #live = new Map<number, NodeJS.Timeout | undefined>();
+  #attempts = 0;
+  #held?: Outcome;
+  #settle?: (o: Outcome) => void;
+  #sendAgain: () => void = () => {};
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly inbox: Inbox,
+    private readonly cluster: string,
+    private readonly silenceMs: number,
+    private readonly parse: (data: Uint8Array) => Outcome,
+  ) {}
+
+  run(subject: string, payload: string, timeoutMs: number, signal?: AbortSignal): Promise<Outcome> {
+    return new Promise<Outcome>((resolve) => {
+      let id: number;
+      try {
+        id = this.inbox.open((msg, attempt) => this.#onMessage(msg, attempt));
+      } catch (err) {
+        return resolve(this.#unavailable(err));
+      }
+      const deadline = setTimeout(
+        () => this.#end(this.#held ?? this.#fail("DeadlineExceeded", `journal of cluster ${this.cluster} did not answer in time`)),
+        timeoutMs,
+      );
+      const onAbort = () =>
+        this.#end({ ok: false, err: signal?.reason instanceof DriverError ? signal.reason : new DriverError("DeadlineExceeded", "the caller cancelled") });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#settle = (o) => {
+        this.#settle = undefined;
+        clearTimeout(deadline);
+        signal?.removeEventListener("abort", onAbort);
+        for (const t of this.#live.values()) clearTimeout(t);
+        this.#live.clear();
+        this.inbox.close(id);
+        resolve(o);
+      };
+      this.#sendAgain = () => {
+        const attempt = this.#attempts++;
+        this.#watch(attempt);
+        try {
+          this.nc.publish(subject, payload, { reply: this.inbox.replyTo(id, attempt) });
+        } catch (err) {
+          this.#end(this.#unavailable(err));
+        }
+      };
+      this.#sendAgain();
+    });
+  }
+
+  #fail(code: "Unavailable" | "DeadlineExceeded", message: string, cause?: unknown): Outcome {
+    return { ok: false, err: new DriverError(code, message, cause === undefined ? undefined : { cause }) };
+  }
+
+  #unavailable(err: unknown): Outcome {
+    return this.#fail("Unavailable", `journal request failed: ${String((err as Error)?.message ?? err)}`, err);
+  }
+
+  #end(o: Outcome): void {
+    this.#settle?.(o);
+  }
+
+  /** (Re)arm the silence watchdog of an attempt: it is alive now. */
+  #watch(attempt: number): void {
+    clearTimeout(this.#live.get(attempt));
+    this.#live.set(attempt, this.silenceMs > 0 ? setTimeout(() => this.#gone(attempt, "silent"), this.silenceMs) : undefined);
+  }
+
+  /** An attempt is over (its replica went silent, or nobody took it): send again if none is left alive. */
+  #gone(attempt: number, why: "silent" | "no responders"): void {
+    clearTimeout(this.#live.get(attempt));
+    this.#live.delete(attempt);
+    if (this.#live.size > 0) return;
+    if (why === "silent") {
+      this.#sendAgain();
+      return;
+    }
+    const message =
+      attempt === 0
+        ? `no journal answers for cluster ${this.cluster}`
+        : `the journal replica of cluster ${this.cluster} stopped answering and no other replica answers`;
+    this.#end(this.#fail("Unavailable", message));
+  }
+
+  #onMessage(msg: Msg, attempt: number): void {
+    if (msg.data.length === 0) {
+      if (msg.headers?.code === 503) this.#gone(attempt, "no responders");
+      else this.#watch(attempt); // a working beat
+      return;
+    }
+    let outcome: Outcome;
+    try {
+      outcome = this.parse(msg.data);
+    } catch {
+      outcome = { ok: false, err: new DriverError("Internal", "malformed journal reply: not JSON") };
+    }
+    clearTimeout(this.#live.get(attempt));
+    this.#live.delete(attempt);
+    if (!outcome.ok && outcome.err.code === "Aborted" && this.#live.size > 0) {
+      this.#held = outcome; // a resend found the name locked by an attempt that is still alive: wait for that one
+      return;
+    }
+    this.#end(outcome);
+  }
+}
+
+/**
+ * One wildcard subscription per client for the replies of every call: `<inbox>.<call>.<attempt>`
+ * (what nats.js's request mux does, with room for several attempts and several messages each).
+ */
+class Inbox {
+  readonly #routes = new Map<number, (msg: Msg, attempt: number) => void>();
+  #prefix = "";
+  #sub?: Subscription;
+  #next = 0;
+
+  constructor(private readonly nc: NatsConnection) {}
+
+  open(route: (msg: Msg, attempt: number) => void): number {
+    if (!this.#sub || this.#sub.isClosed()) {
+      this.#prefix = createInbox();
+      this.#sub = this.nc.subscribe(`${this.#prefix}.>`, {
+        callback: (_err, msg) => {
+          const [call, attempt] = msg.subject.slice(this.#prefix.length + 1).split(".");
+          this.#routes.get(Number(call))?.(msg, Number(attempt));
+        },
+      });
+    }
+    const id = this.#next++;
+    this.#routes.set(id, route);
+    return id;
+  }
+
+  replyTo(id: number, attempt: number): string {
+    return `${this.#prefix}.${id}.${attempt}`;
+  }
+
+  close(id: number): void {
+    this.#routes.delete(id);
+  }
 }

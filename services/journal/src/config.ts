@@ -11,13 +11,19 @@ export const JournalConfig = z.object({
   logLevel: z.string().default("info"),
   replica: z.string().optional(),
   streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
-  lockTtlMs: z.coerce.number().int().min(100).default(10_000),
-  lockWaitMs: z.coerce.number().int().min(0).default(2_000),
+  /** Short, renewed every TTL/3 by a live holder: a killed holder's locks are free within it (docs/journal.md, "Failover"). */
+  lockTtlMs: z.coerce.number().int().min(100).default(1_500),
+  /** Longer than the TTL, so a command resent after a replica died outwaits the dead holder's lock. */
+  lockWaitMs: z.coerce.number().int().min(0).default(3_000),
+  /** "Working" beats to a command's caller while it runs longer than this (0: none). */
+  beatEveryMs: z.coerce.number().int().min(0).default(250),
   catchUpEveryMs: z.coerce.number().int().min(0).default(10_000),
   /** Fault injection for tests: SIGKILL this process right after appending an event of this type. */
   crashAfter: z.string().optional(),
   /** Fault injection for tests: SIGSTOP (freeze) this process right after appending an event of this type. */
   freezeAfter: z.string().optional(),
+  /** Fault injection for tests: hold every copy (snapshot, clone) this long with its temp file in the pool, so a test can kill the journal mid-copy. */
+  testHoldCopyMs: z.coerce.number().int().min(0).default(0),
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
@@ -35,7 +41,9 @@ export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalCo
     lockTtlMs: env.LOCK_TTL_MS,
     lockWaitMs: env.LOCK_WAIT_MS,
     catchUpEveryMs: env.CATCHUP_EVERY_MS,
+    beatEveryMs: env.JOURNAL_BEAT_MS,
     crashAfter: env.JOURNAL_CRASH_AFTER,
     freezeAfter: env.JOURNAL_FREEZE_AFTER,
+    testHoldCopyMs: env.JOURNAL_TEST_HOLD_COPY_MS,
   });
 }

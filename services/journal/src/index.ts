@@ -39,7 +39,13 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
 
   const pools = new Map<string, PoolBackend>();
   for (const p of cluster.pools) {
-    const pool = new FilePool({ name: p.name, id: p.id, root: p.root, ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}) });
+    const pool = new FilePool({
+      name: p.name,
+      id: p.id,
+      root: p.root,
+      ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}),
+      ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}),
+    });
     await pool.init();
     pools.set(p.name, pool);
   }
@@ -67,7 +73,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     lockWaitMs: cfg.lockWaitMs,
     now: () => new Date(),
   });
-  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION);
+  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs });
   // Device reports from node-agents wait in a durable queue until a journal appends them.
   const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log);
   const timer =

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, open, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, open, readdir, rm, stat, utimes, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -214,5 +214,45 @@ describe("FilePool", () => {
 
   it("imagePath stays inside the root", () => {
     assert.equal(pool.imagePath("src"), path.join(pool.root, "src.img"));
+  });
+});
+
+describe("FilePool temp files of interrupted builds", () => {
+  const temps = async (p: FilePool) => (await readdir(p.root)).filter((f) => f.startsWith(".tmp-")).sort();
+  const leftover = async (p: FilePool, name: string, ageMs = 0) => {
+    const file = path.join(p.root, `.tmp-${name}-${"0123456789ab"}`);
+    await writeFile(file, "half a copy");
+    const then = new Date(Date.now() - ageMs);
+    await utimes(file, then, then);
+    return path.basename(file);
+  };
+
+  it("deleting an image sweeps its temp files, whatever their age, and no other image's", async () => {
+    const p = new FilePool({ name: "t1", id: 9, root: path.join(dir, "t1") });
+    await p.init();
+    await leftover(p, "snap-a");
+    const others = [await leftover(p, "snap-a-b"), await leftover(p, "other")];
+    await p.deleteImage("snap-a"); // the image itself was never published
+    assert.deepEqual(await temps(p), others.sort());
+  });
+
+  it("a temp file left untouched past the stale age is swept by the next operation; a fresh one is kept", async () => {
+    const p = new FilePool({ name: "t2", id: 10, root: path.join(dir, "t2"), sweepEveryMs: 0 });
+    await p.init();
+    await leftover(p, "old", 60_000);
+    const fresh = await leftover(p, "fresh", 1_000);
+    await p.createImage("next", MiB);
+    assert.deepEqual(await temps(p), [fresh]);
+  });
+
+  it("a build in progress keeps its temp file when its own image is deleted meanwhile", async () => {
+    const p = new FilePool({ name: "t3", id: 11, root: path.join(dir, "t3"), holdCopyMs: 300 });
+    await p.createImage("src", MiB);
+    const snap = p.snapshotImage("src", "src-snap");
+    while ((await temps(p)).length === 0) await new Promise((r) => setTimeout(r, 10));
+    await p.deleteImage("src-snap");
+    assert.equal((await temps(p)).length, 1, "our own build's temp file stays");
+    assert.equal((await snap).readOnly, true);
+    assert.deepEqual(await temps(p), []);
   });
 });

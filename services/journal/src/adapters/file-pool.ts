@@ -4,8 +4,16 @@
  *
  * Layout of the pool root (created with mode 0700 on first use):
  *   <name>.img          an image. Mode 0644 = writable (image or clone); 0444 = snapshot (read-only).
- *   .tmp-<name>-<hex>   a file being built; never visible under a final name. Leftovers of a crash
- *                       older than an hour are swept by init().
+ *   .tmp-<name>-<hex>   a file being built (a snapshot's or clone's copy); never visible under a
+ *                       final name. Its builder touches it every TMP_KEEPALIVE_MS while it works.
+ *
+ * Temp files of an interrupted build (the journal was killed mid-copy) are swept
+ *   - by deleteImage(<name>), whatever their age: the journal deletes an image under the lock of
+ *     its name, when it undoes a stale reservation or deletes the volume/snapshot, so any other
+ *     builder of that image has lost its lock (it is dead, or fenced off and about to fail);
+ *   - by any operation, at most every `sweepEveryMs` (and at start), once untouched for
+ *     TMP_STALE_MS: a live builder keeps its temp file younger than that.
+ * A temp file this pool object is building itself is never swept by it.
  *
  * Snapshots and clones are published atomically: built in full under a temp name
  * (`cp --reflink=auto --sparse=always`), then hard-linked to `<name>.img`. A new empty image is
@@ -24,8 +32,9 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync, fstatSync, ftruncateSync, openSync } from "node:fs";
-import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink } from "node:fs/promises";
+import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink, utimes } from "node:fs/promises";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { DriverError, IMAGE_NAME_RE, MiB, roundUpToMiB } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
@@ -38,7 +47,12 @@ const IMG = ".img";
 const TMP_PREFIX = ".tmp-";
 const IMAGE_MODE = 0o644;
 const SNAPSHOT_MODE = 0o444;
-const STALE_TMP_MS = 60 * 60 * 1000;
+/** A live builder touches its temp file this often... */
+const TMP_KEEPALIVE_MS = 5_000;
+/** ...so one untouched this long is a leftover (six missed touches). */
+const TMP_STALE_MS = 30_000;
+/** How often operations look for stale temp files (one readdir of the pool). */
+const SWEEP_EVERY_MS = 30_000;
 
 const run = promisify(execFile);
 
@@ -48,6 +62,10 @@ export interface FilePoolOptions {
   /** The pool directory. */
   root: string;
   maxImageBytes?: number;
+  /** How often operations look for stale temp files (default SWEEP_EVERY_MS). */
+  sweepEveryMs?: number;
+  /** Fault injection for tests: hold every built copy this long, temp file in place, before publishing it. */
+  holdCopyMs?: number;
 }
 
 export class FilePool implements PoolBackend {
@@ -58,8 +76,13 @@ export class FilePool implements PoolBackend {
   readonly #rootPrefix: string;
   #ready: Promise<void> | undefined;
   readonly #resizes = new KeyedMutex();
+  /** Temp files this object is building right now (never swept by it). */
+  readonly #building = new Set<string>();
+  #nextSweep = 0;
+  readonly #sweepEveryMs: number;
+  readonly #holdCopyMs: number;
 
-  constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES }: FilePoolOptions) {
+  constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES, sweepEveryMs = SWEEP_EVERY_MS, holdCopyMs = 0 }: FilePoolOptions) {
     if (!Number.isSafeInteger(id) || id < 0) {
       throw new DriverError("InvalidArgument", `pool id must be a non-negative integer, got ${id}`);
     }
@@ -71,13 +94,15 @@ export class FilePool implements PoolBackend {
     this.root = path.resolve(root);
     this.#rootPrefix = this.root.endsWith(path.sep) ? this.root : this.root + path.sep;
     this.maxImageBytes = maxImageBytes;
+    this.#sweepEveryMs = sweepEveryMs;
+    this.#holdCopyMs = holdCopyMs;
   }
 
   /** mkdir -p the root and sweep stale temp files. Every operation calls it; it runs once. */
   init(): Promise<void> {
     this.#ready ??= (async () => {
       await mkdir(this.root, { recursive: true, mode: 0o700 });
-      await this.#sweepTemps();
+      await this.#sweepStale();
     })().catch((err: unknown) => {
       this.#ready = undefined;
       fail(err, `pool "${this.poolName}": init`);
@@ -100,6 +125,7 @@ export class FilePool implements PoolBackend {
     const file = this.imagePath(name);
     const size = this.#checkSize(sizeBytes);
     await this.init();
+    await this.#sweepStale();
     // The hot path of CreateVolume: exclusive create under the final name, then size it, with
     // synchronous metadata syscalls. Measured on this machine: ~0.15 ms per create on tmpfs
     // against ~0.8 ms for the same four calls through the thread pool; on a slow disk both
@@ -141,6 +167,7 @@ export class FilePool implements PoolBackend {
     });
   }
 
+  /** Delete the image and the temp files of its interrupted builds (see the top of this file). */
   async deleteImage(name: string): Promise<void> {
     const file = this.imagePath(name);
     try {
@@ -148,6 +175,7 @@ export class FilePool implements PoolBackend {
     } catch (err) {
       if (errno(err) !== "ENOENT") fail(err, `delete image "${name}"`);
     }
+    await this.#sweep((entry) => tempOf(entry) === name);
   }
 
   async snapshotImage(source: string, snapName: string): Promise<ImageInfo> {
@@ -251,11 +279,18 @@ export class FilePool implements PoolBackend {
    */
   async #publish(name: string, file: string, onExisting: (img: ImageInfo) => ImageInfo, build: (tmp: string) => Promise<void>): Promise<ImageInfo> {
     await this.init();
+    await this.#sweepStale();
     const found = await this.#stat(name, file);
     if (found) return onExisting(found);
     const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
+    this.#building.add(tmp);
+    const keepAlive = setInterval(() => {
+      const now = new Date();
+      utimes(tmp, now, now).catch(() => {}); // not there yet, or gone: nothing to keep
+    }, TMP_KEEPALIVE_MS);
     try {
       await build(tmp);
+      if (this.#holdCopyMs > 0) await sleep(this.#holdCopyMs);
       const built = await this.#stat(name, tmp);
       if (!built) throw new DriverError("Internal", `temp file for "${name}" vanished`);
       for (let attempt = 0; attempt < 3; attempt++) {
@@ -273,19 +308,37 @@ export class FilePool implements PoolBackend {
     } catch (err) {
       fail(err, `create image "${name}"`);
     } finally {
+      clearInterval(keepAlive);
+      this.#building.delete(tmp);
       await unlink(tmp).catch(() => {});
     }
   }
 
-  async #sweepTemps(): Promise<void> {
-    const cutoff = Date.now() - STALE_TMP_MS;
-    for (const entry of await readdir(this.root)) {
-      if (!entry.startsWith(TMP_PREFIX)) continue;
+  /** Sweep temp files untouched for TMP_STALE_MS, at most every sweepEveryMs (a cheap check otherwise). */
+  async #sweepStale(): Promise<void> {
+    if (Date.now() < this.#nextSweep) return;
+    this.#nextSweep = Date.now() + this.#sweepEveryMs;
+    const cutoff = Date.now() - TMP_STALE_MS;
+    await this.#sweep(() => true, cutoff);
+  }
+
+  /** Remove the temp files that `which` names (untouched since `before`, if given), except our own builds. Best effort. */
+  async #sweep(which: (entry: string) => boolean, before = Number.POSITIVE_INFINITY): Promise<void> {
+    const entries = await readdir(this.root).catch(() => []);
+    for (const entry of entries) {
+      if (tempOf(entry) === undefined || !which(entry)) continue;
       const file = path.join(this.root, entry);
+      if (this.#building.has(file)) continue;
       const st = await lstat(file).catch(() => undefined);
-      if (st?.isFile() && st.mtimeMs < cutoff) await unlink(file).catch(() => {});
+      if (st?.isFile() && st.mtimeMs < before) await unlink(file).catch(() => {});
     }
   }
+}
+
+/** The image name a temp file `.tmp-<name>-<12 hex>` is being built for; undefined for any other file. */
+export function tempOf(entry: string): string | undefined {
+  const m = /^\.tmp-(.+)-[0-9a-f]{12}$/.exec(entry);
+  return m?.[1];
 }
 
 function isImageName(name: string): boolean {

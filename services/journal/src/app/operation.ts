@@ -135,18 +135,29 @@ function describeLock(key: string): string {
   return what.startsWith("name.") ? "name" : (what.split(".")[0] ?? "volume");
 }
 
-/** Run `fn` as one operation: finish() always runs, with the error if there was one. */
+/**
+ * Attempts of one command whose appends were fenced off: a fence conflict means the projection
+ * was behind the log (typically: a replica died after appending, before applying — the command
+ * may be the very one it was doing, resent by the caller). After catching up, the command is
+ * decided again on what the log says, as a CO's retry would be, without the round trip.
+ */
+const FENCED_ATTEMPTS = 3;
+
+/** Run `fn` as one operation: finish() always runs, with the error if there was one. A fenced-off run is repeated (FENCED_ATTEMPTS). */
 export async function runOperation<T>(env: OperationEnv, requestId: string, fn: (op: Operation) => Promise<T>): Promise<T> {
-  const op = new Operation(env, requestId);
-  try {
-    const result = await fn(op);
-    // The commit point is the log's ack; the reply still waits for the projection (one round
-    // trip that also releases the locks), so whoever reads after the reply — through any
-    // replica — sees what it was told.
-    await op.finish();
-    return result;
-  } catch (err) {
-    await op.finish(err);
-    throw err;
+  for (let attempt = 1; ; attempt++) {
+    const op = new Operation(env, requestId);
+    try {
+      const result = await fn(op);
+      // The commit point is the log's ack; the reply still waits for the projection (one round
+      // trip that also releases the locks), so whoever reads after the reply — through any
+      // replica — sees what it was told.
+      await op.finish();
+      return result;
+    } catch (err) {
+      await op.finish(err); // catches up after a fence conflict
+      if (!isFenced(err) || attempt >= FENCED_ATTEMPTS) throw err;
+      env.logger.info({ requestId, attempt }, "fenced off: caught up with the log, deciding again");
+    }
   }
 }

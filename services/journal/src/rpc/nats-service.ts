@@ -2,9 +2,15 @@
  * The journal's NATS face: one micro-service (discoverable with $SRV.PING/INFO/STATS) per
  * cluster, every command an endpoint in the cluster's queue group, so any number of replicas
  * share the work. Requests are validated against the contract before any logic runs.
+ *
+ * A command that takes longer than `beatEveryMs` gets "working" beats on its reply inbox
+ * (WORKING_BEAT, an empty message) every `beatEveryMs` until its reply, so that the caller
+ * (JournalClient) can tell a replica that works from one that died and send the command again
+ * (docs/journal.md, "Failover"). A fast command sends none: the cost is one timer.
  */
 import { DriverError, describeZodError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
-import { type Service, Svcm } from "@nats-io/services";
+import { WORKING_BEAT } from "@csi/runtime";
+import { type Service, type ServiceMsg, Svcm } from "@nats-io/services";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Journal } from "../app/journal.js";
@@ -33,7 +39,30 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
   };
 }
 
-export async function serveJournal(nc: NatsConnection, cluster: string, journal: Journal, logger: Logger, version: string): Promise<Service> {
+/** Beats to `msg`'s reply inbox every `everyMs` (the first after `everyMs`) until the returned stop is called. */
+function beating(msg: ServiceMsg, everyMs: number): () => void {
+  if (everyMs <= 0 || !msg.reply) return () => {};
+  let timer: NodeJS.Timeout | undefined;
+  const beat = () => {
+    try {
+      msg.respond(WORKING_BEAT);
+    } catch {
+      return; // the connection is closing: the reply cannot go out either
+    }
+    timer = setTimeout(beat, everyMs);
+  };
+  timer = setTimeout(beat, everyMs);
+  return () => clearTimeout(timer);
+}
+
+export async function serveJournal(
+  nc: NatsConnection,
+  cluster: string,
+  journal: Journal,
+  logger: Logger,
+  version: string,
+  opts: { beatEveryMs: number },
+): Promise<Service> {
   // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
   const svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
     name: subjects.journalServiceName(cluster),
@@ -53,6 +82,7 @@ export async function serveJournal(nc: NatsConnection, cluster: string, journal:
           return;
         }
         const started = performance.now();
+        const stopBeating = beating(msg, opts.beatEveryMs);
         let requestId: string | undefined;
         const reply = async () => {
           let raw: unknown;
@@ -68,10 +98,12 @@ export async function serveJournal(nc: NatsConnection, cluster: string, journal:
         };
         reply().then(
           (result) => {
+            stopBeating();
             msg.respond(JSON.stringify({ ok: true, result }));
             logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
           },
           (e: unknown) => {
+            stopBeating();
             const wire = toWireError(e);
             if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
             else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
