@@ -2,8 +2,21 @@
  * The journal's NATS face: one micro-service (discoverable with $SRV.PING/INFO/STATS) per
  * cluster, every command an endpoint in the cluster's queue group, so any number of replicas
  * share the work. Requests are validated against the contract before any logic runs.
+ *
+ * No reply can crash the journal: list and history replies are cut to fit (journal.ts), and a
+ * reply that would still pass the connection's max_payload is answered with a small
+ * ResourceExhausted error instead; a publish that fails anyway is logged, not thrown.
  */
-import { DriverError, describeZodError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
+import {
+  DriverError,
+  describeZodError,
+  type JournalCommand,
+  journalContract,
+  NATS_DEFAULT_MAX_PAYLOAD,
+  REPLY_HEADROOM_BYTES,
+  subjects,
+  toWireError,
+} from "@csi/contracts";
 import { type Service, Svcm } from "@nats-io/services";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -66,18 +79,28 @@ export async function serveJournal(nc: NatsConnection, cluster: string, journal:
           requestId = (parsed.data as { requestId?: string }).requestId;
           return handlers[command](parsed.data as never);
         };
-        reply().then(
-          (result) => {
-            msg.respond(JSON.stringify({ ok: true, result }));
-            logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
-          },
-          (e: unknown) => {
-            const wire = toWireError(e);
-            if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
-            else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
-            msg.respond(JSON.stringify({ ok: false, error: wire }));
-          },
-        );
+        const send = (body: string) => {
+          try {
+            msg.respond(body);
+          } catch (e) {
+            logger.error({ err: e, command, requestId, bytes: Buffer.byteLength(body, "utf8") }, "reply could not be sent");
+          }
+        };
+        const refuse = (e: unknown) => {
+          const wire = toWireError(e);
+          if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
+          else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
+          send(JSON.stringify({ ok: false, error: wire }));
+        };
+        reply().then((result) => {
+          const body = JSON.stringify({ ok: true, result });
+          const bytes = Buffer.byteLength(body, "utf8");
+          const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
+          if (bytes > limit)
+            return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
+          send(body);
+          logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+        }, refuse);
       },
     });
   }
