@@ -155,7 +155,7 @@ export function controllerHandlers(deps: {
       const params = splitParameters(req.parameters);
       const { parameters, mutableParameters } = createLimits(params.rest, req.mutable_parameters ?? {});
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
-      if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
+      if (!cluster) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
       let source: { kind: "snapshot" | "volume"; uuid: string; poolID: number } | undefined;
       const cs = req.volume_content_source;
       if (cs?.snapshot || cs?.volume) {
@@ -271,7 +271,7 @@ export function controllerHandlers(deps: {
     GetCapacity: async (req, ctx) => {
       const params = splitParameters(req.parameters);
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
-      if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
+      if (!cluster) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
       const none = { available_capacity: "0", maximum_volume_size: null, minimum_volume_size: null };
       if (req.volume_capabilities?.length) {
         for (const c of toCapabilities(req.volume_capabilities)) if (unsupported(c)) return none;
