@@ -44,6 +44,7 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       required(req.name, "name");
       const ids = req.source_volume_ids ?? [];
       if (ids.length === 0) throw invalidArgument("source_volume_ids is required");
+      for (const [i, id] of ids.entries()) required(id, `source_volume_ids[${i}]`);
       const params = splitParameters(req.parameters);
       const inClusters = new Set(ids.flatMap((id) => locate(id)?.cluster.clusterID ?? []));
       if (params.clusterID) inClusters.add(params.clusterID);
