@@ -63,50 +63,30 @@ type Category = "empty" | "huge" | "long129" | "nul" | "control" | "unicode" | "
 const ID_CATEGORIES: Category[] = ["empty", "huge", "long129", "nul", "control", "unicode", "wrongPool", "unknownPool", "wrongCluster", "absent"];
 const NAME_CATEGORIES: Category[] = ["empty", "huge", "long129", "nul", "control", "unicode"];
 
+/** The hostile values names and ids share (`filler` pads the 129-byte one); undefined for the others. */
+function sharedValue(c: Category, filler: string): string | undefined {
+  if (c === "empty") return "";
+  if (c === "huge") return huge();
+  if (c === "long129") return filler.repeat(129);
+  if (c === "control") return controlled();
+  return undefined;
+}
+
 function idValue(c: Category, base: string): string {
+  const shared = sharedValue(c, "i");
+  if (shared !== undefined) return shared;
   const parts = decomposeVolumeId(base);
-  switch (c) {
-    case "empty":
-      return "";
-    case "huge":
-      return huge();
-    case "long129":
-      return "i".repeat(129);
-    case "nul":
-      return `${base.slice(0, 20)}\0${base.slice(21)}`;
-    case "control":
-      return controlled();
-    case "unicode":
-      return `vol-${unicodeName()}`;
-    case "wrongPool":
-      return composeVolumeId({ ...parts, poolID: parts.poolID === 1 ? 2 : 1 });
-    case "unknownPool":
-      return composeVolumeId({ ...parts, poolID: 0x5eed });
-    case "wrongCluster":
-      return composeVolumeId({ ...parts, clusterID: "zz" });
-    case "absent":
-      return composeVolumeId({ ...parts, uuid: "0bba3be9-0a1c-41db-a619-26ffea20161e" });
-  }
+  if (c === "nul") return `${base.slice(0, 20)}\0${base.slice(21)}`;
+  if (c === "unicode") return `vol-${unicodeName()}`;
+  if (c === "wrongPool") return composeVolumeId({ ...parts, poolID: parts.poolID === 1 ? 2 : 1 });
+  if (c === "unknownPool") return composeVolumeId({ ...parts, poolID: 0x5eed });
+  if (c === "wrongCluster") return composeVolumeId({ ...parts, clusterID: "zz" });
+  return composeVolumeId({ ...parts, uuid: "0bba3be9-0a1c-41db-a619-26ffea20161e" }); // absent
 }
 /** An id's expected code where a missing volume is NOT_FOUND (`gone`: what a missing one answers instead, e.g. OK for deletes). */
 const idCode = (c: Category, gone = 5) => (c === "empty" || c === "huge" || c === "long129" ? 3 : gone);
 
-function nameValue(c: Category): string {
-  switch (c) {
-    case "empty":
-      return "";
-    case "huge":
-      return huge();
-    case "long129":
-      return "n".repeat(129);
-    case "nul":
-      return `na\0me-${unique("n")}`;
-    case "control":
-      return controlled();
-    default:
-      return unicodeName();
-  }
-}
+const nameValue = (c: Category): string => sharedValue(c, "n") ?? (c === "nul" ? `na\0me-${unique("n")}` : unicodeName());
 const nameCode = (c: Category) => (c === "unicode" ? 0 : 3);
 
 // ------------------------------------------------------------------ cases

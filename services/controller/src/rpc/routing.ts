@@ -34,8 +34,9 @@ export function journalRouting(deps: { clusters: Clusters; journal: JournalClien
    */
   const locate = (id: string): Located | undefined => {
     const parts = tryDecode(id);
-    const cluster = parts && clusters.get(parts.clusterID);
-    return parts && cluster && cluster.pools.some((p) => p.id === parts.poolID) ? { cluster, parts } : undefined;
+    if (!parts) return undefined;
+    const cluster = clusters.get(parts.clusterID);
+    return cluster?.pools.some((p) => p.id === parts.poolID) ? { cluster, parts } : undefined;
   };
   const mustLocate = (id: string, what: string) => {
     const l = locate(id);
