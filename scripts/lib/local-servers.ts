@@ -78,11 +78,11 @@ const specs: Record<"nats" | "redis", Spec> = {
   },
 };
 
-async function launch(bin: string, spec: Spec, port: number, dataDir: string): Promise<ChildProcess> {
+async function launch(bin: string, spec: Spec, port: number, dataDir: string, extraArgs: readonly string[] = []): Promise<ChildProcess> {
   mkdirSync(dataDir, { recursive: true });
   // Own process group: a Ctrl-C in the terminal reaches the services first, and we stop the
   // servers after them (otherwise the services would log connection errors while stopping).
-  const child = spawn(bin, spec.args(port, dataDir), { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn(bin, [...spec.args(port, dataDir), ...extraArgs], { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);
@@ -111,11 +111,12 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once("exit", () => resolve()));
 }
 
-export async function startServer(kind: "nats" | "redis", dataDir: string, port?: number): Promise<LocalServer> {
+/** `extraArgs` go after the usual ones (e.g. `["-c", file]`: a nats-server config with a small max_payload). */
+export async function startServer(kind: "nats" | "redis", dataDir: string, port?: number, extraArgs: readonly string[] = []): Promise<LocalServer> {
   const spec = specs[kind];
   const bin = findBinary(kind === "nats" ? "nats-server" : "redis-server");
   const p = port ?? (await freePort());
-  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir);
+  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, extraArgs);
   const signal = async (sig: NodeJS.Signals) => {
     const c = child;
     child = undefined;
@@ -138,7 +139,7 @@ export async function startServer(kind: "nats" | "redis", dataDir: string, port?
     kill: () => signal("SIGKILL"),
     restart: async () => {
       await signal("SIGTERM");
-      child = await launch(bin, spec, p, dataDir);
+      child = await launch(bin, spec, p, dataDir, extraArgs);
     },
   };
 }

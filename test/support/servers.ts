@@ -7,7 +7,7 @@
  *   await env.restartStopped();             // in a test's finally: whatever it killed runs again
  *   await env.dispose();                    // in after()
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
@@ -28,9 +28,15 @@ export async function tempDir(prefix = "csi-test-"): Promise<string> {
   return mkdtemp(path.join(os.tmpdir(), prefix));
 }
 
-export async function startTestServers(): Promise<TestServers> {
+/** `natsConfig`: extra nats-server configuration (e.g. `max_payload: 65536`), written to a file passed with -c. */
+export async function startTestServers(opts: { natsConfig?: string } = {}): Promise<TestServers> {
   const dir = await tempDir();
-  const [nats, redis] = await Promise.all([startServer("nats", path.join(dir, "nats")), startServer("redis", path.join(dir, "redis"))]);
+  const natsArgs: string[] = [];
+  if (opts.natsConfig) {
+    await writeFile(path.join(dir, "nats.conf"), opts.natsConfig);
+    natsArgs.push("-c", path.join(dir, "nats.conf"));
+  }
+  const [nats, redis] = await Promise.all([startServer("nats", path.join(dir, "nats"), undefined, natsArgs), startServer("redis", path.join(dir, "redis"))]);
   return {
     nats,
     redis,

@@ -2,6 +2,7 @@
  * What the control plane and the nodes reason about a volume capability, in one place: the
  * filesystems we make, which access modes are reader-only or single-node, and what we refuse.
  */
+import { quote } from "./bounds.js";
 import type { AccessMode, Capability } from "./common.js";
 
 /** Filesystems the node-agent makes and grows ("" = the default, ext4). */
@@ -27,7 +28,7 @@ export const isSingleNode = (m: AccessMode) => SINGLE_NODE.has(m);
 
 /** Why this driver cannot serve a capability, or undefined if it can. */
 export function unsupported(c: Capability): string | undefined {
-  if (c.accessType === "mount" && c.fsType && !isSupportedFs(c.fsType)) return `filesystem ${c.fsType} is not supported (${SUPPORTED_FS.join(", ")})`;
+  if (c.accessType === "mount" && c.fsType && !isSupportedFs(c.fsType)) return `filesystem ${quote(c.fsType)} is not supported (${SUPPORTED_FS.join(", ")})`;
   if (c.accessType === "mount" && MULTI_WRITER.has(c.accessMode))
     return `${c.accessMode} needs a block volume: a filesystem cannot be written from several nodes`;
   return undefined;

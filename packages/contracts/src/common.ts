@@ -1,14 +1,15 @@
 import { z } from "zod";
+import { CSI_MAP_MAX_BYTES, CSI_NAME_MAX_BYTES, MAX_PAGE_ENTRIES, mapBytes } from "./bounds.js";
 import { isUuid } from "./volume-id.js";
 
 export const Uuid = z.string().refine(isUuid, { message: "must be a lowercase 36-character uuid" });
 
-/** CSI limits: names ≤ 128 bytes without control characters; string maps ≤ 4 KiB in all. */
-export const CSI_NAME_MAX_BYTES = 128;
-export const CSI_MAP_MAX_BYTES = 4096;
-
+/**
+ * Control characters a name must not have: CSI bans U+0000-U+0008, U+000B, U+000C,
+ * U+000E-U+001F and U+007F-U+009F; we refuse tab, LF and CR as well (a name is one line).
+ */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what we reject
-const CONTROL = /[\u0000-\u001f\u007f]/u;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
 
 export const CsiName = z
   .string()
@@ -17,12 +18,6 @@ export const CsiName = z
     message: `name must be at most ${CSI_NAME_MAX_BYTES} bytes`,
   })
   .refine((s) => !CONTROL.test(s), { message: "name must not contain control characters" });
-
-export function mapBytes(m: Record<string, string>): number {
-  let n = 0;
-  for (const [k, v] of Object.entries(m)) n += Buffer.byteLength(k, "utf8") + Buffer.byteLength(v, "utf8");
-  return n;
-}
 
 export const StringMap = z
   .record(z.string(), z.string())
@@ -58,10 +53,14 @@ export const ContentSource = z.discriminatedUnion("kind", [
 ]);
 export type ContentSource = z.infer<typeof ContentSource>;
 
-/** Paging for list commands: an opaque token the journal hands out (a uuid to start after). */
+/**
+ * Paging for list commands: an opaque token the journal hands out (a uuid to start after).
+ * `maxEntries` 0 means "as many as fit": the journal cuts every page at MAX_PAGE_ENTRIES and at
+ * its reply-size budget, and says where to go on in `nextToken`.
+ */
 export const Paging = z.object({
-  maxEntries: z.number().int().min(0).max(10_000).default(0),
-  startingToken: z.string().optional(),
+  maxEntries: z.number().int().min(0).max(MAX_PAGE_ENTRIES).default(0),
+  startingToken: z.string().max(64).optional(),
 });
 
 /** Parse with a zod schema, turning failures into one readable line: "field: problem; ...". */

@@ -6,6 +6,7 @@
  * controller, the journal and the node-agent cannot disagree on what a failure means.
  */
 import { z } from "zod";
+import { sanitizeMessage } from "./bounds.js";
 
 /** gRPC status codes (google.rpc.Code), as numbers, so contracts need no gRPC import. */
 export const GrpcCode = {
@@ -63,7 +64,11 @@ export function grpcCodeOf(name: ErrorName): number {
   return table[name];
 }
 
-/** The one error class services throw on purpose. `message` is safe to show to a CSI caller. */
+/**
+ * The one error class services throw on purpose. `message` is safe to show to a CSI caller:
+ * whatever a thrower puts in it, it is cut to ERROR_MESSAGE_MAX_BYTES with control characters
+ * replaced (a caller's own text should be quoted with `quote`, which shows a short prefix).
+ */
 export class DriverError extends Error {
   override readonly name = "DriverError";
   constructor(
@@ -71,7 +76,7 @@ export class DriverError extends Error {
     message: string,
     options?: { cause?: unknown },
   ) {
-    super(message, options);
+    super(sanitizeMessage(message), options);
   }
 }
 

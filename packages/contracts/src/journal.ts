@@ -5,6 +5,7 @@
  * object and cannot drift.
  */
 import { z } from "zod";
+import { MAX_PAGE_ENTRIES, validateMountFlags } from "./bounds.js";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
 import { MutableParameters } from "./mutable-parameters.js";
@@ -70,6 +71,21 @@ export type GroupSnapshotView = z.infer<typeof GroupSnapshotView>;
 
 const RequestMeta = { requestId: z.string().min(1).max(128) };
 
+/**
+ * The pool id a CSI id carries (its `poolID` part): when given, a record in another pool is
+ * "not found", so ids that differ only in their pool part never alias one volume.
+ */
+const PoolRef = z.number().int().nonnegative().optional();
+
+/** A capability as a command carries it: the mount-flag rule holds here too (events keep the plain schema). */
+const CommandCapability = Capability.superRefine((c, ctx) => {
+  try {
+    validateMountFlags(c.mountFlags ?? []);
+  } catch (err) {
+    ctx.addIssue({ code: "custom", path: ["mountFlags"], message: (err as Error).message });
+  }
+});
+
 export const VolumeCreate = z.object({
   ...RequestMeta,
   name: CsiName,
@@ -78,41 +94,59 @@ export const VolumeCreate = z.object({
   limitBytes: z.number().int().nonnegative().default(0),
   pool: z.string().min(1).optional(),
   parameters: StringMap.default({}),
-  capabilities: z.array(Capability).min(1),
+  capabilities: z.array(CommandCapability).min(1).max(128),
   source: ContentSource.optional(),
+  /** The pool id of the source's CSI id. */
+  sourcePoolId: PoolRef,
   /** I/O limits at creation (part of what a repeated create must match); absent = none. */
   mutableParameters: MutableParameters.optional(),
 });
-export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid });
-export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, sizeBytes: z.number().int().positive() });
-export const VolumeGet = z.object({ uuid: Uuid });
+export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
+export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, sizeBytes: z.number().int().positive() });
+export const VolumeGet = z.object({ uuid: Uuid, poolId: PoolRef });
 /** ControllerModifyVolume: only the keys given change; 0 removes a limit. */
-export const VolumeModify = z.object({ ...RequestMeta, uuid: Uuid, mutableParameters: MutableParameters });
+export const VolumeModify = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, mutableParameters: MutableParameters });
 /** The volume after the change, the sequence at which its limits are current, and whether an event was appended. */
 export const ModifyResult = z.object({ volume: VolumeView, seq: z.number().int().nonnegative(), changed: z.boolean() });
 export const VolumePublish = z.object({
   ...RequestMeta,
   uuid: Uuid,
+  poolId: PoolRef,
   nodeId: z.string().min(1).max(128),
-  capability: Capability,
+  capability: CommandCapability,
   readOnly: z.boolean(),
   /** The node's max volumes (from its registration); 0 = no limit. */
   maxVolumes: z.number().int().nonnegative().default(0),
 });
-export const VolumeUnpublish = z.object({ ...RequestMeta, uuid: Uuid, nodeId: z.string().min(1).max(128).optional() });
+export const VolumeUnpublish = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, nodeId: z.string().min(1).max(128).optional() });
 export const PublishResult = z.object({ publishContext: z.record(z.string(), z.string()) });
-export const VolumeHistory = z.object({ uuid: Uuid });
-export const HistoryResult = z.object({ events: z.array(z.object({ seq: z.number(), subject: z.string(), event: z.record(z.string(), z.unknown()) })) });
+/**
+ * A page of an aggregate's history: events after `startingToken` (a stream sequence), at most
+ * `maxEntries` (0 = as many as fit in one reply); `nextToken` says where the next page starts.
+ */
+export const VolumeHistory = z.object({
+  uuid: Uuid,
+  maxEntries: z.number().int().min(0).max(MAX_PAGE_ENTRIES).default(0),
+  startingToken: z
+    .string()
+    .regex(/^[0-9]{1,15}$/, "must be a stream sequence")
+    .optional(),
+});
+export const HistoryResult = z.object({
+  events: z.array(z.object({ seq: z.number(), subject: z.string(), event: z.record(z.string(), z.unknown()) })),
+  nextToken: z.string().optional(),
+});
 export const VolumeList = Paging;
 
 export const SnapshotCreate = z.object({
   ...RequestMeta,
   name: CsiName,
   sourceUuid: Uuid,
+  sourcePoolId: PoolRef,
   parameters: StringMap.default({}),
 });
-export const SnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid });
-export const SnapshotGet = z.object({ uuid: Uuid });
+export const SnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
+export const SnapshotGet = z.object({ uuid: Uuid, poolId: PoolRef });
 export const SnapshotList = Paging.extend({ snapshotUuid: Uuid.optional(), sourceUuid: Uuid.optional() });
 
 const members = z

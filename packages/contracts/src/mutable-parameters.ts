@@ -12,6 +12,7 @@
  * key set to 0 is removed, so a volume without limits has an empty map.
  */
 import { z } from "zod";
+import { quote } from "./bounds.js";
 import { invalidArgument } from "./errors.js";
 
 export const MUTABLE_PARAMETER_KEYS = ["readBytesPerSecond", "writeBytesPerSecond", "readIOPS", "writeIOPS"] as const;
@@ -52,9 +53,6 @@ export const MutableParameters = z.strictObject({
 export type MutableParameters = z.output<typeof MutableParameters>;
 
 const isKey = (k: string): k is MutableParameterKey => (MUTABLE_PARAMETER_KEYS as readonly string[]).includes(k);
-/** A caller's text in an error message: quoted, at most 64 characters. */
-const quote = (s: string) => JSON.stringify(s.length > 64 ? `${s.slice(0, 64)}â€¦` : s);
-
 /**
  * Validate a CSI map as mutable parameters. Throws InvalidArgument with a bounded message naming
  * at most three unknown keys (each cut to 64 characters) and never echoing a value.
@@ -62,7 +60,11 @@ const quote = (s: string) => JSON.stringify(s.length > 64 ? `${s.slice(0, 64)}â€
 export function parseMutableParameters(map: Record<string, string>, field = "mutable_parameters"): MutableParameters {
   const unknown = Object.keys(map).filter((k) => !isKey(k));
   if (unknown.length > 0) {
-    const shown = unknown.slice(0, 3).map(quote).join(", ") + (unknown.length > 3 ? ` and ${unknown.length - 3} more` : "");
+    const shown =
+      unknown
+        .slice(0, 3)
+        .map((k) => quote(k))
+        .join(", ") + (unknown.length > 3 ? ` and ${unknown.length - 3} more` : "");
     throw invalidArgument(`${field}: unknown key ${shown}; the mutable parameters are ${MUTABLE_PARAMETER_KEYS.join(", ")}`);
   }
   const parsed = MutableParameters.safeParse(map);

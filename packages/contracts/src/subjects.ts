@@ -11,12 +11,13 @@
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)
  */
+import { quote } from "./bounds.js";
 import { DriverError } from "./errors.js";
 import { KIND_TOKENS, type Kind, type KindToken } from "./kinds.js";
 
 export class SubjectError extends DriverError {
   constructor(what: string, value: string) {
-    super("InvalidArgument", `invalid ${what} for a subject token: ${JSON.stringify(value)}`);
+    super("InvalidArgument", `invalid ${what} for a subject token: ${quote(value)}`);
   }
 }
 

@@ -3,7 +3,7 @@
  * translation (proto-loader objects: keepCase, longs as strings, enums as strings, oneofs named).
  * Pure.
  */
-import { AccessMode, type Capability, invalidArgument } from "@csi/contracts";
+import { AccessMode, type Capability, invalidArgument, quote } from "@csi/contracts";
 import type { VolumeCapability__Output } from "./generated/csi/v1/VolumeCapability.js";
 
 export type VolumeCapabilityMsg = VolumeCapability__Output;
@@ -18,7 +18,7 @@ export function toCapability(vc: VolumeCapabilityMsg | null | undefined, field =
   if (!vc) throw invalidArgument(`${field} is required`);
   const mode = vc.access_mode?.mode;
   const parsed = AccessMode.safeParse(mode);
-  if (!parsed.success) throw invalidArgument(`${field}.access_mode must be set to a known mode, got ${JSON.stringify(mode ?? null)}`);
+  if (!parsed.success) throw invalidArgument(`${field}.access_mode must be set to a known mode, got ${quote(mode ?? null)}`);
   if (vc.block) return { accessType: "block", accessMode: parsed.data };
   if (vc.mount) {
     const fsType = String(vc.mount.fs_type ?? "");

@@ -5,6 +5,7 @@ export * from "./keyed-mutex.js";
 export * from "./nats/durable-queue.js";
 export * from "./process.js";
 export * from "./retry.js";
+export * from "./rpc/bounds.js";
 export * from "./rpc/client.js";
 export * from "./rpc/endpoint.js";
 export * from "./rpc/redact.js";

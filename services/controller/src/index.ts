@@ -4,7 +4,7 @@
  * registrations are read from the CSI_NODES stream.
  */
 import { subjects } from "@csi/contracts";
-import { csiIdentity, JournalClient, loadClusters, startCsiServer } from "@csi/runtime";
+import { csiIdentity, JournalClient, loadClusters, startCsiServer, withCsiBounds } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeWorkSender } from "./adapters/node-work.js";
@@ -44,8 +44,9 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     log: logger,
     services: {
       Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
-      Controller: controllerHandlers({ clusters, journal, nodes, nodeWork: new NodeWorkSender(nc) }),
-      GroupController: groupControllerHandlers({ clusters, journal }),
+      // Every request is checked against CSI's size limits before its handler sees it.
+      Controller: withCsiBounds(controllerHandlers({ clusters, journal, nodes, nodeWork: new NodeWorkSender(nc) })),
+      GroupController: withCsiBounds(groupControllerHandlers({ clusters, journal })),
     },
   });
   return {

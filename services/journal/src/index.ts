@@ -72,6 +72,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     lockTtlMs: cfg.lockTtlMs,
     lockWaitMs: cfg.lockWaitMs,
     now: () => new Date(),
+    ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs });
   // Device reports from node-agents wait in a durable queue until a journal appends them.

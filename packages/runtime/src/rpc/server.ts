@@ -79,7 +79,7 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
       (response) => {
         const ms = performance.now() - started;
         if (ms > slowMs) clog.warn({ ms: Math.round(ms) }, "slow call");
-        clog.debug({ response, ms }, "response");
+        clog.debug({ response: redactSecrets(response), ms }, "response");
         callback(null, response);
       },
       (err: unknown) => {

@@ -10,9 +10,12 @@ import {
   inForce,
   invalidArgument,
   isUuid,
+  MAX_PAGE_ENTRIES,
+  MiB,
   type MutableParameters,
   parseMutableParameters,
   pickMutableParameters,
+  quote,
   type ResolvedCluster,
   roundUpToMiB,
   type SnapshotView,
@@ -23,23 +26,57 @@ import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
 import { accessibleTopology } from "./topology.js";
 
 export const DEFAULT_VOLUME_BYTES = GiB;
+/** The most bytes any volume may have: what a JS number holds exactly, in whole MiB (each pool's own maximum is the journal's check). */
+export const MAX_VOLUME_BYTES = Math.floor(Number.MAX_SAFE_INTEGER / MiB) * MiB;
 
-const toBytes = (v: unknown, field: string): number => {
-  const n = Number(v ?? 0);
-  if (!Number.isSafeInteger(n) || n < 0) throw invalidArgument(`${field} must be a non-negative byte count`);
-  return n;
-};
+/**
+ * A CSI byte count (int64, a decimal string from proto-loader). Negative → INVALID_ARGUMENT.
+ * A required size past MAX_VOLUME_BYTES is OUT_OF_RANGE (no volume can be that big); a limit
+ * past it limits nothing and reads as MAX_VOLUME_BYTES.
+ */
+function toBytes(v: unknown, field: string, kind: "required" | "limit"): number {
+  const s = String(v ?? "0");
+  if (!/^-?[0-9]{1,40}$/.test(s)) throw invalidArgument(`${field} must be a byte count, got ${quote(s)}`);
+  if (s.startsWith("-") && /[1-9]/.test(s)) throw invalidArgument(`${field} must not be negative`);
+  const n = Number(s.replace(/^-/, ""));
+  if (n <= MAX_VOLUME_BYTES) return n;
+  if (kind === "limit") return MAX_VOLUME_BYTES;
+  throw new DriverError("OutOfRange", `${field} ${s} is more than a volume can have (${MAX_VOLUME_BYTES} bytes)`);
+}
 
-/** CapacityRange → (size to ask for, limit). No range → the default size. */
-export function capacityOf(range: CapacityRangeMsg | null | undefined, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
-  const req = toBytes(range?.required_bytes, "capacity_range.required_bytes");
-  const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes");
+function rangeOf(range: CapacityRangeMsg | null | undefined): { req: number; limit: number } {
+  const req = toBytes(range?.required_bytes, "capacity_range.required_bytes", "required");
+  const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes", "limit");
   if (limit > 0 && req > limit) throw new DriverError("OutOfRange", `required_bytes ${req} exceeds limit_bytes ${limit}`);
-  const size = req > 0 ? req : limit > 0 ? Math.min(defaultBytes, limit) : defaultBytes;
+  return { req, limit };
+}
+
+/** The size a range asks for, in whole MiB, if it fits under its limit. */
+function roundedWithin(size: number, limit: number): number {
   const rounded = roundUpToMiB(size);
   if (limit > 0 && rounded > limit)
     throw new DriverError("OutOfRange", `the smallest size this driver makes, ${rounded} bytes (whole MiB), exceeds limit_bytes ${limit}`);
-  return { sizeBytes: rounded, limitBytes: limit };
+  return rounded;
+}
+
+/** CapacityRange → (size to ask for, limit). No range → the default size. */
+export function capacityOf(range: CapacityRangeMsg | null | undefined, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
+  const { req, limit } = rangeOf(range);
+  const size = req > 0 ? req : limit > 0 ? Math.min(defaultBytes, limit) : defaultBytes;
+  return { sizeBytes: roundedWithin(size, limit), limitBytes: limit };
+}
+
+/**
+ * ControllerExpandVolume's CapacityRange → (size to grow to, 0 = none asked; limit). The range
+ * is REQUIRED and CSI says at least one of its fields MUST be set: an empty one is
+ * INVALID_ARGUMENT. Create's default size never applies: with only a limit nothing grows (the
+ * current size answers if it is within the limit).
+ */
+export function expansionOf(range: CapacityRangeMsg | null | undefined): { sizeBytes: number; limitBytes: number } {
+  if (!range) throw invalidArgument("capacity_range is required");
+  const { req, limit } = rangeOf(range);
+  if (req === 0 && limit === 0) throw invalidArgument("capacity_range must set required_bytes or limit_bytes");
+  return { sizeBytes: req > 0 ? roundedWithin(req, limit) : 0, limitBytes: limit };
 }
 
 /** Decode an id a CO gave us; `undefined` when it is malformed (each RPC decides what that means). */
@@ -113,13 +150,21 @@ export function parsePageToken(token: string, clusters: string[]): { cluster: st
   const cluster = token.slice(0, slash);
   const inner = token.slice(slash + 1);
   if (slash < 0 || !clusters.includes(cluster) || (inner !== "" && !isUuid(inner))) {
-    throw new DriverError("Aborted", `invalid starting_token ${JSON.stringify(token)}`);
+    throw new DriverError("Aborted", `invalid starting_token ${quote(token)}`);
   }
   return inner ? { cluster, inner } : { cluster };
 }
 
+/** max_entries: negative is INVALID_ARGUMENT; past our page cap it is clamped (CSI lets a plugin return fewer, with a next_token). */
 export function maxEntriesOf(v: unknown): number {
   const n = Number(v ?? 0);
   if (!Number.isInteger(n) || n < 0) throw invalidArgument("max_entries must not be negative");
-  return n;
+  return Math.min(n, MAX_PAGE_ENTRIES);
 }
+
+/**
+ * The most bytes the entries of one List reply may have (measured as JSON, which is no smaller
+ * than their protobuf encoding): well under the 4 MiB a gRPC client (grpc-go, so every CO)
+ * receives by default. An unpaged list longer than that is answered in pages (next_token).
+ */
+export const LIST_REPLY_MAX_BYTES = 2 * MiB;

@@ -8,18 +8,33 @@ import {
   type Clusters,
   DriverError,
   invalidArgument,
+  jsonBytes,
   MiB,
   notFound,
   parseMutableParameters,
   pickMutableParameters,
+  quote,
   type ResolvedCluster,
   type ResolvedPool,
+  type SnapshotView,
+  takeWithin,
   unsupported,
+  type VolumeView,
 } from "@csi/contracts";
 import { type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
 import type { NodeWorkSender } from "../adapters/node-work.js";
 import type { NodeDirectory } from "../adapters/nodes.js";
-import { capacityOf, createLimits, csiSnapshot, csiVolume, maxEntriesOf, parsePageToken, splitParameters } from "../domain/csi.js";
+import {
+  capacityOf,
+  createLimits,
+  csiSnapshot,
+  csiVolume,
+  expansionOf,
+  LIST_REPLY_MAX_BYTES,
+  maxEntriesOf,
+  parsePageToken,
+  splitParameters,
+} from "../domain/csi.js";
 import { choosePool, reaches } from "../domain/topology.js";
 import { journalRouting } from "./routing.js";
 
@@ -52,33 +67,62 @@ export function controllerHandlers(deps: {
 }): Handlers<"Controller"> {
   const { clusters, nodes, nodeWork } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
-  const { call, locate, mustLocate } = journalRouting(deps);
+  const { call, locate, mustLocate, ref } = journalRouting(deps);
 
-  /** One page over every cluster in turn: the token says where the previous page stopped. */
-  async function fanOut<T>(
+  /**
+   * One page of a list over the clusters `over`, in turn; the token (`<cluster>/<uuid>`) says
+   * where the previous page stopped. Journal pages (each cut by the journal to fit a NATS reply)
+   * are stitched until `max` entries (0 = no limit) or LIST_REPLY_MAX_BYTES; what is left is
+   * for next_token, which CSI lets a plugin return whatever max_entries says.
+   */
+  async function fanOut<V extends { uuid: string }, E>(
+    over: string[],
     token: string,
     max: number,
-    fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: T[]; nextToken?: string }>,
-  ) {
-    let { cluster, inner } = parsePageToken(token, clusterIds);
-    const entries: T[] = [];
-    for (let i = clusterIds.indexOf(cluster); i < clusterIds.length; i++) {
-      cluster = clusterIds[i] as string;
+    fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: V[]; nextToken?: string }>,
+    toEntry: (cluster: string, v: V) => E,
+  ): Promise<{ entries: E[]; next_token: string }> {
+    let { cluster, inner } = parsePageToken(token, over);
+    const entries: E[] = [];
+    let bytes = 0;
+    for (let i = over.indexOf(cluster); i < over.length; ) {
+      cluster = over[i] as string;
       const page = await fetch(cluster, max > 0 ? max - entries.length : 0, inner);
+      const here = cluster;
+      const sized = page.entries.map((v) => {
+        const entry = toEntry(here, v);
+        return { uuid: v.uuid, entry, bytes: jsonBytes(entry) };
+      });
+      const { taken, cut } = takeWithin(sized, (s) => s.bytes, LIST_REPLY_MAX_BYTES - bytes, entries.length === 0);
+      for (const s of taken) {
+        entries.push(s.entry);
+        bytes += s.bytes;
+      }
+      if (cut) return { entries, next_token: `${cluster}/${taken.at(-1)?.uuid ?? inner ?? ""}` };
+      const full = max > 0 && entries.length >= max;
+      if (page.nextToken) {
+        if (full) return { entries, next_token: `${cluster}/${page.nextToken}` };
+        inner = page.nextToken;
+        continue;
+      }
+      i++;
       inner = undefined;
-      entries.push(...page.entries);
-      if (page.nextToken) return { entries, next_token: `${cluster}/${page.nextToken}` };
-      const nextCluster = clusterIds[i + 1];
-      if (max > 0 && entries.length >= max) return { entries, next_token: nextCluster ? `${nextCluster}/` : "" };
+      if (full) return { entries, next_token: over[i] ? `${over[i]}/` : "" };
     }
     return { entries, next_token: "" };
   }
+
+  const volumeEntry = (cluster: string, v: VolumeView) => ({
+    volume: csiVolume(clusters.get(cluster) as ResolvedCluster, v),
+    status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: null },
+  });
+  const snapshotEntry = (cluster: string, s: SnapshotView) => ({ snapshot: csiSnapshot(cluster, s) });
 
   /** The pools a new volume may go to, in preference order: the named one, else the default pool first. */
   const poolCandidates = (cluster: ResolvedCluster, named?: string): ResolvedPool[] => {
     if (named) {
       const p = cluster.pools.find((x) => x.name === named);
-      if (!p) throw invalidArgument(`unknown pool ${named} in cluster ${cluster.clusterID}`);
+      if (!p) throw invalidArgument(`unknown pool ${quote(named)} in cluster ${cluster.clusterID}`);
       return [p];
     }
     return [...cluster.pools].sort((a, b) => Number(b.name === cluster.defaultPool) - Number(a.name === cluster.defaultPool));
@@ -111,7 +155,7 @@ export function controllerHandlers(deps: {
       const params = splitParameters(req.parameters);
       const { parameters, mutableParameters } = createLimits(params.rest, req.mutable_parameters ?? {});
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
-      if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
+      if (!cluster) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
       let source: { kind: "snapshot" | "volume"; uuid: string; poolID: number } | undefined;
       const cs = req.volume_content_source;
       if (cs?.snapshot || cs?.volume) {
@@ -135,7 +179,7 @@ export function controllerHandlers(deps: {
           parameters,
           mutableParameters,
           capabilities,
-          ...(source ? { source: { kind: source.kind, uuid: source.uuid } } : {}),
+          ...(source ? { source: { kind: source.kind, uuid: source.uuid }, sourcePoolId: source.poolID } : {}),
         },
         ctx,
       );
@@ -146,17 +190,20 @@ export function controllerHandlers(deps: {
       required(req.volume_id, "volume_id");
       const l = locate(req.volume_id);
       if (!l) return {}; // malformed or foreign: nothing of ours to delete
-      await call(l.cluster.clusterID, "volume.delete", { requestId: ctx.requestId, uuid: l.parts.uuid }, ctx);
+      await call(l.cluster.clusterID, "volume.delete", { requestId: ctx.requestId, ...ref(l) }, ctx);
       return {};
     },
 
     ControllerExpandVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
-      if (!req.capacity_range) throw invalidArgument("capacity_range is required");
-      const { sizeBytes, limitBytes } = capacityOf(req.capacity_range);
+      const { sizeBytes, limitBytes } = expansionOf(req.capacity_range);
       const cap = req.volume_capability ? toCapability(req.volume_capability) : undefined;
       const l = mustLocate(req.volume_id, "volume");
-      const v = await call(l.cluster.clusterID, "volume.expand", { requestId: ctx.requestId, uuid: l.parts.uuid, sizeBytes }, ctx);
+      // Only a limit: nothing to grow; the current size answers if it is within the limit.
+      const v =
+        sizeBytes > 0
+          ? await call(l.cluster.clusterID, "volume.expand", { requestId: ctx.requestId, ...ref(l), sizeBytes }, ctx)
+          : await call(l.cluster.clusterID, "volume.get", ref(l), ctx);
       if (limitBytes > 0 && v.sizeBytes > limitBytes) throw new DriverError("OutOfRange", `volume is ${v.sizeBytes} bytes, past limit_bytes ${limitBytes}`);
       const block = (cap ?? v.capabilities[0])?.accessType === "block";
       return { capacity_bytes: String(v.sizeBytes), node_expansion_required: !block };
@@ -167,7 +214,7 @@ export function controllerHandlers(deps: {
       // An empty map changes nothing (CSI: only the keys present are modified); the volume must still exist.
       const asked = parseMutableParameters(req.mutable_parameters ?? {});
       const l = mustLocate(req.volume_id, "volume");
-      const r = await call(l.cluster.clusterID, "volume.modify", { requestId: ctx.requestId, uuid: l.parts.uuid, mutableParameters: asked }, ctx);
+      const r = await call(l.cluster.clusterID, "volume.modify", { requestId: ctx.requestId, ...ref(l), mutableParameters: asked }, ctx);
       // Every claim holder gets the limits in force, also when nothing changed: a retried call repairs a send that failed.
       const work = { op: "limits", volumeId: req.volume_id, mutableParameters: r.volume.mutableParameters, seq: r.seq } as const;
       await Promise.all(r.volume.claims.map((c) => nodeWork.send(c.nodeId, { ...work, id: `limits-${l.parts.uuid}-${r.seq}-${shortHash(c.nodeId)}` })));
@@ -177,7 +224,7 @@ export function controllerHandlers(deps: {
     ControllerGetVolume: async (req, ctx) => {
       required(req.volume_id, "volume_id");
       const l = mustLocate(req.volume_id, "volume");
-      const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
+      const v = await call(l.cluster.clusterID, "volume.get", ref(l), ctx);
       return {
         volume: csiVolume(l.cluster, v),
         status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: v.condition ?? { abnormal: false, message: "" } },
@@ -188,11 +235,11 @@ export function controllerHandlers(deps: {
       required(req.volume_id, "volume_id");
       const caps = toCapabilities(req.volume_capabilities);
       const l = mustLocate(req.volume_id, "volume");
-      const v = await call(l.cluster.clusterID, "volume.get", { uuid: l.parts.uuid }, ctx);
+      const v = await call(l.cluster.clusterID, "volume.get", ref(l), ctx);
       const reasons = caps.map(unsupported).filter((x): x is string => !!x);
       // I/O limit keys (in parameters or mutable_parameters) are confirmed when valid: they can be changed.
       const { picked, rest: asked } = pickMutableParameters(splitParameters(req.parameters).rest);
-      for (const [k, val] of Object.entries(asked)) if (v.parameters[k] !== val) reasons.push(`parameter ${k} differs from the volume's`);
+      for (const [k, val] of Object.entries(asked)) if (v.parameters[k] !== val) reasons.push(`parameter ${quote(k)} differs from the volume's`);
       let mutable = {};
       try {
         parseMutableParameters(picked, "parameters");
@@ -212,22 +259,19 @@ export function controllerHandlers(deps: {
       };
     },
 
-    ListVolumes: async (req, ctx) => {
-      return fanOut(String(req.starting_token ?? ""), maxEntriesOf(req.max_entries), async (cluster, maxEntries, inner) => {
-        const page = await call(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx);
-        const config = clusters.get(cluster) as ResolvedCluster;
-        const entries = page.entries.map((v) => ({
-          volume: csiVolume(config, v),
-          status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: null },
-        }));
-        return page.nextToken ? { entries, nextToken: page.nextToken } : { entries };
-      });
-    },
+    ListVolumes: async (req, ctx) =>
+      fanOut(
+        clusterIds,
+        String(req.starting_token ?? ""),
+        maxEntriesOf(req.max_entries),
+        (cluster, maxEntries, inner) => call(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx),
+        volumeEntry,
+      ),
 
     GetCapacity: async (req, ctx) => {
       const params = splitParameters(req.parameters);
       const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
-      if (!cluster) throw invalidArgument(`unknown clusterID ${params.clusterID}`);
+      if (!cluster) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
       const none = { available_capacity: "0", maximum_volume_size: null, minimum_volume_size: null };
       if (req.volume_capabilities?.length) {
         for (const c of toCapabilities(req.volume_capabilities)) if (unsupported(c)) return none;
@@ -251,14 +295,14 @@ export function controllerHandlers(deps: {
       if (why) throw invalidArgument(why);
       const l = mustLocate(req.volume_id, "volume");
       const node = await nodes.get(req.node_id);
-      if (!node) throw notFound(`node ${req.node_id} is not registered`);
+      if (!node) throw notFound(`node ${quote(req.node_id)} is not registered`);
       const pool = l.cluster.pools.find((p) => p.id === l.parts.poolID);
       if (pool && !reaches(node.topology, pool))
-        throw new DriverError("FailedPrecondition", `node ${req.node_id} cannot reach pool ${pool.name} of this volume (topology)`);
+        throw new DriverError("FailedPrecondition", `node ${quote(req.node_id)} cannot reach pool ${pool.name} of this volume (topology)`);
       const r = await call(
         l.cluster.clusterID,
         "volume.publish",
-        { requestId: ctx.requestId, uuid: l.parts.uuid, nodeId: req.node_id, capability, readOnly: !!req.readonly, maxVolumes: node.maxVolumes },
+        { requestId: ctx.requestId, ...ref(l), nodeId: req.node_id, capability, readOnly: !!req.readonly, maxVolumes: node.maxVolumes },
         ctx,
       );
       return { publish_context: r.publishContext };
@@ -268,12 +312,7 @@ export function controllerHandlers(deps: {
       required(req.volume_id, "volume_id");
       const l = locate(req.volume_id);
       if (!l) return {}; // CSI: a volume we cannot have is unpublished everywhere
-      await call(
-        l.cluster.clusterID,
-        "volume.unpublish",
-        { requestId: ctx.requestId, uuid: l.parts.uuid, ...(req.node_id ? { nodeId: req.node_id } : {}) },
-        ctx,
-      );
+      await call(l.cluster.clusterID, "volume.unpublish", { requestId: ctx.requestId, ...ref(l), ...(req.node_id ? { nodeId: req.node_id } : {}) }, ctx);
       return {};
     },
 
@@ -285,7 +324,7 @@ export function controllerHandlers(deps: {
       const s = await call(
         l.cluster.clusterID,
         "snapshot.create",
-        { requestId: ctx.requestId, name: req.name, sourceUuid: l.parts.uuid, parameters: params.rest },
+        { requestId: ctx.requestId, name: req.name, sourceUuid: l.parts.uuid, sourcePoolId: l.parts.poolID, parameters: params.rest },
         ctx,
       );
       return { snapshot: csiSnapshot(l.cluster.clusterID, s) };
@@ -295,14 +334,14 @@ export function controllerHandlers(deps: {
       required(req.snapshot_id, "snapshot_id");
       const l = locate(req.snapshot_id);
       if (!l) return {};
-      await call(l.cluster.clusterID, "snapshot.delete", { requestId: ctx.requestId, uuid: l.parts.uuid }, ctx);
+      await call(l.cluster.clusterID, "snapshot.delete", { requestId: ctx.requestId, ...ref(l) }, ctx);
       return {};
     },
 
     GetSnapshot: async (req, ctx) => {
       required(req.snapshot_id, "snapshot_id");
       const l = mustLocate(req.snapshot_id, "snapshot");
-      const s = await call(l.cluster.clusterID, "snapshot.get", { uuid: l.parts.uuid }, ctx);
+      const s = await call(l.cluster.clusterID, "snapshot.get", ref(l), ctx);
       return { snapshot: csiSnapshot(l.cluster.clusterID, s) };
     },
 
@@ -314,25 +353,27 @@ export function controllerHandlers(deps: {
         if ((req.snapshot_id && !snap) || (req.source_volume_id && !src)) return { entries: [], next_token: "" };
         const cluster = (snap ?? src)?.cluster.clusterID as string;
         if (snap && src && snap.cluster.clusterID !== src.cluster.clusterID) return { entries: [], next_token: "" };
-        const { inner } = req.starting_token ? parsePageToken(String(req.starting_token), [cluster]) : { inner: undefined };
-        const page = await call(
-          cluster,
-          "snapshot.list",
-          {
-            maxEntries: max,
-            ...(inner ? { startingToken: inner } : {}),
-            ...(snap ? { snapshotUuid: snap.parts.uuid } : {}),
-            ...(src ? { sourceUuid: src.parts.uuid } : {}),
+        // A snapshot is in its source's pool: an id whose pool part differs names nothing.
+        const inPools = (s: SnapshotView) => (!snap || s.poolId === snap.parts.poolID) && (!src || s.poolId === src.parts.poolID);
+        const filter = { ...(snap ? { snapshotUuid: snap.parts.uuid } : {}), ...(src ? { sourceUuid: src.parts.uuid } : {}) };
+        return fanOut(
+          [cluster],
+          String(req.starting_token ?? ""),
+          max,
+          async (c, maxEntries, inner) => {
+            const page = await call(c, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}), ...filter }, ctx);
+            return { ...page, entries: page.entries.filter(inPools) };
           },
-          ctx,
+          snapshotEntry,
         );
-        return { entries: page.entries.map((s) => ({ snapshot: csiSnapshot(cluster, s) })), next_token: page.nextToken ? `${cluster}/${page.nextToken}` : "" };
       }
-      return fanOut(String(req.starting_token ?? ""), max, async (cluster, maxEntries, inner) => {
-        const page = await call(cluster, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx);
-        const entries = page.entries.map((sn) => ({ snapshot: csiSnapshot(cluster, sn) }));
-        return page.nextToken ? { entries, nextToken: page.nextToken } : { entries };
-      });
+      return fanOut(
+        clusterIds,
+        String(req.starting_token ?? ""),
+        max,
+        (cluster, maxEntries, inner) => call(cluster, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx),
+        snapshotEntry,
+      );
     },
   };
 }

@@ -3,8 +3,8 @@
  * A group is taken in one cluster (its journal locks every source volume and cuts them all);
  * arguments are checked before existence, as for the Controller service.
  */
-import { type Clusters, invalidArgument } from "@csi/contracts";
-import { type Handlers, type JournalClient, required } from "@csi/runtime";
+import { type Clusters, DriverError, invalidArgument, notFound, quote } from "@csi/contracts";
+import { type CallContext, type Handlers, type JournalClient, required } from "@csi/runtime";
 import { splitParameters } from "../domain/csi.js";
 import { csiGroupSnapshot } from "../domain/group-csi.js";
 import { journalRouting } from "./routing.js";
@@ -12,7 +12,17 @@ import { journalRouting } from "./routing.js";
 export const GROUP_CONTROLLER_CAPABILITIES = ["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"] as const;
 
 export function groupControllerHandlers(deps: { clusters: Clusters; journal: JournalClient }): Handlers<"GroupController"> {
-  const { call, locate, mustLocate } = journalRouting(deps);
+  const { call, locate, mustLocate, ref } = journalRouting(deps);
+
+  /** A group snapshot as the id names it: undefined when it does not exist or is in another pool than the id says (no aliases). */
+  const groupOf = async (l: NonNullable<ReturnType<typeof locate>>, snapshotUuids: string[] | undefined, ctx: CallContext) => {
+    const req = { uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) };
+    const g = await call(l.cluster.clusterID, "groupsnapshot.get", req, ctx).catch((err: unknown) => {
+      if (err instanceof DriverError && err.code === "NotFound") return undefined;
+      throw err;
+    });
+    return g && g.poolId === l.parts.poolID ? g : undefined;
+  };
 
   /**
    * The uuids of `snapshot_ids` (CSI's check of a group's members), or undefined when none were
@@ -22,7 +32,7 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
     if (!ids?.length) return undefined;
     return ids.map((id) => {
       const l = locate(id);
-      if (!l || l.cluster.clusterID !== clusterID) throw invalidArgument(`snapshot_ids: ${id.slice(0, 128)} is not a snapshot of this group snapshot`);
+      if (!l || l.cluster.clusterID !== clusterID) throw invalidArgument(`snapshot_ids: ${quote(id)} is not a snapshot of this group snapshot`);
       return l.parts.uuid;
     });
   };
@@ -34,6 +44,7 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       required(req.name, "name");
       const ids = req.source_volume_ids ?? [];
       if (ids.length === 0) throw invalidArgument("source_volume_ids is required");
+      for (const [i, id] of ids.entries()) required(id, `source_volume_ids[${i}]`);
       const params = splitParameters(req.parameters);
       const inClusters = new Set(ids.flatMap((id) => locate(id)?.cluster.clusterID ?? []));
       if (params.clusterID) inClusters.add(params.clusterID);
@@ -41,6 +52,8 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
         throw invalidArgument(`the source volumes are in several clusters (${[...inClusters].sort().join(", ")}): a group snapshot is taken in one`);
       const sources = ids.map((id) => mustLocate(id, "source volume"));
       const cluster = (sources[0] as (typeof sources)[number]).cluster.clusterID;
+      // Each source must be in the pool its id names (volume.get is NOT_FOUND otherwise): ids never alias.
+      await Promise.all(sources.map((l) => call(cluster, "volume.get", ref(l), ctx)));
       const g = await call(
         cluster,
         "groupsnapshot.create",
@@ -55,6 +68,7 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       const l = locate(req.group_snapshot_id);
       if (!l) return {}; // malformed or foreign: nothing of ours to delete
       const snapshotUuids = memberUuids(req.snapshot_ids, l.cluster.clusterID);
+      if (!(await groupOf(l, undefined, ctx))) return {}; // gone, or another pool than the id says: nothing of ours to delete
       await call(
         l.cluster.clusterID,
         "groupsnapshot.delete",
@@ -68,7 +82,8 @@ export function groupControllerHandlers(deps: { clusters: Clusters; journal: Jou
       required(req.group_snapshot_id, "group_snapshot_id");
       const l = mustLocate(req.group_snapshot_id, "group snapshot");
       const snapshotUuids = memberUuids(req.snapshot_ids, l.cluster.clusterID);
-      const g = await call(l.cluster.clusterID, "groupsnapshot.get", { uuid: l.parts.uuid, ...(snapshotUuids ? { snapshotUuids } : {}) }, ctx);
+      const g = await groupOf(l, snapshotUuids, ctx);
+      if (!g) throw notFound(`group snapshot ${quote(req.group_snapshot_id)} does not exist`);
       return { group_snapshot: csiGroupSnapshot(l.cluster.clusterID, g) };
     },
   };

@@ -9,11 +9,14 @@ import {
   DriverError,
   type JournalCommand,
   notFound,
+  quote,
   type ResolvedCluster,
   type VolumeIdParts,
 } from "@csi/contracts";
 import type { CallContext, JournalClient } from "@csi/runtime";
 import { tryDecode } from "../domain/csi.js";
+
+type Located = { cluster: ResolvedCluster; parts: VolumeIdParts };
 
 export function journalRouting(deps: { clusters: Clusters; journal: JournalClient }) {
   const { clusters, journal } = deps;
@@ -25,17 +28,24 @@ export function journalRouting(deps: { clusters: Clusters; journal: JournalClien
     return journal.call(cluster, command, req, { signal: ctx.signal, ...(left !== undefined ? { timeoutMs: left } : {}) });
   };
 
-  /** The cluster and parts of an id, or undefined when the id cannot name anything we have. */
-  const locate = (id: string): { cluster: ResolvedCluster; parts: VolumeIdParts } | undefined => {
+  /**
+   * The cluster and parts of an id, or undefined when the id cannot name anything we have: it
+   * does not decode, or names a cluster we do not know, or a pool that cluster does not have.
+   */
+  const locate = (id: string): Located | undefined => {
     const parts = tryDecode(id);
-    const cluster = parts && clusters.get(parts.clusterID);
-    return parts && cluster ? { cluster, parts } : undefined;
+    if (!parts) return undefined;
+    const cluster = clusters.get(parts.clusterID);
+    return cluster?.pools.some((p) => p.id === parts.poolID) ? { cluster, parts } : undefined;
   };
   const mustLocate = (id: string, what: string) => {
     const l = locate(id);
-    if (!l) throw notFound(`${what} ${id} does not exist`);
+    if (!l) throw notFound(`${what} ${quote(id)} does not exist`);
     return l;
   };
 
-  return { call, locate, mustLocate };
+  /** What a journal command names: the uuid, and the id's pool (a record in another pool is not found: ids never alias). */
+  const ref = (l: Located) => ({ uuid: l.parts.uuid, poolId: l.parts.poolID });
+
+  return { call, locate, mustLocate, ref };
 }

@@ -4,7 +4,17 @@
  * undoing a reservation, folding appended events into the record a reply shows, paged reads.
  * The commands themselves live in journal.ts (volumes, snapshots) and group-snapshots.ts.
  */
-import { alreadyExists, DriverError, invalidArgument, isUuid, type Kind, type ResolvedCluster, type StoredEvent } from "@csi/contracts";
+import {
+  alreadyExists,
+  DriverError,
+  invalidArgument,
+  isUuid,
+  type Kind,
+  MAX_PAGE_ENTRIES,
+  quote,
+  type ResolvedCluster,
+  type StoredEvent,
+} from "@csi/contracts";
 import type { Append } from "../adapters/event-log.js";
 import { KINDS, type RecordOf } from "../domain/kinds.js";
 import type { PoolBackend } from "../domain/pool-backend.js";
@@ -16,6 +26,8 @@ import type { Operation, OperationEnv } from "./operation.js";
 export interface JournalDeps extends OperationEnv {
   cluster: ResolvedCluster;
   pools: Map<string, PoolBackend>;
+  /** The NATS connection's max_payload: replies are cut to fit under it (default: NATS's 1 MiB). */
+  maxPayload?: number;
 }
 
 type Completing<R, C> = Extract<Verdict<R, C>, { kind: "complete" }>;
@@ -34,7 +46,7 @@ export class Aggregates {
   /** A configured pool; an unknown one is InvalidArgument. */
   pool(name: string): PoolBackend {
     const p = this.d.pools.get(name);
-    if (!p) throw invalidArgument(`unknown pool ${name} in cluster ${this.cluster}`);
+    if (!p) throw invalidArgument(`unknown pool ${quote(name)} in cluster ${this.cluster}`);
     return p;
   }
 
@@ -143,11 +155,15 @@ export class Aggregates {
     return this.d.store.hashes(keys);
   }
 
-  /** One page of an index of `kind` uuids, with their hashes; the token is the last uuid of the previous page. */
-  async page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
-    if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
+  /**
+   * One page of an index of `kind` uuids, with their hashes; the token is the last uuid of the
+   * previous page. `maxEntries` 0 (or more than MAX_PAGE_ENTRIES) reads MAX_PAGE_ENTRIES at most.
+   */
+  async page(index: string, token: string | undefined, askedEntries: number, kind: Kind) {
+    const maxEntries = askedEntries > 0 ? Math.min(askedEntries, MAX_PAGE_ENTRIES) : MAX_PAGE_ENTRIES;
+    if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${quote(token)}`);
     if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
-    const uuids = await this.d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
+    const uuids = await this.d.store.indexPage(index, token, maxEntries + 1);
     const next = nextToken(uuids, maxEntries);
     const page = next ? uuids.slice(0, maxEntries) : uuids;
     const hashes = await this.d.store.hashes(page.map((u) => this.keys.record(kind, u)));

@@ -27,22 +27,26 @@ import {
   type EventBody,
   inForce,
   invalidArgument,
+  jsonBytes,
   limitsToContext,
+  MAX_PAGE_ENTRIES,
   notFound,
   type ParsedRequest,
   readerOnly,
+  replyBudget,
   roundUpToMiB,
   type SnapshotView,
   type StoredEvent,
   sameMutableParameters,
   subjects,
+  takeWithin,
   type VolumeView,
 } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
-import { type Hash, isLive, isMade, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
+import { type Hash, inPool, isLive, isMade, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
 import { checkSnapshotReservation, checkVolumeReservation, digestOf, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
 import { Aggregates, type JournalDeps } from "./aggregates.js";
 import { GroupSnapshots } from "./group-snapshots.js";
@@ -96,7 +100,7 @@ export class Journal {
       const settled = await this.#settle(op, "volume", req.name, nameSeq, hash, checkVolumeReservation(ask, dirUuid, record, image));
       if ("done" in settled) return volumeView(settled.done);
       // Source checks come after the name checks: an existing volume is answered as it is.
-      if (req.source && !source) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
+      if (req.source && (!source || !inPool(sourceHash, req.sourcePoolId))) throw notFound(`source ${req.source.kind} ${req.source.uuid} does not exist`);
       if (source && source.pool !== poolName) {
         throw invalidArgument(`source ${req.source?.kind} is in pool ${source.pool}, not ${poolName}: cross-pool clones are not supported`);
       }
@@ -215,19 +219,19 @@ export class Journal {
   }
 
   async deleteVolume(req: ParsedRequest<"volume.delete">): Promise<CommandResult<"volume.delete">> {
-    return this.#deleteAggregate("volume", req.uuid, req.requestId, async (r) => {
+    return this.#deleteAggregate("volume", req.uuid, req.poolId, req.requestId, async (r) => {
       if (r.claims.length > 0) {
         throw new DriverError("FailedPrecondition", `volume is published to ${r.claims.map((c) => c.nodeId).join(", ")}: unpublish it first`);
       }
     });
   }
 
-  async #deleteAggregate<K extends ImageKind>(kind: K, uuid: string, requestId: string, check: (r: RecordOf<K>) => Promise<void>) {
+  async #deleteAggregate<K extends ImageKind>(kind: K, uuid: string, poolId: number | undefined, requestId: string, check: (r: RecordOf<K>) => Promise<void>) {
     return runOperation(this.#d, requestId, async (op) => {
       const k = this.#k;
       const first = await op.lock({ locks: [k.uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] });
       const h = first.hashes[0];
-      if (!isLive(h)) return { deleted: false }; // unknown: deleting is idempotent
+      if (!isLive(h) || !inPool(h, poolId)) return { deleted: false }; // unknown: deleting is idempotent
       const r = KINDS[kind].fromHash(uuid, h);
       await check(r);
       const second = await op.lock({
@@ -256,11 +260,13 @@ export class Journal {
     return runOperation(this.#d, req.requestId, async (op) => {
       const read = await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
       const h = read.hashes[0];
-      if (!isLive(h)) throw notFound(`volume ${req.uuid} does not exist`);
+      if (!isLive(h) || !inPool(h, req.poolId)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const want = roundUpToMiB(req.sizeBytes);
       if (want <= r.sizeBytes) return volumeView(r); // never shrink: the current size answers
-      const img = await this.#a.pool(r.pool).resizeImage(r.imageName, want);
+      const pool = this.#a.pool(r.pool);
+      if (want > pool.maxImageBytes) throw new DriverError("OutOfRange", `${want} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
+      const img = await pool.resizeImage(r.imageName, want);
       const expanded = await op.append({
         subject: this.#a.recordSubject("volume", r.uuid),
         body: { type: "VolumeExpanded", uuid: r.uuid, sizeBytes: img.sizeBytes },
@@ -274,7 +280,7 @@ export class Journal {
   async modifyVolume(req: ParsedRequest<"volume.modify">): Promise<CommandResult<"volume.modify">> {
     return runOperation(this.#d, req.requestId, async (op) => {
       const [h] = (await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] })).hashes;
-      if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
+      if (!isMade(h) || !inPool(h, req.poolId)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const next = applyMutableParameters(r.mutableParameters, req.mutableParameters);
       if (sameMutableParameters(next, r.mutableParameters)) return { volume: volumeView(r), seq: r.seq, changed: false };
@@ -286,7 +292,7 @@ export class Journal {
 
   async getVolume(req: ParsedRequest<"volume.get">): Promise<VolumeView> {
     const [h] = await this.#a.read([this.#k.record("volume", req.uuid)]);
-    if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
+    if (!isMade(h) || !inPool(h, req.poolId)) throw notFound(`volume ${req.uuid} does not exist`);
     const r = volumeFromHash(req.uuid, h);
     const img = await this.#a.poolOf(r.pool)?.statImage(r.imageName);
     const condition = !img
@@ -307,7 +313,7 @@ export class Journal {
         counts: [this.#k.nodeClaims(req.nodeId)],
       });
       const h = read.hashes[0];
-      if (!isMade(h)) throw notFound(`volume ${req.uuid} does not exist`);
+      if (!isMade(h) || !inPool(h, req.poolId)) throw notFound(`volume ${req.uuid} does not exist`);
       const r = volumeFromHash(req.uuid, h);
       const readOnly = req.readOnly || readerOnly(req.capability);
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
@@ -343,7 +349,7 @@ export class Journal {
     return runOperation(this.#d, req.requestId, async (op) => {
       const read = await op.lock({ locks: [this.#k.uuidLock("volume", req.uuid)], hashes: [this.#k.record("volume", req.uuid)], fields: [] });
       const h = read.hashes[0];
-      if (!isLive(h)) return { deleted: false }; // CSI: a volume that is gone is unpublished everywhere
+      if (!isLive(h) || !inPool(h, req.poolId)) return { deleted: false }; // CSI: a volume that is gone is unpublished everywhere
       const r = volumeFromHash(req.uuid, h);
       const released = r.claims.filter((c) => req.nodeId === undefined || c.nodeId === req.nodeId);
       let seq = r.seq;
@@ -363,7 +369,7 @@ export class Journal {
     const { uuids, hashes, next } = await this.#a.page(this.#k.index("volume"), req.startingToken, req.maxEntries, "volume");
     // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
     const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [volumeView(volumeFromHash(u, hashes[i] as Hash))] : []));
-    return next ? { entries, nextToken: next } : { entries };
+    return this.#fitReply(entries, (v) => v.uuid, next);
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -378,7 +384,7 @@ export class Journal {
       const settled = await this.#settle(op, "snapshot", req.name, nameSeq, hash, verdict);
       if ("done" in settled) return snapshotView(settled.done);
       const src = alsoHashes[0];
-      if (!isMade(src)) throw notFound(`source volume ${req.sourceUuid} does not exist`);
+      if (!isMade(src) || !inPool(src, req.sourcePoolId)) throw notFound(`source volume ${req.sourceUuid} does not exist`);
       const source = volumeFromHash(req.sourceUuid, src);
       const pool = this.#a.pool(source.pool);
       const uuid = randomUUID();
@@ -402,7 +408,7 @@ export class Journal {
   }
 
   async deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Promise<CommandResult<"snapshot.delete">> {
-    return this.#deleteAggregate("snapshot", req.uuid, req.requestId, async (r) => {
+    return this.#deleteAggregate("snapshot", req.uuid, req.poolId, req.requestId, async (r) => {
       // CSI: a member of a group snapshot cannot be deleted on its own (DeleteSnapshot → INVALID_ARGUMENT).
       if (r.groupSnapshotUuid && (await this.groups.isLive(r.groupSnapshotUuid))) {
         throw invalidArgument(`snapshot ${r.uuid} is part of group snapshot ${r.groupSnapshotUuid}: delete the group snapshot instead`);
@@ -412,7 +418,7 @@ export class Journal {
 
   async getSnapshot(req: ParsedRequest<"snapshot.get">): Promise<SnapshotView> {
     const [h] = await this.#a.read([this.#k.record("snapshot", req.uuid)]);
-    if (!isLive(h)) throw notFound(`snapshot ${req.uuid} does not exist`);
+    if (!isLive(h) || !inPool(h, req.poolId)) throw notFound(`snapshot ${req.uuid} does not exist`);
     return snapshotView(snapshotFromHash(req.uuid, h));
   }
 
@@ -427,7 +433,7 @@ export class Journal {
     const index = req.sourceUuid ? this.#k.snapsOf(req.sourceUuid) : this.#k.index("snapshot");
     const { uuids, hashes, next } = await this.#a.page(index, req.startingToken, req.maxEntries, "snapshot");
     const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [snapshotView(snapshotFromHash(u, hashes[i] as Hash))] : []));
-    return next ? { entries, nextToken: next } : { entries };
+    return this.#fitReply(entries, (s) => s.uuid, next);
   }
 
   async poolStat(req: ParsedRequest<"pool.stat">): Promise<CommandResult<"pool.stat">> {
@@ -455,7 +461,23 @@ export class Journal {
       const ofName = await this.#d.log.history([this.#a.nameSubject(k.kind, reserved.name)]);
       named.push(...ofName.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid));
     }
-    const events = [...own, ...named].sort((a, b) => a.seq - b.seq);
-    return { events: events.map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> })) };
+    const after = Number(req.startingToken ?? 0);
+    const events = [...own, ...named].filter((e) => e.seq > after).sort((a, b) => a.seq - b.seq);
+    const max = req.maxEntries > 0 ? req.maxEntries : MAX_PAGE_ENTRIES;
+    const page = events.slice(0, max).map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> }));
+    const { entries, nextToken } = this.#fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
+    return nextToken ? { events: entries, nextToken } : { events: entries };
+  }
+
+  /**
+   * A page cut so that its encoded reply stays under the connection's max payload (less
+   * headroom for the envelope): the entries that fit, and the token to go on from — the last
+   * one kept when the page was cut, else `next` (where the store's page ended).
+   */
+  #fitReply<T>(entries: T[], tokenOf: (e: T) => string, next: string | undefined): { entries: T[]; nextToken?: string } {
+    const { taken, cut } = takeWithin(entries, (e) => jsonBytes(e) + 1, replyBudget(this.#d.maxPayload));
+    const last = taken[taken.length - 1];
+    const nextToken = cut && last ? tokenOf(last) : next;
+    return nextToken ? { entries: taken, nextToken } : { entries: taken };
   }
 }

@@ -7,8 +7,21 @@
  * (WORKING_BEAT, an empty message) every `beatEveryMs` until its reply, so that the caller
  * (JournalClient) can tell a replica that works from one that died and send the command again
  * (docs/journal.md, "Failover"). A fast command sends none: the cost is one timer.
+ *
+ * No reply can crash the journal: list and history replies are cut to fit (journal.ts), and a
+ * reply that would still pass the connection's max_payload is answered with a small
+ * ResourceExhausted error instead; a publish that fails anyway is logged, not thrown.
  */
-import { DriverError, describeZodError, type JournalCommand, journalContract, subjects, toWireError } from "@csi/contracts";
+import {
+  DriverError,
+  describeZodError,
+  type JournalCommand,
+  journalContract,
+  NATS_DEFAULT_MAX_PAYLOAD,
+  REPLY_HEADROOM_BYTES,
+  subjects,
+  toWireError,
+} from "@csi/contracts";
 import { WORKING_BEAT } from "@csi/runtime";
 import { type Service, type ServiceMsg, Svcm } from "@nats-io/services";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -96,20 +109,30 @@ export async function serveJournal(
           requestId = (parsed.data as { requestId?: string }).requestId;
           return handlers[command](parsed.data as never);
         };
-        reply().then(
-          (result) => {
-            stopBeating();
-            msg.respond(JSON.stringify({ ok: true, result }));
-            logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
-          },
-          (e: unknown) => {
-            stopBeating();
-            const wire = toWireError(e);
-            if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
-            else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
-            msg.respond(JSON.stringify({ ok: false, error: wire }));
-          },
-        );
+        const send = (body: string) => {
+          try {
+            msg.respond(body);
+          } catch (e) {
+            logger.error({ err: e, command, requestId, bytes: Buffer.byteLength(body, "utf8") }, "reply could not be sent");
+          }
+        };
+        const refuse = (e: unknown) => {
+          stopBeating();
+          const wire = toWireError(e);
+          if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
+          else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
+          send(JSON.stringify({ ok: false, error: wire }));
+        };
+        reply().then((result) => {
+          stopBeating();
+          const body = JSON.stringify({ ok: true, result });
+          const bytes = Buffer.byteLength(body, "utf8");
+          const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
+          if (bytes > limit)
+            return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
+          send(body);
+          logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+        }, refuse);
       },
     });
   }

@@ -6,7 +6,7 @@
  */
 import { readFile } from "node:fs/promises";
 import path from "node:path";
-import { DriverError } from "@csi/contracts";
+import { DriverError, validateMountFlags } from "@csi/contracts";
 import { findByMountPoint, type MountEntry, parseMountInfo } from "../domain/mountinfo.js";
 import { runRetrying } from "./exec.js";
 import { canonicalPath } from "./paths.js";
@@ -18,14 +18,8 @@ export interface MountOptions {
   readOnly?: boolean;
 }
 
-/** Reject an option that could smuggle another option or a command-line flag into mount(8). */
-export function validateMountFlags(flags: readonly string[]): void {
-  for (const f of flags) {
-    if (f === "" || f.includes(",") || /\s/.test(f) || f.startsWith("-") || f.includes("\0")) {
-      throw new DriverError("InvalidArgument", `invalid mount flag ${JSON.stringify(f)}: must be one option, without ",", whitespace or a leading "-"`);
-    }
-  }
-}
+/** The mount-flag rule lives in contracts (the controller checks it at create, too). */
+export { validateMountFlags };
 
 /** Mount paths must be absolute: that also keeps them from being read as command-line flags. */
 function requireAbsolute(what: string, p: string): void {
