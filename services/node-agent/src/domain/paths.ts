@@ -29,16 +29,23 @@ export function quoteInput(s: string, max = QUOTE_MAX): string {
   let taken = 0;
   for (const c of s) {
     if (body.length >= max) break;
-    body += /^[\x20-\x7e]$/.test(c) ? (c === '"' || c === "\\" ? `\\${c}` : c) : escape(c);
+    body += /^[\x20-\x7e]$/.test(c) ? (c === '"' || c === "\\" ? `\\${c}` : c) : escapeChar(c);
     taken += c.length;
   }
   return `"${body}"${taken < s.length ? "…" : ""}`;
 }
 
 /** A character as JSON-style \uXXXX escapes, one per UTF-16 unit. */
-const escape = (c: string) => Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, "0")}`).join("");
+const escapeChar = (c: string) => Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, "0")}`).join("");
 
-const CONTROL = /[\u0000-\u001f\u007f]/;
+/** Whether `s` holds a control character (C0, NUL included, or DEL). */
+export function hasControlCharacter(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const u = s.charCodeAt(i);
+    if (u < 0x20 || u === 0x7f) return true;
+  }
+  return false;
+}
 
 /** Whether `p` is `root` or lies below it (both clean absolute paths). */
 export function isUnder(root: string, p: string): boolean {
@@ -56,7 +63,7 @@ export function validateCoPath(p: string, what = "path", forbidden: readonly str
   if (typeof p !== "string" || p === "") throw invalid(`${what} is empty`);
   const bytes = Buffer.byteLength(p, "utf8");
   if (bytes > MAX_PATH_BYTES) throw invalid(`${what} is ${bytes} bytes long, more than ${MAX_PATH_BYTES}: ${quoteInput(p)}`);
-  if (CONTROL.test(p)) throw invalid(`${what} contains a control character (NUL included): ${quoteInput(p)}`);
+  if (hasControlCharacter(p)) throw invalid(`${what} contains a control character (NUL included): ${quoteInput(p)}`);
   if (!p.startsWith("/")) throw invalid(`${what} ${quoteInput(p)} must be absolute`);
   const segments = p.split("/");
   if (segments.includes("..") || segments.includes(".")) throw invalid(`${what} ${quoteInput(p)} must not contain "." or ".." segments`);
@@ -77,7 +84,7 @@ export function parseForbiddenRoots(text: string | undefined): string[] {
     const t = r.trim();
     const n = path.posix.normalize(t);
     const clean = n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n;
-    if (!t.startsWith("/") || clean !== t.replace(/\/+$/, "") || CONTROL.test(t))
+    if (!t.startsWith("/") || clean !== t.replace(/\/+$/, "") || hasControlCharacter(t))
       throw new Error(`forbidden root ${quoteInput(t)} must be a clean absolute path`);
     return clean;
   });
