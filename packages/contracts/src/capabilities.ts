@@ -27,7 +27,8 @@ export const isSingleNode = (m: AccessMode) => SINGLE_NODE.has(m);
 
 /** Why this driver cannot serve a capability, or undefined if it can. */
 export function unsupported(c: Capability): string | undefined {
-  if (c.accessType === "mount" && c.fsType && !isSupportedFs(c.fsType)) return `filesystem ${c.fsType} is not supported (${SUPPORTED_FS.join(", ")})`;
+  if (c.accessType === "mount" && c.fsType && !isSupportedFs(c.fsType))
+    return `filesystem ${JSON.stringify(c.fsType.slice(0, 32))}${c.fsType.length > 32 ? "…" : ""} is not supported (${SUPPORTED_FS.join(", ")})`;
   if (c.accessType === "mount" && MULTI_WRITER.has(c.accessMode))
     return `${c.accessMode} needs a block volume: a filesystem cannot be written from several nodes`;
   return undefined;

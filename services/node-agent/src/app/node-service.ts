@@ -359,7 +359,8 @@ export class NodeService {
     const clean = validateCoPath(p, what, this.#forbidden);
     await withDeadline(this.#timeoutMs, `checking ${what}`, async () => {
       await requireNoSymlinks(clean, what);
-      const fs = await mnt.fsTypeAt(clean);
+      // The filesystem the path lies in (its parent's): a mount at the path itself is the placement's business (ours, or foreign).
+      const fs = await mnt.fsTypeAt(path.dirname(clean));
       if (fs && PSEUDO_FS.has(fs))
         throw invalidArgument(`${what} ${quoteInput(clean, 128)} lies in a ${fs} filesystem, where the node never stages or publishes`);
     });
