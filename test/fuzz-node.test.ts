@@ -212,7 +212,7 @@ describe("fuzz: hostile Node requests over gRPC and NATS", { skip }, () => {
       secrets.push(x);
       return { password: x, token: x };
     };
-    const maybe = <T>(g: Gen<T>) => (r.chance(0.08) ? { value: undefined } : g);
+    const maybe = <T>(g: Gen<T>): Gen<T | undefined> => (r.chance(0.08) ? { value: undefined } : g);
     /** Keep the sandbox's own volumes untouched: never their recorded staging path or target (except where reading). */
     const notOurs = (g: Gen<string>) =>
       g.value === blk.staging || g.value === fsv.staging || g.value === blk.target || g.value === fsv.target ? paths()[0]! : g;
@@ -224,7 +224,7 @@ describe("fuzz: hostile Node requests over gRPC and NATS", { skip }, () => {
       const rpc = r.pick(Object.keys(DOCUMENTED));
       const vol = maybe(r.pick(volumeIds()));
       const volumeId = vol.value;
-      let p1 = maybe(notOurs(r.pick(paths())));
+      let p1: Gen<string | undefined> = maybe(notOurs(r.pick(paths())));
       // The volume in the pool would stage for real at a valid path: give it only paths that are not valid.
       if (rpc === "NodeStageVolume" && vol.volume === "pool" && p1.value !== undefined) p1 = r.pick(paths().filter((g) => g.invalid));
       const p2 = maybe(notOurs(r.pick(paths())));
