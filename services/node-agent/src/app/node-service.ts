@@ -262,11 +262,7 @@ export class NodeService {
       const plan = planUnpublish(v, seen, ours);
       if (plan.kind === "refuse") throw new DriverError(plan.code, plan.reason);
       if (plan.kind === "nothing" || !v) return;
-      let top = seen.mounts.at(-1);
-      while (top && ours(top)) {
-        await mnt.unmount(target);
-        top = (await mnt.mountsAt(target)).at(-1);
-      }
+      await this.#unmountOurs(target, ours, seen.mounts);
       const left = await this.#look(target);
       if (left.mounts.length === 0) {
         // Remove the target the agent made: an empty directory or a (block bind target) file, never recursively.
@@ -289,11 +285,7 @@ export class NodeService {
       if (refusal) throw new DriverError(refusal.code, refusal.reason);
       const path = v.staging?.path ?? req.stagingPath;
       const ours = await this.#oursFor(v);
-      let top = (await mnt.mountsAt(path)).at(-1);
-      while (top && ours(top)) {
-        await mnt.unmount(path);
-        top = (await mnt.mountsAt(path)).at(-1);
-      }
+      const top = await this.#unmountOurs(path, ours, await mnt.mountsAt(path));
       if (top) throw new DriverError("FailedPrecondition", `a ${top.fsType} filesystem this node did not mount covers ${quoteInput(path, 128)}`);
       if (v.staging) this.#report(v, "unstaged", req.origin, { path });
       await this.d.ioLimits?.unstaging(v, req.origin); // before the detach frees the device number for another volume
@@ -305,6 +297,16 @@ export class NodeService {
       delete this.#state.volumes[req.volumeId];
       await this.#save();
     });
+  }
+
+  /** Unmount the mounts at `p` while the visible one is ours (`mounts`: those there now); returns the one left visible, if any. */
+  async #unmountOurs(p: string, ours: (m: MountEntry) => boolean, mounts: readonly MountEntry[]): Promise<MountEntry | undefined> {
+    let top = mounts.at(-1);
+    while (top && ours(top)) {
+      await mnt.unmount(p);
+      top = (await mnt.mountsAt(p)).at(-1);
+    }
+    return top;
   }
 
   /** Tells a mount of the volume (of its loop device now, or of the one the state file recorded) from any other. */
