@@ -259,6 +259,7 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
         const id = (await create("pvc-mv-nocg", { mutable_parameters: SANITY })).volume?.volume_id as string;
         const pub = await ctrl.ControllerPublishVolume({ volume_id: id, node_id: NODE, volume_capability: mountCap, readonly: false });
         const staging = path.join(root, "staging", "nocg");
+        await mkdir(path.dirname(staging), { recursive: true }); // the CO's part
         await node.NodeStageVolume({ volume_id: id, staging_target_path: staging, volume_capability: mountCap, publish_context: pub.publish_context });
         const failed = await eventually(async () => {
           const f = (await history(id)).find((e) => e.type === "DeviceStateReported" && e.state === "failed");
@@ -284,6 +285,7 @@ describe("ControllerModifyVolume and mutable_parameters", () => {
       assert.equal(pub.publish_context.readBytesPerSecond, "1048576");
       assert.match(pub.publish_context.ioLimitsSeq ?? "", /^[0-9]+$/);
       const staging = path.join(root, "staging", "node");
+      await mkdir(path.dirname(staging), { recursive: true }); // the CO's part
       const uuid = decomposeVolumeId(id).uuid;
       const badCtx = { ...pub.publish_context, writeIOPS: "lots" };
       assert.equal(await code(node.NodeStageVolume({ volume_id: id, staging_target_path: staging, volume_capability: mountCap, publish_context: badCtx })), 3);

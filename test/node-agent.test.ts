@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { open, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -41,7 +41,12 @@ const code = (p: Promise<unknown>) =>
     () => 0,
     (e: { code: number }) => e.code,
   );
-const kubelet = (...parts: string[]) => path.join(root, "kubelet", ...parts);
+/** A path under the fake kubelet directory whose parent exists (the CO creates it; the agent only the last component). */
+const kubelet = (...parts: string[]) => {
+  const p = path.join(root, "kubelet", ...parts);
+  mkdirSync(path.dirname(p), { recursive: true });
+  return p;
+};
 
 const stateDir = () => path.join(root, "node-state");
 async function startAgent(extra: Record<string, string> = {}) {
@@ -238,7 +243,7 @@ describe("node-agent on real devices", { skip }, () => {
         ["unknown volume", () => node.NodeStageVolume({ volume_id: valid, staging_target_path: stagingPath, volume_capability: mountCap() }), 5],
         ["malformed volume", () => node.NodeStageVolume({ volume_id: "some-vol-id", staging_target_path: stagingPath, volume_capability: mountCap() }), 5],
         [
-          "hostile image name",
+          "hostile image name, unknown volume",
           () =>
             node.NodeStageVolume({
               volume_id: valid,
@@ -246,7 +251,7 @@ describe("node-agent on real devices", { skip }, () => {
               volume_capability: mountCap(),
               publish_context: { imageName: "../../etc/passwd" },
             }),
-          3,
+          5,
         ],
         [
           "publish unknown volume",

@@ -53,7 +53,7 @@ const machine = async () => ({
 describe("Node calls are checked in the spec's order", { skip }, () => {
   before(async () => {
     s = await NodeStack.start();
-    never = s.kubelet("never", "made");
+    never = path.join(s.root, "kubelet", "never", "made"); // its parent does not exist either
     vol = await s.createAndPublish("pvc-order-vol", mountCap(), FS_MIN_BYTES);
     blk = await s.createAndPublish("pvc-order-blk", blockCap(), 8 * MiB);
     blkStaging = s.kubelet("plugins", "staging", blk.uuid);
@@ -87,8 +87,24 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
       ],
       ["stage: malformed volume id", () => n.NodeStageVolume({ volume_id: "some-vol-id", staging_target_path: never, volume_capability: cap }), NOT_FOUND],
       [
-        "stage: hostile image name",
+        "stage: unknown volume, hostile image name",
         () => n.NodeStageVolume({ volume_id: GHOST, staging_target_path: never, volume_capability: cap, publish_context: { imageName: "../../etc/passwd" } }),
+        NOT_FOUND,
+      ],
+      [
+        "stage: existing volume, another image's name",
+        () =>
+          n.NodeStageVolume({
+            volume_id: vol.id,
+            staging_target_path: never,
+            volume_capability: cap,
+            publish_context: { ...vol.ctx, imageName: blk.ctx.imageName as string },
+          }),
+        INVALID_ARGUMENT,
+      ],
+      [
+        "stage: existing volume, a path under /proc",
+        () => n.NodeStageVolume({ volume_id: vol.id, staging_target_path: "/proc/x/y", volume_capability: cap, publish_context: vol.ctx }),
         INVALID_ARGUMENT,
       ],
       [

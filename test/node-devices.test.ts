@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdtemp, open, readdir, readFile, realpath, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readdir, readFile, realpath, stat, truncate, unlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it, type TestContext } from "node:test";
@@ -19,7 +19,7 @@ import { run } from "../services/node-agent/src/adapters/exec.js";
 import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "../services/node-agent/src/adapters/filesystem.js";
 import { attach, detach, findByBackingFile, list, refreshSize } from "../services/node-agent/src/adapters/loop.js";
 import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "../services/node-agent/src/adapters/mount.js";
-import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "../services/node-agent/src/adapters/paths.js";
+import { removeFile, removeIfEmptyDir, safeJoin } from "../services/node-agent/src/adapters/paths.js";
 import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsLeftUnder, mountsUnder, whyNoDevices } from "./support/machine.js";
 
 const MiB = 1024 * 1024;
@@ -45,6 +45,9 @@ async function sparseFile(file: string, size: number): Promise<void> {
   await truncate(file, size);
 }
 
+/** The test's own directories (what the CO would make). */
+const mkdirs = (d: string) => mkdir(d, { recursive: true, mode: 0o750 });
+
 const rejectsWith = (p: Promise<unknown>, code: string) => assert.rejects(p, { name: "DriverError", code });
 
 let dirs = 0;
@@ -56,7 +59,7 @@ let dirs = 0;
 async function inOwnDir(name: string, body: (dir: string) => Promise<void>): Promise<void> {
   const dir = safeJoin(tmp, `${name}-${++dirs}`);
   try {
-    await ensureDir(dir);
+    await mkdirs(dir);
     await body(dir);
     assert.deepEqual(await loopsUnder(dir), [], "no loop device left behind");
     assert.deepEqual(
@@ -93,7 +96,7 @@ function lifecycle(fsType: "ext4" | "xfs", size: number, grownSize: number, skip
         roTarget: safeJoin(root, "pods", "p2", "mount"),
       };
       await sparseFile(v.image, size);
-      for (const d of [v.staging, v.target, v.roTarget]) await ensureDir(d);
+      for (const d of [v.staging, v.target, v.roTarget]) await mkdirs(d);
       if (at("attached")) v.device = await attach(v.image);
       if (at("formatted")) await makeFs(v.device, fsType);
       if (at("mounted")) {
@@ -286,7 +289,7 @@ function lifecycle(fsType: "ext4" | "xfs", size: number, grownSize: number, skip
         const { image, staging } = v;
         const device = await attach(image);
         v.device = device;
-        await ensureDir(staging);
+        await mkdirs(staging);
         await mount(device, staging, { fsType, readOnly: true });
         try {
           assert.equal(await readFile(path.join(staging, "from-target.txt"), "utf8"), "pod data");
@@ -374,7 +377,7 @@ describe("loop devices: edge cases", { skip: skipAll }, () => {
       const image = path.join(dir, "busy.img");
       const mnt = path.join(dir, "busy-mnt");
       await sparseFile(image, 32 * MiB);
-      await ensureDir(mnt);
+      await mkdirs(mnt);
       const device = await attach(image);
       await makeFs(device, "ext4");
       await mount(device, mnt, { fsType: "ext4" });
@@ -416,7 +419,8 @@ describe("loop devices: edge cases", { skip: skipAll }, () => {
       const file = path.join(dir, "pods", "p3", "volumeDevices", "dev");
       await sparseFile(image, 16 * MiB);
       const device = await attach(image);
-      await ensureFile(file);
+      await mkdirs(path.dirname(file));
+      await writeFile(file, "", { flag: "a" });
       await bindMount(device, file);
       try {
         assert.ok((await stat(file)).isBlockDevice());

@@ -5,10 +5,12 @@
  * unmounts and detaches everything under that directory before removing it — also after a
  * failed test.
  */
+import { mkdirSync } from "node:fs";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
-import { type AccessMode, DeviceStateReported, decomposeVolumeId } from "@csi/contracts";
+import { type AccessMode, DeviceStateReported, decomposeVolumeId, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { cleanupUnder, hasXfs } from "./machine.js";
 import { type ServiceProcess, spawnService, writeClustersFile } from "./processes.js";
@@ -64,12 +66,13 @@ export class NodeStack {
 
   private static nodeSocket = (root: string) => `unix://${path.join(root, "node.sock")}`;
 
-  private static spawnAgent(base: Record<string, string>, root: string, nodeId: string): Promise<ServiceProcess> {
-    const env = { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000" };
+  private static spawnAgent(base: Record<string, string>, root: string, nodeId: string, extra: Record<string, string> = {}): Promise<ServiceProcess> {
+    const env = { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000", ...extra };
     return spawnService("node-agent", env, { args: ["--endpoint", NodeStack.nodeSocket(root), "--nodeid", nodeId] });
   }
 
-  static async start(opts: { nodeId?: string } = {}): Promise<NodeStack> {
+  /** `agentEnv`: more environment for the node-agent (e.g. LOG_LEVEL, NODE_OP_TIMEOUT_MS). */
+  static async start(opts: { nodeId?: string; agentEnv?: Record<string, string> } = {}): Promise<NodeStack> {
     const env = await startTestServers();
     const root = await realpath(env.dir);
     const nodeId = opts.nodeId ?? "node-a";
@@ -81,7 +84,7 @@ export class NodeStack {
       procs.push(await spawnService("journal", { ...base, CLUSTER_ID: CLUSTER }));
       const ctrlSock = `unix://${path.join(root, "controller.sock")}`;
       procs.push(await spawnService("controller", base, { args: ["--endpoint", ctrlSock] }));
-      const agent = await NodeStack.spawnAgent(base, root, nodeId);
+      const agent = await NodeStack.spawnAgent(base, root, nodeId, opts.agentEnv);
       procs.push(agent);
       nc = await connect({ servers: env.nats.url });
       return new NodeStack(env, root, nodeId, clustersFile, nc, csiClient(ctrlSock, "Controller"), procs.slice(0, 2), agent);
@@ -94,17 +97,25 @@ export class NodeStack {
     }
   }
 
-  /** A path under the stack's fake kubelet directory. */
+  /**
+   * A path under the stack's fake kubelet directory, whose parent directory exists: the CO
+   * creates the parent of a staging or target path, the node-agent only the last component.
+   */
   kubelet(...parts: string[]): string {
-    return path.join(this.root, "kubelet", ...parts);
+    const p = path.join(this.root, "kubelet", ...parts);
+    mkdirSync(path.dirname(p), { recursive: true });
+    return p;
   }
 
-  /** Stop the agent (SIGKILL with `kill`), run `meanwhile` (what happens behind its back), start it again. */
-  async restartAgent(opts: { kill?: boolean; meanwhile?: () => Promise<void> } = {}): Promise<void> {
+  /**
+   * Stop the agent (SIGKILL with `kill`), run `meanwhile` (what happens behind its back), start it
+   * again (with `env` added to its environment, for this run only).
+   */
+  async restartAgent(opts: { kill?: boolean; meanwhile?: () => Promise<void>; env?: Record<string, string> } = {}): Promise<void> {
     if (opts.kill) await this.agent.kill();
     else await this.agent.stop();
     await opts.meanwhile?.();
-    this.agent = await NodeStack.spawnAgent(this.base, this.root, this.nodeId);
+    this.agent = await NodeStack.spawnAgent(this.base, this.root, this.nodeId, opts.env);
     this.node.close();
     this.node = csiClient(NodeStack.nodeSocket(this.root), "Node");
   }
@@ -124,6 +135,13 @@ export class NodeStack {
       if (want(reports) || i >= 50) return reports;
       await new Promise((r) => setTimeout(r, 100));
     }
+  }
+
+  /** Send node work to this node over NATS and wait (up to ~10 s) until the agent has acknowledged everything on its queue. */
+  async work(w: NodeWork): Promise<void> {
+    await jetstream(this.nc).publish(nodeWorkSubjects.forNode(this.nodeId), JSON.stringify(w), { msgID: w.id });
+    const jsm = await jetstreamManager(this.nc);
+    for (let i = 0; i < 100 && (await jsm.streams.info(NODE_WORK_STREAM)).state.messages > 0; i++) await new Promise((r) => setTimeout(r, 100));
   }
 
   /** Stop everything, then unmount and detach whatever is left under `root` before removing it. */

@@ -3,6 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { parseForbiddenRoots } from "./domain/paths.js";
 
 export const NodeAgentConfig = z.object({
   natsUrl: z.string().default("nats://127.0.0.1:4222"),
@@ -23,8 +24,24 @@ export const NodeAgentConfig = z.object({
     .refine((s) => s === undefined || (path.posix.normalize(s) === s && s.startsWith("/sys/fs/cgroup/")), {
       message: "IO_LIMITS_CGROUP must be a clean absolute path under /sys/fs/cgroup/",
     }),
+  /** Roots no staging or target path may be under (NODE_FORBIDDEN_ROOTS, comma-separated; default /proc,/sys,/dev). */
+  forbiddenRoots: z
+    .string()
+    .optional()
+    .transform((s, ctx) => {
+      try {
+        return parseForbiddenRoots(s);
+      } catch (err) {
+        ctx.addIssue({ code: "custom", message: `NODE_FORBIDDEN_ROOTS: ${(err as Error).message}` });
+        return z.NEVER;
+      }
+    }),
+  /** The deadline of every node operation, waiting for the volume's lock included (NODE_OP_TIMEOUT_MS). */
+  opTimeoutMs: z.coerce.number().int().min(100).default(120_000),
   /** Fault injection for tests: SIGKILL this process right after reporting this device state. */
   crashAfter: z.string().optional(),
+  /** Fault injection for tests: the first time this command is to run, a blocking `sleep` runs first (NODE_STALL_BEFORE). */
+  stallBefore: z.string().optional(),
 });
 export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
@@ -41,6 +58,9 @@ export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAge
     maxVolumes: env.MAX_VOLUMES_PER_NODE,
     heartbeatMs: env.HEARTBEAT_MS,
     ioLimitsCgroup: env.IO_LIMITS_CGROUP,
+    forbiddenRoots: env.NODE_FORBIDDEN_ROOTS,
+    opTimeoutMs: env.NODE_OP_TIMEOUT_MS,
     crashAfter: env.NODE_CRASH_AFTER,
+    stallBefore: env.NODE_STALL_BEFORE,
   });
 }

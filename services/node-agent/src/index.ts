@@ -8,6 +8,7 @@ import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
 import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { stallOnceBefore } from "./adapters/exec.js";
 import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
 import { IoLimiter } from "./app/io-limiter.js";
@@ -28,6 +29,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
   const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
+  if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
   await ioLimits.load();
@@ -38,6 +40,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     reporter,
     log,
     ioLimits,
+    forbiddenRoots: cfg.forbiddenRoots,
+    opTimeoutMs: cfg.opTimeoutMs,
   });
   await svc.load();
   const healed = await svc.heal(); // before serving: put back what should be there
@@ -65,7 +69,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     endpoint: cfg.endpoint,
     log,
     services: {
-      Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() }),
+      // Not ready while the node's registration cannot be read back: the controller would refuse every publish to it.
+      Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() && heartbeat.registered() }),
       Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
     },
   });

@@ -5,6 +5,9 @@
  * is ever interpreted. The locale is forced to C so that the stderr texts we match on
  * ("target is busy", "No such device or address") are the English ones.
  *
+ * A command run inside a node operation is killed when the operation's deadline passes, and
+ * none starts after it (adapters/deadline.ts): that failure is DeadlineExceeded.
+ *
  * A failure becomes a `CommandError` (a `DriverError`) whose message names the command, its
  * exit status and its stderr. Only device paths, mount paths and tool flags pass through here —
  * never secrets — so the message is safe to log and to return to the CO.
@@ -12,6 +15,7 @@
 import { execFile } from "node:child_process";
 import { DriverError, type ErrorName } from "@csi/contracts";
 import { retry } from "@csi/runtime";
+import { currentSignal } from "./deadline.js";
 
 export interface RunOptions {
   /** Kill the command (SIGKILL) after this long. Default 60 s. */
@@ -47,10 +51,29 @@ export class CommandError extends DriverError {
   }
 }
 
+let stallBefore: string | undefined;
+/**
+ * Fault injection (tests only, NODE_STALL_BEFORE): the next time `cmd` is to run, a real
+ * `sleep 3600` runs first, as a step that blocks would, until the operation's deadline kills it.
+ */
+export function stallOnceBefore(cmd: string): void {
+  stallBefore = cmd;
+}
+
 /** Run `cmd args...` and return its output; throw a `CommandError` on any failure. */
-export function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+export async function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  if (stallBefore !== undefined && stallBefore === cmd) {
+    stallBefore = undefined;
+    await run("sleep", ["3600"], { timeoutMs: 3_600_000 });
+  }
+  return runOnce(cmd, args, opts);
+}
+
+function runOnce(cmd: string, args: readonly string[], opts: RunOptions): Promise<RunResult> {
   const argv = [cmd, ...args];
   const shown = argv.join(" ");
+  const signal = currentSignal();
+  if (signal?.aborted) return Promise.reject(signal.reason);
   return new Promise((resolve, reject) => {
     execFile(
       cmd,
@@ -59,6 +82,7 @@ export function run(cmd: string, args: readonly string[], opts: RunOptions = {})
         encoding: "utf8",
         timeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
         killSignal: "SIGKILL",
+        ...(signal ? { signal } : {}),
         maxBuffer: 16 * 1024 * 1024,
         env: { ...process.env, LC_ALL: "C" },
       },
@@ -70,6 +94,10 @@ export function run(cmd: string, args: readonly string[], opts: RunOptions = {})
           const detail = stderr.trim().slice(0, MAX_STDERR_IN_MESSAGE) || "(no stderr)";
           const name: ErrorName = TRANSIENT.test(stderr) ? "Unavailable" : "Internal";
           return reject(new CommandError(name, `${shown} failed (exit ${e.code}): ${detail}`, argv, e.code, stderr, { cause: err }));
+        }
+        if (e.name === "AbortError" && signal?.aborted) {
+          const why = signal.reason instanceof Error ? signal.reason.message : "the operation was aborted";
+          return reject(new CommandError("DeadlineExceeded", `${shown} was killed: ${why}`, argv, undefined, stderr, { cause: err }));
         }
         if (e.code === "ENOENT") {
           return reject(

@@ -7,7 +7,7 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { DriverError, validateMountFlags } from "@csi/contracts";
-import { findByMountPoint, type MountEntry, parseMountInfo } from "../domain/mountinfo.js";
+import { containingMount, findByMountPoint, type MountEntry, parseMountInfo } from "../domain/mountinfo.js";
 import { runRetrying } from "./exec.js";
 import { canonicalPath } from "./paths.js";
 
@@ -83,4 +83,9 @@ export async function mountsAt(target: string): Promise<MountEntry[]> {
 /** Whether something is mounted at `p` (a bind mount of the same filesystem counts too). */
 export async function isMountPoint(p: string): Promise<boolean> {
   return findByMountPoint(await readMounts(), await canonicalPath(p)) !== undefined;
+}
+
+/** The type of the filesystem `p` lies in (the deepest mount at or above it). `p` must be absolute, clean and free of symlinks. */
+export async function fsTypeAt(p: string): Promise<string | undefined> {
+  return containingMount(await readMounts(), p)?.fsType;
 }

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { lstat, mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readdir, realpath, rm, stat, symlink, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin, validateCoPath } from "./paths.js";
+import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks, safeJoin } from "./paths.js";
 
 const invalid = { name: "DriverError", code: "InvalidArgument" };
 
@@ -37,64 +37,53 @@ describe("safeJoin", () => {
   it("resolves a relative root", () => assert.equal(safeJoin("rel", "x"), path.resolve("rel", "x")));
 });
 
-describe("validateCoPath", () => {
-  for (const [p, want] of [
-    ["/var/lib/kubelet/pods/x/volumes/v/mount", "/var/lib/kubelet/pods/x/volumes/v/mount"],
-    ["/with space/and-ünïcode", "/with space/and-ünïcode"],
-    ["/trailing/", "/trailing"],
-    ["/double//slash", "/double/slash"],
-    ["/", "/"],
-    ["/a..b/..c/d..", "/a..b/..c/d.."],
-  ] as const) {
-    it(`accepts ${JSON.stringify(p)} → ${want}`, () => assert.equal(validateCoPath(p), want));
-  }
-  for (const [name, p] of [
-    ["relative", "var/lib/x"],
-    ["dot-relative", "./x"],
-    ["empty", ""],
-    ["a .. segment", "/var/lib/../etc"],
-    ["a trailing ..", "/var/.."],
-    ["a . segment", "/var/./lib"],
-    ["a NUL byte", "/var/lib\0/x"],
-    ["too long", `/${"a".repeat(5000)}`],
-  ] as const) {
-    it(`rejects ${name}`, () => assert.throws(() => validateCoPath(p), invalid));
-  }
-});
-
-describe("ensureDir / ensureFile / removeIfEmptyDir / removeFile", () => {
+describe("createLast / requireNoSymlinks / lookAt / removeIfEmptyDir / removeFile", () => {
   let dir: string;
   before(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), "node-agent-paths-"));
+    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), "node-agent-paths-")));
+    await mkdir(path.join(dir, "a", "b", "c"), { recursive: true });
   });
   after(async () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("ensureDir creates nested directories and is idempotent", async () => {
-    const p = path.join(dir, "a", "b", "c");
-    await ensureDir(p);
-    await ensureDir(p);
+  it("createLast makes the last component only, and says whether it made it", async () => {
+    const p = path.join(dir, "made");
+    assert.equal(await createLast(p, "dir"), true);
+    assert.equal(await createLast(p, "dir"), false);
     assert.ok((await stat(p)).isDirectory());
-  });
-
-  it("ensureDir refuses a path that is a file", async () => {
-    const f = path.join(dir, "file-not-dir");
-    await writeFile(f, "x");
-    await assert.rejects(ensureDir(f), { code: "FailedPrecondition" });
-  });
-
-  it("ensureFile creates an empty file (and its parent), keeps an existing one", async () => {
-    const f = path.join(dir, "blk", "target");
-    await ensureFile(f);
+    const f = path.join(dir, "made-file");
+    assert.equal(await createLast(f, "file"), true);
     assert.equal((await stat(f)).size, 0);
-    await writeFile(f, "keep");
-    await ensureFile(f);
-    assert.equal((await stat(f)).size, 4);
   });
 
-  it("ensureFile refuses a directory", async () => {
-    await assert.rejects(ensureFile(path.join(dir, "a")), { code: "FailedPrecondition" });
+  it("createLast never makes a parent (the CO does)", async () => {
+    await assert.rejects(createLast(path.join(dir, "no", "such", "parent"), "dir"), { code: "FailedPrecondition" });
+    await assert.rejects(lstat(path.join(dir, "no")), { code: "ENOENT" });
+  });
+
+  it("requireNoSymlinks accepts real directories and missing tails, refuses a symlink anywhere and a file in the middle", async () => {
+    await requireNoSymlinks(path.join(dir, "a", "b", "c"));
+    await requireNoSymlinks(path.join(dir, "a", "not", "there", "yet"));
+    await symlink(path.join(dir, "a"), path.join(dir, "link"));
+    await assert.rejects(requireNoSymlinks(path.join(dir, "link")), invalid);
+    await assert.rejects(requireNoSymlinks(path.join(dir, "link", "b")), invalid);
+    await writeFile(path.join(dir, "plain"), "x");
+    await assert.rejects(requireNoSymlinks(path.join(dir, "plain", "x")), invalid);
+  });
+
+  it("lookAt tells absent, empty and full directories, files, and whether the parent exists", async () => {
+    const seen = async (p: string) => {
+      const s = await lookAt(p, []);
+      return `${s.kind}${s.empty ? "/empty" : ""}${s.parentIsDir ? "" : "/orphan"}`;
+    };
+    assert.equal(await seen(path.join(dir, "a", "b", "c")), "dir/empty");
+    assert.equal(await seen(path.join(dir, "a")), "dir");
+    assert.equal(await seen(path.join(dir, "a", "none")), "absent");
+    assert.equal(await seen(path.join(dir, "none", "none")), "absent/orphan");
+    assert.equal(await seen(path.join(dir, "plain")), "file");
+    assert.equal(await seen(path.join(dir, "made-file")), "file/empty");
+    assert.equal(await seen(path.join(dir, "link")), "other");
   });
 
   it("removeIfEmptyDir removes an empty directory, keeps a non-empty one, accepts a missing one", async () => {

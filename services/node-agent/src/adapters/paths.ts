@@ -1,13 +1,15 @@
 /**
- * Paths on the node: checking the ones the CO gives us, joining our own under a root, and
- * creating/removing staging and target paths — never recursively, so a mistake can at worst
- * leave an empty directory behind, never delete a volume's data.
+ * Paths on the node: looking at the ones the CO gives us (their text is checked in
+ * domain/paths.ts), joining our own under a root, and creating/removing staging and target
+ * paths — only their last component, never recursively, so a mistake can at worst leave an
+ * empty directory behind, never delete a volume's data or make a tree somewhere.
  */
-import { lstat, mkdir, open, realpath, rmdir, unlink } from "node:fs/promises";
+import { lstat, mkdir, open, opendir, realpath, rmdir, unlink } from "node:fs/promises";
 import path from "node:path";
-import { DriverError } from "@csi/contracts";
-
-const PATH_MAX = 4096;
+import { DriverError, quote } from "@csi/contracts";
+import type { MountEntry } from "../domain/mountinfo.js";
+import type { PathSeen } from "../domain/placement.js";
+import { checkDeadline } from "./deadline.js";
 
 const invalid = (msg: string) => new DriverError("InvalidArgument", msg);
 
@@ -31,22 +33,6 @@ export function safeJoin(root: string, ...parts: string[]): string {
 }
 
 /**
- * Check a path given by the CO (staging or target path) and return it in clean form (duplicate
- * and trailing slashes removed). It must be absolute, without NUL bytes, and without "." or
- * ".." segments: we do not guess what a path that needs resolving was meant to be.
- */
-export function validateCoPath(p: string, what = "path"): string {
-  if (typeof p !== "string" || p === "") throw invalid(`${what} is empty`);
-  if (p.includes("\0")) throw invalid(`${what} contains a NUL byte`);
-  if (p.length > PATH_MAX) throw invalid(`${what} is longer than ${PATH_MAX} bytes`);
-  if (!p.startsWith("/")) throw invalid(`${what} ${JSON.stringify(p)} must be absolute`);
-  const segments = p.split("/");
-  if (segments.includes("..") || segments.includes(".")) throw invalid(`${what} ${JSON.stringify(p)} must not contain "." or ".." segments`);
-  const clean = path.posix.normalize(p);
-  return clean.length > 1 && clean.endsWith("/") ? clean.slice(0, -1) : clean;
-}
-
-/**
  * `p` as the kernel writes it (a loop device's backing file, a mount point in mountinfo):
  * absolute, symlinks resolved. A path that does not exist (yet) is only made absolute.
  */
@@ -57,27 +43,61 @@ export async function canonicalPath(p: string): Promise<string> {
 
 const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
 
-/** Create directory `p` (and its parents) if needed; an existing non-directory is an error. */
-export async function ensureDir(p: string, mode = 0o750): Promise<void> {
-  try {
-    await mkdir(p, { recursive: true, mode });
-  } catch (err) {
-    if (code(err) === "EEXIST" || code(err) === "ENOTDIR") throw new DriverError("FailedPrecondition", `${p} exists and is not a directory`, { cause: err });
-    throw new DriverError("Internal", `cannot create directory ${p}: ${(err as Error).message}`, { cause: err });
+/**
+ * NO symlink among the components of `p` that exist (lstat on each, from the root down), and
+ * none of them but the last anything but a directory: a caller's path is used as written, never
+ * followed somewhere else. Read-only; INVALID_ARGUMENT otherwise.
+ */
+export async function requireNoSymlinks(p: string, what = "path"): Promise<void> {
+  const parts = p.split("/").filter(Boolean);
+  for (let i = 1; i <= parts.length; i++) {
+    const prefix = `/${parts.slice(0, i).join("/")}`;
+    checkDeadline();
+    const st = await lstat(prefix).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return undefined;
+      if (err.code === "ENOTDIR") throw invalid(`${what}: a component of ${quote(p, 128)} is not a directory`);
+      throw new DriverError("Internal", `cannot look at ${quote(prefix, 128)}: ${err.code ?? err.message}`, { cause: err });
+    });
+    if (!st) return; // the rest does not exist (yet)
+    if (st.isSymbolicLink()) throw invalid(`${what} ${quote(p, 128)} goes through a symbolic link (${quote(prefix, 128)}); give the path it points to`);
+    if (i < parts.length && !st.isDirectory()) throw invalid(`${what}: ${quote(prefix, 128)} in ${quote(p, 128)} is not a directory`);
   }
 }
 
+/** What is at `p` (a checked path, without symlinks), for the placement decisions; `mounts` are the mounts at `p`. */
+export async function lookAt(p: string, mounts: readonly MountEntry[]): Promise<PathSeen> {
+  const st = await lstat(p).catch(() => undefined);
+  const parent = await lstat(path.dirname(p)).catch(() => undefined);
+  const kind = !st ? "absent" : st.isDirectory() ? "dir" : st.isFile() ? "file" : "other";
+  let empty = false;
+  if (kind === "file") empty = st?.size === 0;
+  else if (kind === "dir" && mounts.length === 0) {
+    const dir = await opendir(p);
+    try {
+      empty = (await dir.read()) === null;
+    } finally {
+      await dir.close().catch(() => {});
+    }
+  }
+  return { path: p, kind, empty, parentIsDir: parent?.isDirectory() ?? false, mounts };
+}
+
 /**
- * Create an empty file at `p` (the target of a block volume's bind mount) if nothing is there;
- * its parent directory is created too. An existing file or device node is fine; a directory is not.
+ * Create the last component of `p` — a directory, or the empty file a block volume's device is
+ * bound onto — and nothing else: its parent must exist (the CO creates it). Returns true when
+ * this call made it, false when it was there already.
  */
-export async function ensureFile(p: string, mode = 0o640): Promise<void> {
-  await ensureDir(path.dirname(p));
+export async function createLast(p: string, kind: "dir" | "file"): Promise<boolean> {
+  checkDeadline();
   try {
-    await (await open(p, "wx", mode)).close();
+    if (kind === "dir") await mkdir(p, { mode: 0o750 });
+    else await (await open(p, "wx", 0o640)).close();
+    return true;
   } catch (err) {
-    if (code(err) !== "EEXIST") throw new DriverError("Internal", `cannot create file ${p}: ${(err as Error).message}`, { cause: err });
-    if ((await lstat(p)).isDirectory()) throw new DriverError("FailedPrecondition", `${p} exists and is a directory`);
+    if (code(err) === "EEXIST") return false;
+    if (code(err) === "ENOENT" || code(err) === "ENOTDIR")
+      throw new DriverError("FailedPrecondition", `the parent directory of ${quote(p, 128)} does not exist (the CO creates it)`, { cause: err });
+    throw new DriverError("Internal", `cannot create ${quote(p, 128)}: ${code(err) ?? (err as Error).message}`, { cause: err });
   }
 }
 
@@ -86,6 +106,7 @@ export async function ensureFile(p: string, mode = 0o640): Promise<void> {
  * false when it is not empty (then it is left alone). A mount point is an error.
  */
 export async function removeIfEmptyDir(p: string): Promise<boolean> {
+  checkDeadline();
   try {
     await rmdir(p);
     return true;
@@ -108,6 +129,7 @@ export async function removeIfEmptyDir(p: string): Promise<boolean> {
 
 /** Remove file `p` (never a directory); a missing file is success, a mounted one an error. */
 export async function removeFile(p: string): Promise<void> {
+  checkDeadline();
   try {
     await unlink(p);
   } catch (err) {

@@ -2,8 +2,15 @@
  * Node registration and heartbeat: the agent publishes its NodeRegistration on
  * `csi.nodes.<nodeId>` into the CSI_NODES stream (last message per subject kept) at start and
  * every heartbeat interval; the controller reads it to know the node exists and is healthy.
+ *
+ * After each publish the agent reads its registration back, the way the controller reads it (the
+ * last message of its subject). When that fails (a damaged or misconfigured stream keeps
+ * acknowledging publishes but does not return them) the controller would answer "node is not
+ * registered" to every ControllerPublishVolume: the agent logs an error at each heartbeat and
+ * reports itself not ready (Identity Probe) until the read-back works again. It keeps serving
+ * the Node RPCs: volumes already published here must still be unpublishable.
  */
-import { NODES_STREAM, type NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
 import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -23,13 +30,40 @@ export async function ensureNodesStream(nc: NatsConnection): Promise<void> {
   }
 }
 
-export function startHeartbeat(nc: NatsConnection, reg: () => NodeRegistration, log: Logger): { stop(): void; beat(): Promise<void> } {
+/** Why the registration just published cannot be read back, or undefined when it can. */
+export async function whyNotReadBack(nc: NatsConnection, sent: NodeRegistration): Promise<string | undefined> {
+  const jsm = await jetstreamManager(nc);
+  const msg = await jsm.streams.getMessage(NODES_STREAM, { last_by_subj: nodeSubjects.registration(sent.nodeId) }).catch((err: unknown) => String(err));
+  if (typeof msg === "string" || !msg) return `no registration of this node in ${NODES_STREAM}${msg ? ` (${msg.slice(0, 200)})` : ""}`;
+  const got = NodeRegistration.safeParse(msg.json());
+  if (!got.success || got.data.nodeId !== sent.nodeId) return `the last registration of this node in ${NODES_STREAM} is not a valid one`;
+  if (got.data.time < sent.time) return `${NODES_STREAM} returns an older registration (${got.data.time}) than the one just sent (${sent.time})`;
+  return undefined;
+}
+
+const READ_BACK_TRIES = 3;
+
+export function startHeartbeat(nc: NatsConnection, reg: () => NodeRegistration, log: Logger): { stop(): void; beat(): Promise<void>; registered(): boolean } {
   const js = jetstream(nc);
+  let registered = false;
   const beat = async () => {
     const r = reg();
     await js.publish(nodeSubjects.registration(r.nodeId), JSON.stringify(r));
+    let why: string | undefined;
+    for (let i = 0; i < READ_BACK_TRIES; i++) {
+      why = await whyNotReadBack(nc, r);
+      if (!why) break;
+      await new Promise((res) => setTimeout(res, 100 * (i + 1)));
+    }
+    if (why)
+      log.error(
+        { stream: NODES_STREAM, why },
+        "node registration cannot be read back: the controller cannot publish volumes to this node; reporting not ready",
+      );
+    else if (!registered) log.info({ stream: NODES_STREAM }, "node registration read back");
+    registered = why === undefined;
   };
   const timer = setInterval(() => beat().catch((err) => log.warn({ err: String(err) }, "heartbeat failed")), reg().heartbeatMs);
   timer.unref();
-  return { stop: () => clearInterval(timer), beat };
+  return { stop: () => clearInterval(timer), beat, registered: () => registered };
 }

@@ -6,7 +6,8 @@
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
 import { randomUUID } from "node:crypto";
-import { lstat, realpath } from "node:fs/promises";
+import { realpath } from "node:fs/promises";
+import path from "node:path";
 import {
   type Capability,
   type Clusters,
@@ -14,21 +15,26 @@ import {
   type DeviceState,
   DriverError,
   decomposeVolumeId,
-  IMAGE_NAME_RE,
+  invalidArgument,
   type MutableParameters,
   notFound,
+  quote,
   readerOnly,
   volumeImageName,
 } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
+import { Deadline, outsideDeadline, withDeadline } from "../adapters/deadline.js";
 import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";
 import * as mnt from "../adapters/mount.js";
-import { ensureDir, ensureFile, removeFile, removeIfEmptyDir, safeJoin } from "../adapters/paths.js";
+import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks, safeJoin } from "../adapters/paths.js";
 import type { StateFile } from "../adapters/state-file.js";
 import { type HealAction, planHeal } from "../domain/heal.js";
+import { isMountOfDevice, type MountEntry, PSEUDO_FS } from "../domain/mountinfo.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
+import { DEFAULT_FORBIDDEN_ROOTS, validateCoPath } from "../domain/paths.js";
+import { type PathSeen, placeMount, planUnpublish } from "../domain/placement.js";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
 
@@ -40,16 +46,38 @@ export interface NodeServiceDeps {
   log: Logger;
   /** I/O limits (ControllerModifyVolume) on the volumes' devices; absent = none are applied. */
   ioLimits?: IoLimiter;
+  /** No staging or target path may be one of these or under one (NODE_FORBIDDEN_ROOTS); the pools' roots and the state file's directory are added. */
+  forbiddenRoots?: readonly string[];
+  /** The deadline of each operation, waiting for the volume's lock included (NODE_OP_TIMEOUT_MS). */
+  opTimeoutMs?: number;
 }
+
+export const DEFAULT_OP_TIMEOUT_MS = 120_000;
+
+/** A caller's volume id in a message: short and escaped. */
+const qid = (id: string) => quote(id);
 
 export class NodeService {
   #state: NodeState = emptyState();
   readonly #mutex = new KeyedMutex();
 
-  constructor(private readonly d: NodeServiceDeps) {}
+  readonly #forbidden: readonly string[];
+  readonly #timeoutMs: number;
+
+  constructor(private readonly d: NodeServiceDeps) {
+    const own = [...this.poolRoots, path.dirname(d.stateFile.file)].map((p) => path.resolve(p));
+    this.#forbidden = [...(d.forbiddenRoots ?? DEFAULT_FORBIDDEN_ROOTS), ...own];
+    this.#timeoutMs = d.opTimeoutMs ?? DEFAULT_OP_TIMEOUT_MS;
+  }
 
   get poolRoots(): string[] {
     return this.d.clusters.clusters.flatMap((c) => c.pools.map((p) => p.root));
+  }
+
+  /** Run one operation on a volume: one at a time per volume, all of it (the wait for the lock too) within the deadline. */
+  #op<T>(volumeId: string, what: string, fn: () => Promise<T>): Promise<T> {
+    const deadline = new Deadline(this.#timeoutMs, what);
+    return deadline.bound(this.#mutex.run(volumeId, () => deadline.run(fn)));
   }
 
   volumes(): VolumeState[] {
@@ -73,20 +101,34 @@ export class NodeService {
     this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
 
-  /** Where a volume's image is: its id names cluster and pool; the pool's root holds `<image>.img`. */
+  /**
+   * Where a volume's image is: its id names cluster, pool and uuid; the journal names a volume's
+   * image after its uuid (`volumeImageName`, the one function both use), and the pool's root holds
+   * `<image>.img`. The publish context's imageName is never used to pick the image: when it is
+   * given and names another one, the call is refused.
+   */
   async #locate(volumeId: string, publishContext: Record<string, string>): Promise<Pick<VolumeState, "clusterID" | "uuid" | "imagePath">> {
     const parts = decomposeVolumeId(volumeId); // malformed → NotFound
     const cluster = this.d.clusters.get(parts.clusterID);
     const pool = cluster?.pools.find((p) => p.id === parts.poolID);
-    if (!cluster || !pool) throw notFound(`volume ${volumeId}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
-    const imageName = publishContext.imageName ?? volumeImageName(parts.uuid);
-    if (!IMAGE_NAME_RE.test(imageName)) throw new DriverError("InvalidArgument", `publish context imageName ${JSON.stringify(imageName)} is not an image name`);
+    if (!cluster || !pool) throw notFound(`volume ${qid(volumeId)}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
+    const imageName = volumeImageName(parts.uuid);
     const file = safeJoin(pool.root, `${imageName}.img`);
     const imagePath = await realpath(file).catch(() => {
-      throw notFound(`volume ${volumeId}: image ${imageName} does not exist in pool ${pool.name}`);
+      throw notFound(`volume ${qid(volumeId)}: image ${imageName} does not exist in pool ${pool.name}`);
     });
     if (!imagePath.startsWith(`${await realpath(pool.root)}/`)) throw new DriverError("InvalidArgument", `image ${imageName} resolves outside its pool`);
+    const given = publishContext.imageName;
+    if (given !== undefined && given !== imageName)
+      throw invalidArgument(
+        `publish_context imageName ${quote(given)} is not the image of volume ${qid(volumeId)}; the node takes the image from the volume id`,
+      );
     return { clusterID: cluster.clusterID, uuid: parts.uuid, imagePath };
+  }
+
+  /** What is at a (checked) path now, with the mounts there. */
+  async #look(p: string): Promise<PathSeen> {
+    return lookAt(p, await mnt.mountsAt(p));
   }
 
   /** The volume's loop device, attaching it if it is not attached. */
@@ -100,10 +142,24 @@ export class NodeService {
     return device;
   }
 
-  async #mountStaging(v: VolumeState, device: string, origin: Origin): Promise<void> {
+  /**
+   * Mount the volume's filesystem at its staging path, making it first if the device has none.
+   * A mount there from `replace` (the volume's old device, as the healer found it) is replaced;
+   * any other mount that is not of `device` is refused, never unmounted.
+   */
+  async #mountStaging(v: VolumeState, device: string, origin: Origin, replace?: string): Promise<void> {
     const staging = v.staging;
     if (staging?.capability.accessType !== "mount") return;
     const cap = staging.capability;
+    let seen = await this.#look(staging.path);
+    const top = seen.mounts.at(-1);
+    if (top && replace !== undefined && top.source === replace && top.source !== device) {
+      await mnt.unmount(staging.path);
+      seen = await this.#look(staging.path);
+    }
+    const place = placeMount(seen, "dir", (m) => m.source === device);
+    if (place.kind === "refuse") throw new DriverError(place.code, place.reason);
+    if (place.kind === "mounted") return;
     let fs = await fsx.detectFs(device);
     if (!fs) {
       if (v.readOnly) throw new DriverError("FailedPrecondition", "the volume has no filesystem and is attached read-only: it cannot be formatted");
@@ -113,28 +169,46 @@ export class NodeService {
     } else if (cap.fsType && cap.fsType !== fs) {
       throw new DriverError("FailedPrecondition", `volume holds ${fs}, not the requested ${cap.fsType}`);
     }
-    await ensureDir(staging.path);
-    const current = (await mnt.mountsAt(staging.path)).at(-1);
-    if (current?.source === device) return;
-    if (current) await mnt.unmount(staging.path);
+    if (place.create) await createLast(staging.path, "dir");
     await mnt.mount(device, staging.path, { fsType: fs, flags: cap.mountFlags ?? [], readOnly: v.readOnly });
     this.#report(v, "staged", origin, { device, path: staging.path });
   }
 
-  async #bind(v: VolumeState, target: string, readOnly: boolean, origin: Origin): Promise<void> {
+  /**
+   * Bind the volume at `target` (the staging mount, or for a block volume its device onto a
+   * file) unless it is there already. The target must be free (see domain/placement.ts); the agent
+   * creates it only as the last component of an existing directory. `stale` tells a mount of the
+   * volume's old device that the healer replaces. Returns whether this call created the target.
+   */
+  async #bind(v: VolumeState, target: string, readOnly: boolean, origin: Origin, stale?: (m: MountEntry) => boolean): Promise<boolean> {
     const block = v.staging?.capability.accessType === "block";
-    if (await mnt.isMountPoint(target)) return;
+    const current = await loop.findByBackingFile(v.imagePath);
+    const ours = (m: MountEntry) => current !== undefined && isMountOfDevice(m, current);
+    let seen = await this.#look(target);
+    const top = seen.mounts.at(-1);
+    if (top && stale?.(top) && !ours(top)) {
+      await mnt.unmount(target);
+      seen = await this.#look(target);
+    }
+    const place = placeMount(seen, block ? "file" : "dir", ours);
+    if (place.kind === "refuse") throw new DriverError(place.code, place.reason);
+    if (place.kind === "mounted") return false;
     const device = await this.#ensureAttached(v, origin);
-    if (block) await ensureFile(target);
-    else await ensureDir(target);
-    await mnt.bindMount(block ? device : (v.staging?.path as string), target, { readOnly: readOnly || v.readOnly });
+    const made = place.create && (await createLast(target, block ? "file" : "dir"));
+    try {
+      await mnt.bindMount(block ? device : (v.staging?.path as string), target, { readOnly: readOnly || v.readOnly });
+    } catch (err) {
+      if (made) await outsideDeadline(() => (block ? removeFile(target) : removeIfEmptyDir(target).then(() => {}))).catch(() => {});
+      throw err;
+    }
     this.#report(v, "published", origin, { device, path: target });
+    return made;
   }
 
   // ------------------------------------------------------------------ operations
 
   stage(req: { volumeId: string; stagingPath: string; capability: Capability; publishContext: Record<string, string>; origin: Origin }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => {
+    return this.#op(req.volumeId, "NodeStageVolume", async () => {
       this.d.ioLimits?.check(req.publishContext);
       const known = this.#state.volumes[req.volumeId];
       if (known) {
@@ -143,7 +217,12 @@ export class NodeService {
       }
       const readOnly = readerOnly(req.capability) || req.publishContext.readOnly === "true";
       const v: VolumeState = known ?? { volumeId: req.volumeId, ...(await this.#locate(req.volumeId, req.publishContext)), readOnly, publishes: [] };
-      const wasAttached = (await loop.findByBackingFile(v.imagePath)) !== undefined;
+      const attached = await loop.findByBackingFile(v.imagePath);
+      if (req.capability.accessType === "mount") {
+        // Before anything changes: the staging path must be free, or hold this volume already.
+        const place = placeMount(await this.#look(req.stagingPath), "dir", (m) => attached !== undefined && m.source === attached);
+        if (place.kind === "refuse") throw new DriverError(place.code, place.reason);
+      }
       try {
         const device = await this.#ensureAttached(v, req.origin);
         v.staging = { path: req.stagingPath, capability: req.capability };
@@ -152,7 +231,7 @@ export class NodeService {
       } catch (err) {
         // Leave nothing half done: a device this call attached for a new volume goes again.
         if (!known) {
-          if (v.device && !wasAttached) await loop.detach(v.device, { backingFile: v.imagePath }).catch(() => {});
+          if (v.device && !attached) await outsideDeadline(() => loop.detach(v.device as string, { backingFile: v.imagePath })).catch(() => {});
           this.#report(v, "failed", req.origin, { path: req.stagingPath, reason: (err as Error).message });
         }
         throw err;
@@ -164,39 +243,51 @@ export class NodeService {
   }
 
   publish(req: { volumeId: string; stagingPath: string; targetPath: string; readOnly: boolean; origin: Origin }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => {
+    return this.#op(req.volumeId, "NodePublishVolume", async () => {
       const v = this.#state.volumes[req.volumeId];
       const refusal = checkPublish(v, req.stagingPath, req.targetPath, req.readOnly);
       if (refusal || !v) throw new DriverError(refusal?.code ?? "FailedPrecondition", refusal?.reason ?? "not staged");
-      await this.#bind(v, req.targetPath, req.readOnly, req.origin);
-      if (!v.publishes.some((p) => p.target === req.targetPath)) v.publishes.push({ target: req.targetPath, readOnly: req.readOnly });
+      const made = await this.#bind(v, req.targetPath, req.readOnly, req.origin);
+      if (!v.publishes.some((p) => p.target === req.targetPath)) v.publishes.push({ target: req.targetPath, readOnly: req.readOnly, made });
       await this.#save();
     });
   }
 
+  /** Undo a publish — only what the agent did there (domain/placement.ts, planUnpublish). */
   unpublish(req: { volumeId: string; targetPath: string; origin: Origin }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => {
+    return this.#op(req.volumeId, "NodeUnpublishVolume", async () => {
       const v = this.#state.volumes[req.volumeId];
-      while (await mnt.isMountPoint(req.targetPath)) await mnt.unmount(req.targetPath);
-      // Remove the target the agent made: an empty directory or a (block bind target) file, never recursively.
-      const st = await lstat(req.targetPath).catch(() => undefined);
-      if (st?.isDirectory()) await removeIfEmptyDir(req.targetPath);
-      else if (st) await removeFile(req.targetPath);
-      if (!v) return;
-      v.publishes = v.publishes.filter((p) => p.target !== req.targetPath);
-      await this.#save();
-      this.#report(v, "unpublished", req.origin, { path: req.targetPath });
+      const ours = await this.#oursFor(v);
+      const target = req.targetPath;
+      const seen = await this.#look(target);
+      const plan = planUnpublish(v, seen, ours);
+      if (plan.kind === "refuse") throw new DriverError(plan.code, plan.reason);
+      if (plan.kind === "nothing" || !v) return;
+      await this.#unmountOurs(target, ours, seen.mounts);
+      const left = await this.#look(target);
+      if (left.mounts.length === 0) {
+        // Remove the target the agent made: an empty directory or a (block bind target) file, never recursively.
+        if (plan.remove === "made" && left.kind === "file") await removeFile(target);
+        else if ((plan.remove === "made" || plan.remove === "empty-dir") && left.kind === "dir") await removeIfEmptyDir(target);
+      }
+      if (plan.recorded) {
+        v.publishes = v.publishes.filter((p) => p.target !== target);
+        await this.#save();
+      }
+      this.#report(v, "unpublished", req.origin, { path: target });
     });
   }
 
   unstage(req: { volumeId: string; stagingPath: string; origin: Origin }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => {
+    return this.#op(req.volumeId, "NodeUnstageVolume", async () => {
       const v = this.#state.volumes[req.volumeId];
       if (!v) return; // never staged here, or already unstaged
-      const refusal = checkUnstage(v);
+      const refusal = checkUnstage(v, req.stagingPath);
       if (refusal) throw new DriverError(refusal.code, refusal.reason);
       const path = v.staging?.path ?? req.stagingPath;
-      while (await mnt.isMountPoint(path)) await mnt.unmount(path);
+      const ours = await this.#oursFor(v);
+      const top = await this.#unmountOurs(path, ours, await mnt.mountsAt(path));
+      if (top) throw new DriverError("FailedPrecondition", `a ${top.fsType} filesystem this node did not mount covers ${quote(path, 128)}`);
       if (v.staging) this.#report(v, "unstaged", req.origin, { path });
       await this.d.ioLimits?.unstaging(v, req.origin); // before the detach frees the device number for another volume
       const device = await loop.findByBackingFile(v.imagePath);
@@ -209,16 +300,33 @@ export class NodeService {
     });
   }
 
+  /** Unmount the mounts at `p` while the visible one is ours (`mounts`: those there now); returns the one left visible, if any. */
+  async #unmountOurs(p: string, ours: (m: MountEntry) => boolean, mounts: readonly MountEntry[]): Promise<MountEntry | undefined> {
+    let top = mounts.at(-1);
+    while (top && ours(top)) {
+      await mnt.unmount(p);
+      top = (await mnt.mountsAt(p)).at(-1);
+    }
+    return top;
+  }
+
+  /** Tells a mount of the volume (of its loop device now, or of the one the state file recorded) from any other. */
+  async #oursFor(v: VolumeState | undefined): Promise<(m: MountEntry) => boolean> {
+    if (!v) return () => false;
+    const devices = [await loop.findByBackingFile(v.imagePath), v.device].filter((d): d is string => d !== undefined);
+    return (m) => devices.some((d) => isMountOfDevice(m, d));
+  }
+
   /** New I/O limits for a volume (node work after ControllerModifyVolume), under the volume's lock. */
   limits(req: { volumeId: string; mutableParameters: MutableParameters; seq: number; origin: Origin }): Promise<void> {
-    return this.#mutex.run(req.volumeId, async () => this.d.ioLimits?.modified(this.#state.volumes[req.volumeId], req, req.origin));
+    return this.#op(req.volumeId, "limits", async () => this.d.ioLimits?.modified(this.#state.volumes[req.volumeId], req, req.origin));
   }
 
   /** The volume staged or published here at `volumePath` (a clean path; undefined: an invalid one, shown as `shown`), else NotFound. */
   #volumeAt(volumeId: string, volumePath: string | undefined, shown: string = volumePath ?? ""): VolumeState {
     const v = this.#state.volumes[volumeId];
-    if (!v) throw notFound(`volume ${volumeId} is not staged on this node`);
-    if (volumePath === undefined || !pathsOf(v).includes(volumePath)) throw notFound(`volume ${volumeId} is not at ${JSON.stringify(shown.slice(0, 256))}`);
+    if (!v) throw notFound(`volume ${qid(volumeId)} is not staged on this node`);
+    if (volumePath === undefined || !pathsOf(v).includes(volumePath)) throw notFound(`volume ${qid(volumeId)} is not at ${quote(shown, 128)}`);
     return v;
   }
 
@@ -234,9 +342,36 @@ export class NodeService {
     this.#volumeAt(volumeId, path, shown);
   }
 
+  // ------------------------------------------------------------------ paths a caller gives (the INVALID_ARGUMENT checks)
+
+  /** `p` in clean form if its text is a valid staging/target path here (domain/paths.ts), else undefined. */
+  cleanPath(p: string): string | undefined {
+    try {
+      return validateCoPath(p, "path", this.#forbidden);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * A staging/target path checked in full, before anything is changed: its text (domain/paths.ts,
+   * with this node's forbidden roots), no symlink among its existing components, and not in a
+   * kernel pseudo filesystem (proc, sysfs, ... wherever mounted). INVALID_ARGUMENT otherwise.
+   */
+  async checkPath(p: string, what: string): Promise<string> {
+    const clean = validateCoPath(p, what, this.#forbidden);
+    await withDeadline(this.#timeoutMs, `checking ${what}`, async () => {
+      await requireNoSymlinks(clean, what);
+      // The filesystem the path lies in (its parent's): a mount at the path itself is the placement's business (ours, or foreign).
+      const fs = await mnt.fsTypeAt(path.dirname(clean));
+      if (fs && PSEUDO_FS.has(fs)) throw invalidArgument(`${what} ${quote(clean, 128)} lies in a ${fs} filesystem, where the node never stages or publishes`);
+    });
+    return clean;
+  }
+
   /** Grow the device and the filesystem to the image's size; returns the new capacity. */
   expand(req: { volumeId: string; volumePath: string; origin: Origin }): Promise<number> {
-    return this.#mutex.run(req.volumeId, async () => {
+    return this.#op(req.volumeId, "NodeExpandVolume", async () => {
       const v = this.#volumeAt(req.volumeId, req.volumePath);
       const device = await this.#ensureAttached(v, req.origin);
       await loop.refreshSize(device);
@@ -248,7 +383,11 @@ export class NodeService {
     });
   }
 
-  async stats(req: { volumeId: string; volumePath: string }) {
+  stats(req: { volumeId: string; volumePath: string }) {
+    return withDeadline(this.#timeoutMs, "NodeGetVolumeStats", () => this.#stats(req));
+  }
+
+  async #stats(req: { volumeId: string; volumePath: string }) {
     const v = this.#volumeAt(req.volumeId, req.volumePath);
     const device = await loop.findByBackingFile(v.imagePath);
     const mounted = await mnt.isMountPoint(req.volumePath);
@@ -266,7 +405,7 @@ export class NodeService {
     const plan = planHeal(this.#state, { loops, mounts: await mnt.readMounts() }, await Promise.all(this.poolRoots.map((r) => realpath(r).catch(() => r))));
     for (const a of plan) {
       try {
-        await this.#apply(a, origin);
+        await withDeadline(this.#timeoutMs, `heal ${a.kind}`, () => this.#apply(a, origin));
       } catch (err) {
         this.d.log.error({ err: String(err), action: a }, "heal action failed");
         const v = "volumeId" in a ? this.#state.volumes[a.volumeId] : undefined;
@@ -284,12 +423,13 @@ export class NodeService {
     if (a.kind === "unmount") return mnt.unmount(a.path);
     if (a.kind === "detach") return loop.detach(a.device, { backingFile: a.backingFile });
     const v = this.#state.volumes[a.volumeId] as VolumeState;
+    if (a.kind === "conflict") throw new DriverError("FailedPrecondition", `${a.reason}; left alone`);
     if (a.kind === "attach") {
       const device = await this.#ensureAttached(v, origin);
       this.#report(v, "healed", origin, { device, reason: "re-attached a device that was gone" });
     } else if (a.kind === "mount-staging") {
       const device = await this.#ensureAttached(v, origin);
-      await this.#mountStaging(v, device, origin);
+      await this.#mountStaging(v, device, origin, a.remountFrom);
       this.#report(v, "healed", origin, {
         device,
         path: v.staging?.path,
@@ -297,8 +437,8 @@ export class NodeService {
       });
     } else if (a.kind === "publish") {
       const p = v.publishes.find((x) => x.target === a.target);
-      if (await mnt.isMountPoint(a.target)) await mnt.unmount(a.target); // a bind of a stale device
-      await this.#bind(v, a.target, p?.readOnly ?? false, origin);
+      const old = a.replace;
+      await this.#bind(v, a.target, p?.readOnly ?? false, origin, (m) => old !== undefined && isMountOfDevice(m, old)); // replaces a bind of the old device
       this.#report(v, "healed", origin, { path: a.target, reason: "re-published a target that was gone" });
     }
   }

@@ -35,7 +35,7 @@ test("heal: everything in place → nothing to do", () => {
 
 test("heal: detached device → attach, remount staging from the stale device, re-publish", () => {
   const seen = { loops: [], mounts: [mnt("/stage/v1", "/dev/loop1")] };
-  assert.deepEqual(planHeal(state(vol("v1")), seen, ["/pool"]), [
+  assert.deepEqual(planHeal(state(vol("v1", { device: "/dev/loop1" })), seen, ["/pool"]), [
     { kind: "attach", volumeId: "v1" },
     { kind: "mount-staging", volumeId: "v1", remountFrom: "/dev/loop1" },
     { kind: "publish", volumeId: "v1", target: "/pub/v1/a" },
@@ -65,4 +65,19 @@ test("heal: leftovers of our pools are unmounted then detached; foreign loops ar
 test("heal: block volumes have no staging mount to check", () => {
   const v = vol("b1", { staging: { path: "/stage/b1", capability: { accessType: "block", accessMode: "SINGLE_NODE_WRITER" } }, publishes: [] });
   assert.deepEqual(planHeal(state(v), { loops: [], mounts: [] }, ["/pool"]), [{ kind: "attach", volumeId: "b1" }]);
+});
+
+test("heal: a foreign mount at a staging path or target is a conflict, never unmounted", () => {
+  const seen = { loops: [{ device: "/dev/loop1", backingFile: "/pool/v1.img" }], mounts: [mnt("/stage/v1", "tmpfs"), mnt("/pub/v1/a", "/dev/loop9")] };
+  assert.deepEqual(
+    planHeal(state(vol("v1", { device: "/dev/loop1" })), seen, ["/pool"]).map((a) => `${a.kind} ${"path" in a ? a.path : ""}`),
+    ["conflict /stage/v1", "conflict /pub/v1/a"],
+  );
+});
+
+test("heal: a target still bound to the volume's old device is re-published in place of it", () => {
+  const seen = { loops: [{ device: "/dev/loop2", backingFile: "/pool/v1.img" }], mounts: [mnt("/stage/v1", "/dev/loop2"), mnt("/pub/v1/a", "/dev/loop1")] };
+  assert.deepEqual(planHeal(state(vol("v1", { device: "/dev/loop1" })), seen, ["/pool"]), [
+    { kind: "publish", volumeId: "v1", target: "/pub/v1/a", replace: "/dev/loop1" },
+  ]);
 });

@@ -3,12 +3,16 @@
  * machine has (loop devices, /proc/self/mountinfo) and list the repairs, in order. Pure.
  *
  *   - a volume whose image is not attached        → attach
- *   - a staged filesystem not mounted at staging  → mount-staging (after attach)
- *   - a publish whose target is not a mount point → publish (after staging)
+ *   - a staged filesystem not mounted at staging  → mount-staging (after attach); mounted from
+ *     the volume's old device (recorded in the state file) → mount-staging replacing that mount
+ *   - a publish whose target is not a mount point → publish (after staging); a bind of the
+ *     volume's old device → publish replacing it
+ *   - a staging path or target covered by a mount that is not the volume's → conflict: reported,
+ *     never unmounted (the agent only undoes what it did)
  *   - a loop device of one of our pools that no volume wants → unmount its mounts, detach it
  */
 import path from "node:path";
-import type { MountEntry } from "./mountinfo.js";
+import { isMountOfDevice, type MountEntry } from "./mountinfo.js";
 import type { NodeState } from "./node-state.js";
 
 export interface Observed {
@@ -19,7 +23,9 @@ export interface Observed {
 export type HealAction =
   | { kind: "attach"; volumeId: string }
   | { kind: "mount-staging"; volumeId: string; remountFrom?: string }
-  | { kind: "publish"; volumeId: string; target: string }
+  /** `replace`: the old device whose bind is at the target (to be replaced by one of the current device). */
+  | { kind: "publish"; volumeId: string; target: string; replace?: string }
+  | { kind: "conflict"; volumeId: string; path: string; reason: string }
   | { kind: "unmount"; path: string; reason: string }
   | { kind: "detach"; device: string; backingFile: string; reason: string };
 
@@ -35,14 +41,23 @@ export function planHeal(state: NodeState, seen: Observed, poolRoots: string[]):
     wanted.add(v.imagePath);
     const device = deviceOf.get(v.imagePath);
     if (!device) actions.push({ kind: "attach", volumeId: v.volumeId });
+    /** A mount of this volume: of its device now, or of the one it had when the state was saved. */
+    const ours = (m: MountEntry) => [device, v.device].some((d) => d !== undefined && isMountOfDevice(m, d));
+    const current = (m: MountEntry) => device !== undefined && isMountOfDevice(m, device);
+    const conflict = (at: string, m: MountEntry) =>
+      actions.push({ kind: "conflict", volumeId: v.volumeId, path: at, reason: `a ${m.fsType} filesystem this node did not mount is at ${at}` });
     if (v.staging?.capability.accessType === "mount") {
       const m = mountAt.get(v.staging.path);
-      // A staging mount from an old device (before a re-attach) has to be replaced.
       if (!m) actions.push({ kind: "mount-staging", volumeId: v.volumeId });
-      else if (!device || m.source !== device) actions.push({ kind: "mount-staging", volumeId: v.volumeId, remountFrom: m.source });
+      else if (!ours(m)) conflict(v.staging.path, m);
+      // A staging mount from an old device (before a re-attach) has to be replaced.
+      else if (!current(m)) actions.push({ kind: "mount-staging", volumeId: v.volumeId, remountFrom: m.source });
     }
     for (const p of v.publishes) {
-      if (!mountAt.has(p.target) || !device) actions.push({ kind: "publish", volumeId: v.volumeId, target: p.target });
+      const m = mountAt.get(p.target);
+      if (!m) actions.push({ kind: "publish", volumeId: v.volumeId, target: p.target });
+      else if (!ours(m)) conflict(p.target, m);
+      else if (!current(m) && v.device !== undefined) actions.push({ kind: "publish", volumeId: v.volumeId, target: p.target, replace: v.device });
     }
   }
 

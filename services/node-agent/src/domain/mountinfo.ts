@@ -89,3 +89,43 @@ export function findByMountPoint(entries: readonly MountEntry[], mountPoint: str
   const want = clean(mountPoint);
   return entries.findLast((e) => e.mountPoint === want);
 }
+
+/**
+ * Whether mount `e` shows `device`: the filesystem on it (or a bind mount of that filesystem —
+ * mountinfo gives a bind the source of what it binds), or a bind mount of the device node itself
+ * (a published block volume: the /dev filesystem, with the device's node as its root).
+ */
+export function isMountOfDevice(e: MountEntry, device: string): boolean {
+  if (e.source === device) return true;
+  return (e.fsType === "devtmpfs" || e.fsType === "tmpfs") && e.root === `/${path.posix.basename(device)}`;
+}
+
+/** The mount a path lies in: the deepest mount point at or above `p` (the visible one of a stack). `p` must be absolute and clean. */
+export function containingMount(entries: readonly MountEntry[], p: string): MountEntry | undefined {
+  const want = clean(p);
+  let best: MountEntry | undefined;
+  for (const e of entries) {
+    const under = e.mountPoint === "/" || want === e.mountPoint || want.startsWith(`${e.mountPoint}/`);
+    if (under && (!best || e.mountPoint.length >= best.mountPoint.length)) best = e;
+  }
+  return best;
+}
+
+/** Kernel pseudo filesystems: no staging or target path may lie in one, wherever it is mounted. */
+export const PSEUDO_FS: ReadonlySet<string> = new Set([
+  "proc",
+  "sysfs",
+  "devtmpfs",
+  "devpts",
+  "cgroup",
+  "cgroup2",
+  "debugfs",
+  "tracefs",
+  "securityfs",
+  "bpf",
+  "configfs",
+  "pstore",
+  "efivarfs",
+  "fusectl",
+  "binfmt_misc",
+]);

@@ -4,10 +4,15 @@
  * (Nomad's: stage once per volume, unstage only when the last publish is gone) and the
  * compatibility rules of repeated stage/publish calls.
  */
-import { Capability, type ErrorName } from "@csi/contracts";
+import { Capability, type ErrorName, quote } from "@csi/contracts";
 import { z } from "zod";
 
-export const Publish = z.object({ target: z.string(), readOnly: z.boolean() });
+export const Publish = z.object({
+  target: z.string(),
+  readOnly: z.boolean(),
+  /** The agent created the target (directory or file), so unpublish removes it; absent in records older than this field. */
+  made: z.boolean().optional(),
+});
 export type Publish = z.infer<typeof Publish>;
 
 export const VolumeState = z.object({
@@ -28,6 +33,9 @@ export const NodeState = z.object({ version: z.literal(1), volumes: z.record(z.s
 export type NodeState = z.infer<typeof NodeState>;
 export const emptyState = (): NodeState => ({ version: 1, volumes: {} });
 
+/** A path in a message (paths are already checked: no control characters, at most 1024 bytes). */
+const q = (p: string) => quote(p, 128);
+
 export type Refusal = { code: ErrorName; reason: string } | undefined;
 
 const sameCapability = (a: Capability, b: Capability) =>
@@ -39,7 +47,7 @@ const sameCapability = (a: Capability, b: Capability) =>
 /** A repeated NodeStageVolume: same path and capability → fine (idempotent), else AlreadyExists. */
 export function checkRestage(v: VolumeState, path: string, cap: Capability): Refusal {
   if (!v.staging) return undefined;
-  if (v.staging.path !== path) return { code: "AlreadyExists", reason: `volume is already staged at ${v.staging.path}` };
+  if (v.staging.path !== path) return { code: "AlreadyExists", reason: `volume is already staged at ${q(v.staging.path)}` };
   if (!sameCapability(v.staging.capability, cap)) return { code: "AlreadyExists", reason: "volume is already staged with another capability" };
   return undefined;
 }
@@ -47,16 +55,30 @@ export function checkRestage(v: VolumeState, path: string, cap: Capability): Ref
 /** NodePublishVolume needs the volume staged at the given staging path; a repeat must match. */
 export function checkPublish(v: VolumeState | undefined, stagingPath: string, target: string, readOnly: boolean): Refusal {
   if (!v?.staging) return { code: "FailedPrecondition", reason: "volume is not staged on this node" };
-  if (v.staging.path !== stagingPath) return { code: "FailedPrecondition", reason: `volume is staged at ${v.staging.path}, not ${stagingPath}` };
+  if (v.staging.path !== stagingPath) return { code: "FailedPrecondition", reason: `volume is staged at ${q(v.staging.path)}, not ${q(stagingPath)}` };
   const existing = v.publishes.find((p) => p.target === target);
   if (existing && existing.readOnly !== readOnly)
-    return { code: "AlreadyExists", reason: `${target} is already published with read-only=${existing.readOnly}` };
+    return { code: "AlreadyExists", reason: `${q(target)} is already published with read-only=${existing.readOnly}` };
   return undefined;
 }
 
-/** Usage tracking: unstaging is refused while any publish of the volume remains on this node. */
-export function checkUnstage(v: VolumeState): Refusal {
-  if (v.publishes.length > 0) return { code: "FailedPrecondition", reason: `volume is still published at ${v.publishes.map((p) => p.target).join(", ")}` };
+/**
+ * NodeUnstageVolume of a volume staged here: at another staging path → NotFound (the CO keeps one
+ * staging path per volume; the volume is not at the one given, and answering OK would let the CO
+ * release its claim while the volume stays attached here). Usage tracking: refused while any
+ * publish of the volume remains on this node.
+ */
+export function checkUnstage(v: VolumeState, stagingPath: string): Refusal {
+  if (v.staging && v.staging.path !== stagingPath)
+    return { code: "NotFound", reason: `the volume is not staged at ${q(stagingPath)} (it is staged at another path on this node)` };
+  if (v.publishes.length > 0)
+    return {
+      code: "FailedPrecondition",
+      reason: `volume is still published at ${v.publishes
+        .slice(0, 3)
+        .map((p) => q(p.target))
+        .join(", ")}${v.publishes.length > 3 ? ` and ${v.publishes.length - 3} more` : ""}`,
+    };
   return undefined;
 }
 

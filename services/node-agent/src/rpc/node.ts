@@ -5,7 +5,8 @@
  *
  *   1. a required field is missing                        → INVALID_ARGUMENT
  *   2. the volume does not exist, or is not at the path   → NOT_FOUND
- *   3. the remaining arguments: paths absolute and clean, the capability one we serve
+ *   3. the remaining arguments: paths absolute, clean, bounded, outside the forbidden roots,
+ *      without symlinks (domain/paths.ts, NodeService.checkPath); the capability one we serve
  *                                                         → INVALID_ARGUMENT
  *   4. a field the call needs from an earlier step is unset
  *      (NodePublishVolume without staging_target_path)    → FAILED_PRECONDITION
@@ -16,7 +17,6 @@
 import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
 import { type CallContext, type Handlers, toCapability, type VolumeCapabilityMsg } from "@csi/runtime";
 import type { z } from "zod";
-import { validateCoPath } from "../adapters/paths.js";
 import type { NodeService } from "../app/node-service.js";
 import type { Origin } from "../app/reporter.js";
 
@@ -82,22 +82,18 @@ export const WORK_FIELDS: FieldNames = {
   capability: "capability",
 };
 
-/** Where volumes are: the NodeService answers the NOT_FOUND step. */
+/** Where volumes are (the NOT_FOUND step) and which paths are valid here (INVALID_ARGUMENT): the NodeService answers. */
 export interface VolumeFinder {
   requireInPool(volumeId: string, publishContext: Record<string, string>): Promise<void>;
   /** `path` is the clean path, or undefined when the given one (`shown`) is not a valid path. */
   requireAt(volumeId: string, path: string | undefined, shown: string): void;
+  /** The clean form of a valid path, else undefined (its text only). */
+  cleanPath(p: string): string | undefined;
+  /** The clean form of a valid path, else INVALID_ARGUMENT (its text, then the machine: symlinks, pseudo filesystems). */
+  checkPath(p: string, what: string): Promise<string>;
 }
 
 const isSet = (v: unknown) => v !== undefined && v !== null && v !== "";
-
-const cleanOrUndefined = (p: string): string | undefined => {
-  try {
-    return validateCoPath(p);
-  } catch {
-    return undefined;
-  }
-};
 
 /** Check one Node call in the spec's order (see the top of this file); returns it with clean paths. */
 export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, names: FieldNames, volumes: VolumeFinder): Promise<CheckedCall<R>> {
@@ -109,13 +105,13 @@ export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, n
   if (rule.find === "in-pool") await volumes.requireInPool(volumeId, publishContext);
   else if (rule.find) {
     const given = args[rule.find] as string;
-    volumes.requireAt(volumeId, cleanOrUndefined(given), given);
+    volumes.requireAt(volumeId, volumes.cleanPath(given), given);
   }
 
   const call: NodeArgs = { ...args, publishContext };
   for (const f of rule.paths) {
     const p = args[f];
-    if (isSet(p)) call[f] = validateCoPath(p as string, names[f]);
+    if (isSet(p)) call[f] = await volumes.checkPath(p as string, names[f]);
   }
   const why = args.capability && unsupported(args.capability);
   if (why) throw invalidArgument(why);
