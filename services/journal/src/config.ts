@@ -18,6 +18,10 @@ export const JournalConfig = z.object({
   crashAfter: z.string().optional(),
   /** Fault injection for tests: SIGSTOP (freeze) this process right after appending an event of this type. */
   freezeAfter: z.string().optional(),
+  /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
+  replayBatch: z.coerce.number().int().min(1).max(10_000).default(512),
+  /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
+  rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
@@ -37,5 +41,7 @@ export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalCo
     catchUpEveryMs: env.CATCHUP_EVERY_MS,
     crashAfter: env.JOURNAL_CRASH_AFTER,
     freezeAfter: env.JOURNAL_FREEZE_AFTER,
+    replayBatch: env.JOURNAL_REPLAY_BATCH,
+    rebuildWaitMs: env.REBUILD_WAIT_MS,
   });
 }

@@ -137,16 +137,16 @@ export class Aggregates {
     return !!last && !!recordChange(last.event)?.end;
   }
 
-  /** Read hashes; if the projection is gone, rebuild it first. */
+  /** Read hashes; if the projection is gone or half built, wait for its rebuild first. */
   async read(keys: string[]): Promise<(Hash | undefined)[]> {
-    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    await this.d.projector.ready();
     return this.d.store.hashes(keys);
   }
 
   /** One page of an index of `kind` uuids, with their hashes; the token is the last uuid of the previous page. */
   async page(index: string, token: string | undefined, maxEntries: number, kind: Kind) {
     if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${JSON.stringify(token)}`);
-    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    await this.d.projector.ready();
     const uuids = await this.d.store.indexPage(index, token, maxEntries > 0 ? maxEntries + 1 : 0);
     const next = nextToken(uuids, maxEntries);
     const page = next ? uuids.slice(0, maxEntries) : uuids;
