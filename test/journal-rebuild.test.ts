@@ -15,35 +15,23 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { type CommandRequest, DriverError, type VolumeView } from "@csi/contracts";
 import { keysFor } from "@csi/journal";
-import { JournalClient } from "@csi/runtime";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
+import type { Redis } from "ioredis";
+import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
+import type { ServiceProcess } from "./support/processes.js";
 import { SharedProcess, withOwnProcesses } from "./support/shared-process.js";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;
 const keys = keysFor(CLUSTER, "default");
-let env: TestServers;
-let nc: NatsConnection;
+let j: JournalTestEnv;
 let redis: Redis;
-let client: JournalClient;
-let clustersFile: string;
+let client: JournalTestEnv["client"];
 
-const startJournalProcess = (extra: Record<string, string> = {}) =>
-  spawnService("journal", {
-    NATS_URL: env.nats.url,
-    REDIS_URL: env.redis.url,
-    CLUSTERS_FILE: clustersFile,
-    CLUSTER_ID: CLUSTER,
-    CATCHUP_EVERY_MS: "0",
-    JOURNAL_REPLAY_BATCH: "4",
-    ...extra,
-  });
+/** Journals that replay in batches of 4 events, so a rebuild has a middle. */
+const startJournalProcess = (extra: Record<string, string> = {}) => j.spawnJournal({ JOURNAL_REPLAY_BATCH: "4", ...extra });
 const journal = new SharedProcess(startJournalProcess);
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-const images = async () => (await readdir(path.join(env.dir, "pools", CLUSTER, "default"))).filter((f) => f.endsWith(".img"));
+const images = async () => (await readdir(path.join(j.servers.dir, "pools", CLUSTER, "default"))).filter((f) => f.endsWith(".img"));
 
 /** Repeats `f` while the journal answers Unavailable (a rebuild longer than the wait bound). */
 async function whileUnavailable<T>(f: () => Promise<T>): Promise<T> {
@@ -93,19 +81,14 @@ const lines = (p: ServiceProcess, from = 0) => p.logs.slice(from).flatMap((l) =>
 const rebuilds = (p: ServiceProcess, from = 0) => lines(p, from).filter((l) => /^projection (rebuild started|missing)/.test(String(l.msg)));
 
 before(async () => {
-  env = await startTestServers();
-  clustersFile = await writeClustersFile(env.dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
-  nc = await connect({ servers: env.nats.url });
-  redis = new Redis(env.redis.url);
-  client = new JournalClient(nc, 30_000);
+  j = await journalTestEnv(CLUSTER, { timeoutMs: 30_000 });
+  ({ redis, client } = j);
   await journal.start();
 });
 
 after(async () => {
   await journal.stop();
-  await nc?.close();
-  redis?.disconnect();
-  await env?.dispose();
+  await j?.dispose();
 });
 
 test("a FLUSHALL in the middle of a rebuild: every volume stays resolvable, listed and deletable", async () => {
