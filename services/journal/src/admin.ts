@@ -29,12 +29,12 @@ const keys = keysFor(cluster.clusterID, cluster.instance);
 try {
   const [cmd, arg] = positionals;
   if (cmd === "rebuild") {
-    const doomed = await redis.keys(`${keys.prefix}csi.*`);
-    doomed.push(keys.projection);
-    // Drop in batches; keep locks so running operations are not disturbed.
-    for (let i = 0; i < doomed.length; i += 500) await redis.del(...doomed.slice(i, i + 500));
-    const last = await new Projector(log, new RedisStore(redis, keys), createLogger("journal-admin", "info", 2)).catchUp();
-    console.log(JSON.stringify({ dropped: doomed.length, replayedTo: last }));
+    // A forced rebuild under the cluster's rebuild lock: a new epoch, the projection keys wiped
+    // (locks stay, so running operations are not disturbed), the log replayed, complete last.
+    const store = new RedisStore(redis, keys);
+    const dropped = (await store.projectionKeys()).length;
+    const last = await new Projector(log, store, createLogger("journal-admin", "info", 2), { lockTtlMs: cfg.lockTtlMs }).rebuild();
+    console.log(JSON.stringify({ dropped, replayedTo: last }));
   } else if (cmd === "history") {
     const subjectsToRead: string[] = [];
     if (values.name) subjectsToRead.push(KINDS[values.snapshot ? "snapshot" : "volume"].nameEvents(cluster.clusterID, cluster.instance, values.name));

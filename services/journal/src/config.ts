@@ -24,6 +24,10 @@ export const JournalConfig = z.object({
   freezeAfter: z.string().optional(),
   /** Fault injection for tests: hold every copy (snapshot, clone) this long with its temp file in the pool, so a test can kill the journal mid-copy. */
   testHoldCopyMs: z.coerce.number().int().min(0).default(0),
+  /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
+  replayBatch: z.coerce.number().int().min(1).max(10_000).default(512),
+  /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
+  rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
@@ -45,5 +49,7 @@ export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalCo
     crashAfter: env.JOURNAL_CRASH_AFTER,
     freezeAfter: env.JOURNAL_FREEZE_AFTER,
     testHoldCopyMs: env.JOURNAL_TEST_HOLD_COPY_MS,
+    replayBatch: env.JOURNAL_REPLAY_BATCH,
+    rebuildWaitMs: env.REBUILD_WAIT_MS,
   });
 }

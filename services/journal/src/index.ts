@@ -57,8 +57,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   const events = new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas });
   await events.ensureStream();
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
-  const projector = new Projector(events, store, log);
-  await projector.catchUp(); // never serve from a projection behind the log
+  const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
+  await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
 
   const eventLog = withFaults(events, { SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const journal = new Journal({

@@ -17,6 +17,7 @@ import {
   StorageType,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { LogInfo } from "../domain/projection-state.js";
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
@@ -113,8 +114,13 @@ export class EventLog {
   }
 
   async lastSeq(): Promise<number> {
+    return (await this.info()).last;
+  }
+
+  /** The log's identity (its stream's creation time: a recreated stream is another log) and last sequence. */
+  async info(): Promise<LogInfo> {
     const info = await (await this.#manager()).streams.info(this.stream);
-    return info.state.last_seq;
+    return { id: info.created, last: info.state.last_seq };
   }
 
   /** Stamp, validate and append one event; returns its stream sequence. */

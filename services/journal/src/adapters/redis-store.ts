@@ -3,8 +3,13 @@
  *
  * Round trips are what a CreateVolume costs, so each step is one Lua script:
  *   lockAndRead    take every lock of an operation (all or none) and read what it decides on
- *   applyAndUnlock apply the events the operation appended, advance the replay watermark and
- *                  release the locks (compare-and-delete)
+ *   applyAndUnlock apply the events the operation appended (or a replay batch, advancing the
+ *                  watermark) and release the locks (compare-and-delete)
+ * and the projection's own life (see domain/projection-state.ts for the meta hash):
+ *   beginRebuild   a new epoch over an empty meta; markComplete the last write of a rebuild.
+ * Every apply is conditional: the operation's on a complete projection, a replay batch on its
+ * rebuild's epoch (or a complete projection) whose watermark is where the batch starts. A
+ * refused apply writes nothing (it still releases the locks).
  * Every key of one cluster shares the `{cluster}` hash tag, so the scripts stay in one slot
  * under Redis Cluster too.
  */
@@ -13,6 +18,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Keys } from "../domain/kinds.js";
 import type { Mutation } from "../domain/projection.js";
+import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
 import type { Hash } from "../domain/records.js";
 
 const LOCK_AND_READ = `
@@ -36,41 +42,68 @@ local counts = {}
 for i, k in ipairs(q.c) do counts[i] = redis.call('SCARD', k) end
 local rec = {}
 if q.r and fields[1] and fields[1] ~= '' then rec = redis.call('HGETALL', q.r .. fields[1]) end
-return {1, redis.call('EXISTS', q.p), cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
+return {1, redis.call('HGET', q.p, 'complete') == '1' and 1 or 0, cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
 `;
 
 const APPLY_AND_UNLOCK = `
 -- ARGV[1] json [{g=[key, field], s=seq, o=[[cmd, args...]]}], ARGV[2] json [[lock key, token]],
--- ARGV[3] projection key, ARGV[4] watermark (or 0)
+-- ARGV[3] projection key, ARGV[4] json condition: {} = an operation's events (the projection must be
+--   complete); {p=watermark the batch starts from, w=its last seq, e=rebuild epoch (absent: complete)}
+-- Returns the number of mutations applied, or -1 when refused (nothing written).
 local muts = cjson.decode(ARGV[1])
-local applied = 0
-for _, m in ipairs(muts) do
-  local cur = tonumber(redis.call('HGET', m.g[1], m.g[2]) or '0')
-  if m.s > cur then
-    for _, op in ipairs(m.o) do
-      local cmd = op[1]
-      if cmd == 'HDELIFEQ' then
-        if redis.call('HGET', op[2], op[3]) == op[4] then redis.call('HDEL', op[2], op[3]) end
-      elseif cmd == 'SNAPINDEXREM' then
-        local src = redis.call('HGET', op[3], 'csi.source')
-        if src then redis.call('ZREM', op[2] .. 'csi.index.snap.src.' .. src, op[4]) end
-      else
-        redis.call(unpack(op))
-      end
-    end
-    redis.call('HSET', m.g[1], m.g[2], m.s)
-    applied = applied + 1
-  end
+local c = cjson.decode(ARGV[4])
+local p = ARGV[3]
+local ok
+if c.e then
+  ok = redis.call('HGET', p, 'epoch') == c.e and redis.call('HEXISTS', p, 'complete') == 0
+else
+  ok = redis.call('HGET', p, 'complete') == '1'
 end
-local w = tonumber(ARGV[4])
-if w > 0 then
-  local cur = tonumber(redis.call('HGET', ARGV[3], 'applied') or '0')
-  if w > cur then redis.call('HSET', ARGV[3], 'applied', w) end
+local cur = tonumber(redis.call('HGET', p, 'applied') or '0')
+if ok and c.w and cur < c.p then ok = false end
+local applied = 0
+if ok then
+  for _, m in ipairs(muts) do
+    local seq = tonumber(redis.call('HGET', m.g[1], m.g[2]) or '0')
+    if m.s > seq then
+      for _, op in ipairs(m.o) do
+        local cmd = op[1]
+        if cmd == 'HDELIFEQ' then
+          if redis.call('HGET', op[2], op[3]) == op[4] then redis.call('HDEL', op[2], op[3]) end
+        elseif cmd == 'SNAPINDEXREM' then
+          local src = redis.call('HGET', op[3], 'csi.source')
+          if src then redis.call('ZREM', op[2] .. 'csi.index.snap.src.' .. src, op[4]) end
+        else
+          redis.call(unpack(op))
+        end
+      end
+      redis.call('HSET', m.g[1], m.g[2], m.s)
+      applied = applied + 1
+    end
+  end
+  if c.w and c.w > cur then redis.call('HSET', p, 'applied', c.w) end
 end
 for _, lt in ipairs(cjson.decode(ARGV[2])) do
   if redis.call('GET', lt[1]) == lt[2] then redis.call('DEL', lt[1]) end
 end
-return applied
+if ok then return applied end
+return -1
+`;
+
+const BEGIN_REBUILD = `
+-- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] log id, ARGV[3] '1' = even over a complete projection
+if ARGV[3] ~= '1' and redis.call('HGET', KEYS[1], 'complete') == '1' then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'log', ARGV[2], 'applied', 0)
+return 1
+`;
+
+const MARK_COMPLETE = `
+-- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] the log's last seq the rebuild replayed to
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'applied') or '0') < tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'complete', 1)
+return 1
 `;
 
 const RENEW = `
@@ -80,7 +113,9 @@ return 0
 
 type ScriptRedis = Redis & {
   csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string, string, string]>;
-  csiApplyAndUnlock(muts: string, locks: string, proj: string, watermark: number): Promise<number>;
+  csiApplyAndUnlock(muts: string, locks: string, proj: string, cond: string): Promise<number>;
+  csiBeginRebuild(proj: string, epoch: string, log: string, force: "0" | "1"): Promise<number>;
+  csiMarkComplete(proj: string, epoch: string, last: number): Promise<number>;
   csiRenew(key: string, token: string, ttl: number): Promise<number>;
 };
 
@@ -95,12 +130,20 @@ export interface ReadSpec {
 }
 
 export interface ReadResult {
-  projectionPresent: boolean;
+  /** The projection is complete (not flushed, not half rebuilt): what was read can be trusted. */
+  projectionComplete: boolean;
   hashes: (Hash | undefined)[];
   fields: (string | undefined)[];
   counts: number[];
   /** The hash read through `recordPrefix`, if any. */
   record?: Hash;
+}
+
+/** A replay batch: the watermark it continues from, its last seq, the rebuild's epoch (none: a catch-up). */
+export interface ReplayStep {
+  prev: number;
+  to: number;
+  epoch?: string;
 }
 
 export type LockResult = { ok: true; read: ReadResult } | { ok: false; busy: string };
@@ -128,6 +171,8 @@ export class RedisStore {
     redis.defineCommand("csiLockAndRead", { numberOfKeys: 0, lua: LOCK_AND_READ });
     redis.defineCommand("csiApplyAndUnlock", { numberOfKeys: 0, lua: APPLY_AND_UNLOCK });
     redis.defineCommand("csiRenew", { numberOfKeys: 1, lua: RENEW });
+    redis.defineCommand("csiBeginRebuild", { numberOfKeys: 1, lua: BEGIN_REBUILD });
+    redis.defineCommand("csiMarkComplete", { numberOfKeys: 1, lua: MARK_COMPLETE });
     this.#r = redis as ScriptRedis;
   }
 
@@ -146,14 +191,14 @@ export class RedisStore {
     });
     const res = await this.#call(() => this.#r.csiLockAndRead(token, ttlMs, q));
     if (res[0] === 0) return { ok: false, busy: res[1] };
-    const [, present, hashesJson, fieldsJson, countsJson, recordJson] = res;
+    const [, complete, hashesJson, fieldsJson, countsJson, recordJson] = res;
     const record = pairsToHash(luaArray<string>(recordJson));
     const hashes = luaArray<string[] | Record<string, never>>(hashesJson).map(pairsToHash);
     const fields = luaArray<string>(fieldsJson);
     return {
       ok: true,
       read: {
-        projectionPresent: present === 1,
+        projectionComplete: complete === 1,
         hashes: spec.hashes.map((_, i) => hashes[i]),
         fields: spec.fields.map((_, i) => fields[i] || undefined),
         counts: luaArray<number>(countsJson),
@@ -162,31 +207,104 @@ export class RedisStore {
     };
   }
 
-  /** Apply mutations (idempotently), optionally advance the watermark, release locks: one round trip. */
-  async applyAndUnlock(muts: Mutation[], locks: [string, string][], watermark = 0): Promise<number> {
+  /**
+   * Apply mutations (idempotently) and release locks: one round trip. Without `replay` (an
+   * operation's own events) only onto a complete projection; a replay batch also advances the
+   * watermark from `prev` to `to`, on its rebuild's `epoch` or, without one, a complete projection.
+   * Returns how many mutations ran, or -1 if the projection refused them (nothing written).
+   */
+  async applyAndUnlock(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
     const wire = muts.map((m) => ({ g: m.guard, s: m.seq, o: m.ops }));
-    return this.#call(() => this.#r.csiApplyAndUnlock(JSON.stringify(wire), JSON.stringify(locks), this.keys.projection, watermark));
+    const cond = replay ? { p: replay.prev, w: replay.to, ...(replay.epoch ? { e: replay.epoch } : {}) } : {};
+    return this.#call(() => this.#r.csiApplyAndUnlock(JSON.stringify(wire), JSON.stringify(locks), this.keys.projection, JSON.stringify(cond)));
   }
 
   async renew(key: string, token: string, ttlMs: number): Promise<boolean> {
     return (await this.#call(() => this.#r.csiRenew(key, token, ttlMs))) === 1;
   }
 
-  async watermark(): Promise<number | undefined> {
-    const v = await this.#call(() => this.#r.hget(this.keys.projection, "applied"));
-    return v === null ? undefined : Number(v);
+  /** The projection's meta hash (undefined: there is no projection at all). */
+  async projectionMeta(): Promise<ProjectionMeta | undefined> {
+    return metaFromHash(await this.#call(() => this.#r.hgetall(this.keys.projection)));
   }
 
-  async markPresent(): Promise<void> {
-    await this.#call(() => this.#r.hsetnx(this.keys.projection, "applied", 0));
+  async projectionComplete(): Promise<boolean> {
+    return (await this.#call(() => this.#r.hget(this.keys.projection, "complete"))) === "1";
+  }
+
+  /** Start a rebuild's epoch (the meta hash replaced); refused over a complete projection unless `force`. */
+  async beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean> {
+    return (await this.#call(() => this.#r.csiBeginRebuild(this.keys.projection, epoch, logId, force ? "1" : "0"))) === 1;
+  }
+
+  /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
+  async markComplete(epoch: string, last: number): Promise<boolean> {
+    return (await this.#call(() => this.#r.csiMarkComplete(this.keys.projection, epoch, last))) === 1;
+  }
+
+  /** Every projection key (`{c}:csi.*`; not the locks, not the meta hash). */
+  async projectionKeys(): Promise<string[]> {
+    const keys: string[] = [];
+    let cursor = "0";
+    do {
+      const [next, found] = await this.#call(() => this.#r.scan(cursor, "MATCH", `${this.keys.prefix}csi.*`, "COUNT", 1000));
+      cursor = next;
+      keys.push(...found);
+    } while (cursor !== "0");
+    return keys;
+  }
+
+  /** Remove every projection key. */
+  async wipeProjection(): Promise<number> {
+    const keys = await this.projectionKeys();
+    let removed = 0;
+    for (let i = 0; i < keys.length; i += 1000) removed += await this.#call(() => this.#r.unlink(...keys.slice(i, i + 1000)));
+    return removed;
+  }
+
+  /** These keys with their values (absent keys are left out): the start-up check reads Redis with it. */
+  async dumpProjection(keys: string[]): Promise<Map<string, Stored>> {
+    const out = new Map<string, Stored>();
+    for (let i = 0; i < keys.length; i += 1000) {
+      const chunk = keys.slice(i, i + 1000);
+      const types = await this.#pipeline(chunk, (p, k) => p.type(k));
+      const values = await this.#pipeline(chunk, (p, k, j) => {
+        const t = types[j];
+        if (t === "zset") p.zrange(k, "0", "-1");
+        else if (t === "set") p.smembers(k);
+        else p.hgetall(k); // a hash, or gone since (an empty hash)
+      });
+      chunk.forEach((k, j) => {
+        const v = values[j];
+        if (Array.isArray(v)) out.set(k, { members: v as string[] });
+        else if (v && Object.keys(v).length) out.set(k, { hash: v as Hash });
+      });
+    }
+    return out;
+  }
+
+  /** Take / release a plain lock (the rebuild's): SET NX PX, compare-and-delete. */
+  async tryLock(key: string, token: string, ttlMs: number): Promise<boolean> {
+    return (await this.#call(() => this.#r.set(key, token, "PX", ttlMs, "NX"))) === "OK";
+  }
+
+  async unlock(key: string, token: string): Promise<void> {
+    await this.applyAndUnlock([], [[key, token]]);
+  }
+
+  async #pipeline(keys: string[], add: (p: ReturnType<Redis["pipeline"]>, key: string, i: number) => void): Promise<unknown[]> {
+    const p = this.#r.pipeline();
+    keys.forEach((k, i) => {
+      add(p, k, i);
+    });
+    const res = (await this.#call(() => p.exec())) ?? [];
+    return res.map(([err, v]) => (err ? undefined : v));
   }
 
   async hashes(keys: string[]): Promise<(Hash | undefined)[]> {
     if (keys.length === 0) return [];
-    const p = this.#r.pipeline();
-    for (const k of keys) p.hgetall(k);
-    const res = (await this.#call(() => p.exec())) ?? [];
-    return res.map(([err, h]) => (err || !h || Object.keys(h as object).length === 0 ? undefined : (h as Hash)));
+    const res = await this.#pipeline(keys, (p, k) => p.hgetall(k));
+    return res.map((h) => (!h || Object.keys(h).length === 0 ? undefined : (h as Hash)));
   }
 
   /** Up to `count` members of a lexicographic index after `after` (exclusive). */

@@ -149,9 +149,9 @@ export class Aggregates {
     return !!last && !!recordChange(last.event)?.end;
   }
 
-  /** Read hashes; if the projection is gone, rebuild it first. */
+  /** Read hashes; if the projection is gone or half built, wait for its rebuild first. */
   async read(keys: string[]): Promise<(Hash | undefined)[]> {
-    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    await this.d.projector.ready();
     return this.d.store.hashes(keys);
   }
 
@@ -162,7 +162,7 @@ export class Aggregates {
   async page(index: string, token: string | undefined, askedEntries: number, kind: Kind) {
     const maxEntries = askedEntries > 0 ? Math.min(askedEntries, MAX_PAGE_ENTRIES) : MAX_PAGE_ENTRIES;
     if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${quote(token)}`);
-    if ((await this.d.store.watermark()) === undefined) await this.d.projector.catchUp();
+    await this.d.projector.ready();
     const uuids = await this.d.store.indexPage(index, token, maxEntries + 1);
     const next = nextToken(uuids, maxEntries);
     const page = next ? uuids.slice(0, maxEntries) : uuids;

@@ -45,11 +45,11 @@ export class Operation {
   async lock(spec: ReadSpec): Promise<ReadResult> {
     for (;;) {
       const read = await this.#take(spec);
-      if (read.projectionPresent) return read;
-      // Redis lost the projection (flushed, replaced): rebuild it from the log, then read again.
-      this.env.logger.warn("projection missing: rebuilding from the event log");
+      if (read.projectionComplete) return read;
+      // Redis lost the projection (flushed, replaced) or it is being rebuilt: wait for it (one
+      // rebuild per cluster, shared by every operation; bounded → Unavailable), then read again.
       await this.#release(spec.locks);
-      await this.env.projector.catchUp();
+      await this.env.projector.ready();
     }
   }
 
@@ -97,8 +97,15 @@ export class Operation {
     clearInterval(this.#renewTimer);
     const locks = this.#locks.map((k) => [k, this.token] as [string, string]);
     this.#locks.length = 0;
+    const muts = mutationsFor(this.env.store.keys, this.#landed);
     try {
-      await this.env.store.applyAndUnlock(mutationsFor(this.env.store.keys, this.#landed), locks);
+      if ((await this.env.store.applyAndUnlock(muts, locks)) < 0 && muts.length > 0) {
+        // The projection was flushed or is being rebuilt: nothing was written (never into a half
+        // projection). The rebuild replays these events; apply them again once it is complete so
+        // a read after the reply shows them.
+        await this.env.projector.ready();
+        await this.env.store.applyAndUnlock(muts, []);
+      }
     } catch (applyErr) {
       // The events are in the log; the projector replays them. Locks expire by TTL.
       this.env.logger.error({ err: applyErr }, "could not apply events after append");

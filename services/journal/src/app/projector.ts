@@ -1,45 +1,220 @@
 /**
- * Replays the event log into the Redis projection. Runs before the journal serves (catch-up),
- * when a command finds the projection gone (Redis flushed or replaced), after a fence conflict,
- * and periodically to advance the watermark. Replays are idempotent per aggregate, so several
- * replicas may replay at once; in one process a replay is single-flight.
+ * Keeps the Redis projection equal to the event log: catches it up from its watermark, rebuilds
+ * it from the first sequence when it is missing, half built, ahead of the log or from another
+ * log, and checks it against the log at start-up.
+ *
+ * A rebuild cannot be left half done (docs/journal.md, "Rebuilds"): it takes the cluster's rebuild
+ * lock (one rebuild per cluster; the lock is renewed while it runs), starts a new epoch in the
+ * meta hash (which marks the projection incomplete, so no operation writes into it), wipes the
+ * projection keys, replays the log in batches that each apply only if the epoch is still its own
+ * and the watermark is where the batch starts, and writes `complete` last, on the same condition.
+ * A FLUSHALL or a Redis restart anywhere in between removes or changes the epoch: the next batch
+ * (or the complete mark) is refused and the rebuild starts over. Everything one process does to
+ * the projection is single-flight: concurrent callers share one sync.
  */
+import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import { DriverError } from "@csi/contracts";
 import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
-import type { RedisStore } from "../adapters/redis-store.js";
+import { RedisStore } from "../adapters/redis-store.js";
 import { mutationsFor } from "../domain/projection.js";
+import { diffProjection, judgeProjection, ProjectionModel } from "../domain/projection-state.js";
+
+export interface ProjectorOptions {
+  /** Events per replay batch (one Lua call each). */
+  batch?: number;
+  /** How long a caller waits for the projection to be complete before Unavailable. */
+  waitMs?: number;
+  /** TTL of the cluster's rebuild lock; it is renewed every third of it. */
+  lockTtlMs?: number;
+}
+
+/** A replay batch was refused: the projection is not the one this replay started on. */
+class Interrupted extends Error {}
 
 export class Projector {
-  #running?: Promise<number>;
+  #busy?: Promise<number>;
+  readonly #batch: number;
+  readonly #waitMs: number;
+  readonly #lockTtlMs: number;
 
   constructor(
     private readonly log: EventLog,
     private readonly store: RedisStore,
     private readonly logger: Logger,
-  ) {}
-
-  /** Apply everything after the watermark (or everything, if the projection is gone). */
-  catchUp(): Promise<number> {
-    this.#running ??= this.#replay().finally(() => {
-      this.#running = undefined;
-    });
-    return this.#running;
+    opts: ProjectorOptions = {},
+  ) {
+    this.#batch = opts.batch ?? 512;
+    this.#waitMs = opts.waitMs ?? 10_000;
+    this.#lockTtlMs = opts.lockTtlMs ?? 10_000;
   }
 
-  async #replay(): Promise<number> {
-    const started = performance.now();
-    const from = ((await this.store.watermark()) ?? 0) + 1;
-    let applied = 0;
-    let events = 0;
-    const last = await this.log.read(from, async (batch) => {
-      events += batch.length;
-      const last = batch[batch.length - 1]?.seq ?? 0;
-      applied += await this.store.applyAndUnlock(mutationsFor(this.store.keys, batch), [], last);
+  /** Bring the projection up to the log: catch up if it can be trusted, else rebuild it. Single-flight. */
+  catchUp(): Promise<number> {
+    return this.#run();
+  }
+
+  /** Drop the projection and rebuild it from the log, even if it looks fine (admin `rebuild`). */
+  rebuild(reason = "asked for"): Promise<number> {
+    return this.#run(reason);
+  }
+
+  /**
+   * Resolves once the projection is complete (syncing it if not), waiting at most `waitMs`:
+   * past that (another replica's rebuild of a long log) the caller gets Unavailable and retries.
+   */
+  async ready(): Promise<void> {
+    if (await this.store.projectionComplete()) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new DriverError("Unavailable", "the projection is being rebuilt from the event log, retry")), this.#waitMs);
     });
-    await this.store.markPresent(); // even for an empty log
-    if (events > 0) {
-      this.logger.info({ from, to: last, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
+    try {
+      await Promise.race([this.catchUp(), late]);
+    } finally {
+      clearTimeout(timer);
     }
-    return last;
+  }
+
+  /**
+   * Start-up: sync, then compare every projection key with the log replayed in memory; a
+   * projection that disagrees (a key removed or changed by hand, a lost write) is rebuilt.
+   */
+  async start(): Promise<number> {
+    const last = await this.catchUp();
+    const started = performance.now();
+    const { differ, keys } = await this.#check();
+    const ms = Math.round(performance.now() - started);
+    if (differ.length === 0) {
+      this.logger.info({ keys, ms }, "projection checked against the log");
+      return last;
+    }
+    this.logger.warn({ keys: differ.length, first: differ.slice(0, 5), ms }, "projection disagrees with the log");
+    return this.rebuild("disagrees with the log");
+  }
+
+  /** One sync at a time in this process; a forced rebuild runs after the sync in progress. */
+  #run(force?: string): Promise<number> {
+    if (this.#busy && !force) return this.#busy;
+    const before = this.#busy?.catch(() => 0);
+    const p: Promise<number> = (async () => {
+      await before;
+      return this.#sync(force);
+    })().finally(() => {
+      if (this.#busy === p) this.#busy = undefined;
+    });
+    this.#busy = p;
+    return p;
+  }
+
+  async #sync(force?: string): Promise<number> {
+    for (;;) {
+      const [meta, info] = await Promise.all([this.store.projectionMeta(), this.log.info()]);
+      const judged = force ? { ok: false as const, reason: force } : judgeProjection(meta, info);
+      if (judged.ok && meta) {
+        const last = await this.#replay(meta.applied + 1);
+        if (last !== undefined) return last;
+        continue; // flushed or rebuilt under us: look again
+      }
+      const key = this.store.keys.lock("rebuild");
+      const token = RedisStore.newToken();
+      if (!(await this.store.tryLock(key, token, this.#lockTtlMs))) {
+        await sleep(50 + Math.random() * 100); // another replica rebuilds: wait for `complete`
+        continue;
+      }
+      try {
+        await this.#rebuildLocked(key, token, force);
+      } finally {
+        await this.store.unlock(key, token).catch(() => {});
+      }
+      force = undefined; // done (or interrupted: the projection is then incomplete, judged again)
+    }
+  }
+
+  /** One rebuild attempt under the rebuild lock; the caller looks at the projection again afterwards. */
+  async #rebuildLocked(lockKey: string, token: string, force: string | undefined): Promise<void> {
+    const renew = setInterval(() => this.store.renew(lockKey, token, this.#lockTtlMs).catch(() => false), Math.max(50, Math.floor(this.#lockTtlMs / 3)));
+    renew.unref();
+    try {
+      // Judged again under the lock: another replica may have finished a rebuild meanwhile.
+      const info = await this.log.info();
+      const judged = force ? { ok: false as const, reason: force } : judgeProjection(await this.store.projectionMeta(), info);
+      if (judged.ok) return;
+      const epoch = randomBytes(16).toString("hex");
+      if (!(await this.store.beginRebuild(epoch, info.id, !!force))) return;
+      const started = performance.now();
+      this.logger.warn({ epoch, reason: judged.reason }, "projection rebuild started");
+      const wiped = await this.store.wipeProjection();
+      const last = await this.#replay(1, epoch);
+      if (last !== undefined && (await this.store.markComplete(epoch, last))) {
+        this.logger.info({ epoch, from: 1, to: last, wiped, ms: Math.round(performance.now() - started) }, "projection rebuilt");
+        return;
+      }
+      this.logger.warn({ epoch }, "projection rebuild interrupted (Redis flushed or restarted, or another rebuild took over): starting over");
+    } finally {
+      clearInterval(renew);
+    }
+  }
+
+  /**
+   * Replay the log from `from` in batches, each applied only if the projection is still the one
+   * this replay runs on (its rebuild's `epoch`, or complete for a catch-up) and its watermark is
+   * where the batch starts. Returns the log's last sequence, or undefined if a batch was refused.
+   */
+  async #replay(from: number, epoch?: string): Promise<number | undefined> {
+    const started = performance.now();
+    let prev = from - 1;
+    let events = 0;
+    let applied = 0;
+    try {
+      const last = await this.log.read(
+        from,
+        async (batch) => {
+          const to = batch[batch.length - 1]?.seq ?? prev;
+          const n = await this.store.applyAndUnlock(mutationsFor(this.store.keys, batch), [], { prev, to, ...(epoch ? { epoch } : {}) });
+          if (n < 0) throw new Interrupted();
+          prev = to;
+          events += batch.length;
+          applied += n;
+        },
+        { batch: this.#batch },
+      );
+      if (events > 0 && !epoch) {
+        this.logger.info({ from, to: prev, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
+      }
+      return last;
+    } catch (err) {
+      if (err instanceof Interrupted) return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * Replay the whole log into memory and compare it with every projection key. Keys that differ
+   * are looked at again (after a catch-up, with the events appended meanwhile) a few times, so
+   * other replicas' writes in flight are not taken for damage.
+   */
+  async #check(): Promise<{ differ: string[]; keys: number }> {
+    const model = new ProjectionModel();
+    let upTo = 0;
+    const feed = () =>
+      this.log.read(
+        upTo + 1,
+        async (batch) => {
+          model.apply(mutationsFor(this.store.keys, batch));
+          upTo = batch[batch.length - 1]?.seq ?? upTo;
+        },
+        { batch: this.#batch },
+      );
+    await feed();
+    const have = await this.store.dumpProjection(await this.store.projectionKeys());
+    let differ = diffProjection(model.dump(), have);
+    for (let round = 0; differ.length > 0 && round < 3; round++) {
+      await this.catchUp();
+      await feed();
+      differ = diffProjection(model.dump(), await this.store.dumpProjection(differ), differ);
+    }
+    return { differ, keys: have.size };
   }
 }

@@ -1,0 +1,166 @@
+/**
+ * Whether a Redis projection can be trusted, and what it should hold. Pure.
+ *
+ * The projection's meta hash (`{c}:projection`) says which rebuild made it and how far it got:
+ *   epoch     random id of the rebuild that wrote it (set when the rebuild starts)
+ *   log       identity of the log it was replayed from (the stream's creation time)
+ *   applied   stream sequence up to which every event is applied (the watermark)
+ *   complete  "1" once the rebuild replayed the whole log under this epoch; written last
+ * A flush removes the meta hash with everything else, so a rebuild that is cut in half never
+ * finds its epoch again and starts over; nothing but a finished rebuild sets `complete`.
+ *
+ * `judgeProjection` decides from the meta alone (cheap, at every sync); `ProjectionModel` replays
+ * mutations in memory exactly as the Lua applier does, so the start-up check can compare what
+ * Redis holds with what the log says, key by key (`diffProjection`).
+ */
+import type { Mutation, RedisOp } from "./projection.js";
+import type { Hash } from "./records.js";
+
+export interface ProjectionMeta {
+  epoch?: string;
+  log?: string;
+  applied: number;
+  complete: boolean;
+}
+
+export interface LogInfo {
+  /** Identity of the stream (its creation time): a projection of another log is worthless. */
+  id: string;
+  /** Last sequence in the log. */
+  last: number;
+}
+
+export type Judgement = { ok: true } | { ok: false; reason: string };
+
+const EPOCH = /^[0-9a-f]{32}$/;
+
+export function isEpoch(s: string | undefined): s is string {
+  return s !== undefined && EPOCH.test(s);
+}
+
+export function metaFromHash(h: Hash | undefined): ProjectionMeta | undefined {
+  if (!h || Object.keys(h).length === 0) return undefined;
+  return {
+    ...(h.epoch !== undefined ? { epoch: h.epoch } : {}),
+    ...(h.log !== undefined ? { log: h.log } : {}),
+    applied: Number(h.applied ?? 0),
+    complete: h.complete === "1",
+  };
+}
+
+/**
+ * Whether a projection may be served and caught up, or must be rebuilt from the first sequence.
+ * A watermark behind the log is fine (catch-up applies the rest); ahead of it, or from another
+ * log, the projection describes history this log does not have.
+ */
+export function judgeProjection(meta: ProjectionMeta | undefined, log: LogInfo): Judgement {
+  if (!meta) return { ok: false, reason: "missing" };
+  if (!meta.complete) return { ok: false, reason: "incomplete" };
+  if (!isEpoch(meta.epoch)) return { ok: false, reason: "no valid epoch" };
+  if (meta.log !== log.id) return { ok: false, reason: "built from another log" };
+  if (!Number.isSafeInteger(meta.applied) || meta.applied < 0) return { ok: false, reason: "invalid watermark" };
+  if (meta.applied > log.last) return { ok: false, reason: "watermark ahead of the log" };
+  return { ok: true };
+}
+
+/** One key's value as stored: a hash, or the members of a set / sorted set (scores are all 0). */
+export type Stored = { hash: Hash } | { members: string[] };
+
+/** The projection's keys as the Lua applier would leave them after these mutations (TTLs aside). */
+export class ProjectionModel {
+  readonly #hashes = new Map<string, Map<string, string>>();
+  readonly #sets = new Map<string, Set<string>>();
+
+  apply(muts: Mutation[]): void {
+    for (const m of muts) {
+      const [key, field] = m.guard;
+      if (m.seq <= Number(this.#hget(key, field) ?? 0)) continue;
+      for (const op of m.ops) this.#op(op);
+      this.#hset(key, field, m.seq);
+    }
+  }
+
+  /** Every key with its value. */
+  dump(): Map<string, Stored> {
+    const out = new Map<string, Stored>();
+    for (const [k, h] of this.#hashes) out.set(k, { hash: Object.fromEntries(h) });
+    for (const [k, s] of this.#sets) out.set(k, { members: [...s] });
+    return out;
+  }
+
+  #op(op: RedisOp): void {
+    const [cmd, ...a] = op;
+    const [key = "", x = "", y = ""] = a.map(String);
+    switch (cmd) {
+      case "HSET":
+        for (let i = 1; i + 1 < a.length; i += 2) this.#hset(key, String(a[i]), String(a[i + 1]));
+        break;
+      case "HDEL":
+        for (const f of a.slice(1)) this.#hashes.get(key)?.delete(String(f));
+        break;
+      case "HDELIFEQ": // HDELIFEQ key field value
+        if (this.#hget(key, x) === y) this.#hashes.get(key)?.delete(x);
+        break;
+      case "DEL":
+        this.#hashes.delete(key);
+        this.#sets.delete(key);
+        break;
+      case "ZADD": // ZADD key score member
+        this.#sadd(key, y);
+        break;
+      case "SADD":
+        this.#sadd(key, x);
+        break;
+      case "ZREM":
+      case "SREM":
+        this.#sets.get(key)?.delete(x);
+        break;
+      case "SNAPINDEXREM": {
+        // SNAPINDEXREM <key prefix> <record> <uuid>: take uuid out of the index of the record's source.
+        const src = this.#hget(x, "csi.source");
+        if (src !== undefined) this.#op(["ZREM", `${key}csi.index.snap.src.${src}`, y]);
+        break;
+      }
+      case "PERSIST":
+      case "PEXPIRE":
+        break; // TTLs only matter to tombstones, which diffProjection leaves out
+      default:
+        throw new Error(`the projection model has no ${cmd}`);
+    }
+    // Redis drops a hash or set that became empty.
+    if (this.#hashes.get(key)?.size === 0) this.#hashes.delete(key);
+    if (this.#sets.get(key)?.size === 0) this.#sets.delete(key);
+  }
+
+  #hget(key: string, field: string): string | undefined {
+    return this.#hashes.get(key)?.get(field);
+  }
+
+  #hset(key: string, field: string, value: string | number): void {
+    const h = this.#hashes.get(key) ?? new Map<string, string>();
+    this.#hashes.set(key, h);
+    h.set(field, String(value));
+  }
+
+  #sadd(key: string, member: string): void {
+    const set = this.#sets.get(key) ?? new Set<string>();
+    this.#sets.set(key, set);
+    set.add(member);
+  }
+}
+
+/** A tombstone (what a deleted aggregate leaves for 24 h) may have expired in Redis: not compared. */
+function canonical(v: Stored | undefined): string | undefined {
+  if (!v) return undefined;
+  if ("hash" in v) {
+    if (v.hash._gone === "1") return undefined;
+    return JSON.stringify(Object.entries(v.hash).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  }
+  return v.members.length ? JSON.stringify([...v.members].sort()) : undefined;
+}
+
+/** Keys whose value differs between what the log says (`want`) and what Redis holds (`have`); only `only` if given. */
+export function diffProjection(want: Map<string, Stored>, have: Map<string, Stored>, only?: string[]): string[] {
+  const keys = new Set(only ?? [...want.keys(), ...have.keys()]);
+  return [...keys].filter((k) => canonical(want.get(k)) !== canonical(have.get(k))).sort();
+}

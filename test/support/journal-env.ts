@@ -1,0 +1,56 @@
+/**
+ * What a test file of the journal starts with: real nats-server and redis-server, a clusters
+ * file with one cluster, a NATS connection with a journal client, a Redis client, and a way to
+ * start journal processes against them.
+ *
+ *   const j = await journalTestEnv("c1");                      // in before()
+ *   const journal = new SharedProcess(j.spawnJournal);
+ *   await j.dispose();                                         // in after()
+ */
+import { JournalClient } from "@csi/runtime";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { type ServiceProcess, spawnService, type TestPool, writeClustersFile } from "./processes.js";
+import { startTestServers, type TestServers } from "./servers.js";
+
+export interface JournalTestEnv {
+  servers: TestServers;
+  clustersFile: string;
+  nc: NatsConnection;
+  redis: Redis;
+  client: JournalClient;
+  /** The environment of a journal process of this cluster (no periodic catch-up), plus `extra`. */
+  journalEnv(extra?: Record<string, string>): Record<string, string>;
+  spawnJournal(extra?: Record<string, string>): Promise<ServiceProcess>;
+  dispose(): Promise<void>;
+}
+
+export async function journalTestEnv(cluster: string, opts: { pools?: TestPool[]; timeoutMs?: number } = {}): Promise<JournalTestEnv> {
+  const servers = await startTestServers();
+  const clustersFile = await writeClustersFile(servers.dir, [{ clusterID: cluster, pools: opts.pools ?? ["default"] }]);
+  const nc = await connect({ servers: servers.nats.url });
+  const redis = new Redis(servers.redis.url);
+  redis.on("error", () => {}); // tests may stop it on purpose
+  const journalEnv = (extra: Record<string, string> = {}) => ({
+    NATS_URL: servers.nats.url,
+    REDIS_URL: servers.redis.url,
+    CLUSTERS_FILE: clustersFile,
+    CLUSTER_ID: cluster,
+    CATCHUP_EVERY_MS: "0",
+    ...extra,
+  });
+  return {
+    servers,
+    clustersFile,
+    nc,
+    redis,
+    client: new JournalClient(nc, opts.timeoutMs ?? 20_000),
+    journalEnv,
+    spawnJournal: (extra) => spawnService("journal", journalEnv(extra)),
+    dispose: async () => {
+      await nc.close();
+      redis.disconnect();
+      await servers.dispose();
+    },
+  };
+}
