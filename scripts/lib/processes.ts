@@ -63,6 +63,23 @@ export async function spawnService(
   return { child, logs, exited, stop: () => signal("SIGTERM"), kill: async () => void (await signal("SIGKILL")) };
 }
 
+export const isRunning = (p: ServiceProcess) => p.child.exitCode === null && p.child.signalCode === null;
+
+/** Ends a process whatever its state: wakes it if frozen, SIGTERM, then SIGKILL after `graceMs`. */
+export async function endProcess(p: ServiceProcess, graceMs = 5000): Promise<void> {
+  if (!isRunning(p)) return;
+  p.child.kill("SIGCONT");
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((resolve) => {
+    timer = setTimeout(() => resolve("late"), graceMs);
+  });
+  try {
+    if ((await Promise.race([p.stop(), late])) === "late") await p.kill();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** A pool of a test clusters file: its name, or its name and the topology segments it is reachable from. */
 export type TestPool = string | { name: string; topology: Record<string, string>[] };
 
