@@ -133,7 +133,8 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
           });
           await makeWhole(s, workload, say);
         }
-        say(`fault ${faults.length}/${plan.length}: ${kind} (${faults.at(-1)?.target}) at op ${started}`);
+        const f = faults.at(-1);
+        say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${started}${f?.note ? `: ${f.note}` : ""}`);
       }
     })();
     const worker = async () => {

@@ -5,15 +5,16 @@
  */
 export type Cell = string | number;
 
-/** Columns padded to their widest cell; numbers right-aligned; a rule under the header. */
+/** Columns padded to their widest cell; numeric columns (header included) right-aligned; a rule under the header. */
 export function formatTable(header: readonly string[], rows: readonly (readonly Cell[])[]): string {
   const all = [header, ...rows];
   const widths = header.map((_, c) => Math.max(...all.map((r) => String(r[c] ?? "").length)));
+  const numeric = header.map((_, c) => rows.length > 0 && rows.every((r) => typeof r[c] === "number"));
   const line = (r: readonly Cell[]) =>
     r
       .map((cell, c) => {
         const w = widths[c] ?? 0;
-        return typeof cell === "number" ? String(cell).padStart(w) : String(cell).padEnd(w);
+        return numeric[c] ? String(cell).padStart(w) : String(cell).padEnd(w);
       })
       .join("  ")
       .trimEnd();
