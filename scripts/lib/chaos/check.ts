@@ -202,8 +202,9 @@ export function checkObservation(o: Observation, m: Model): Invariant[] {
     if (!images.has(img)) v["no reservation without an image"].push(at(`${r.kind} ${r.fields["csi.volname"]} (${r.uuid}): image ${img} missing`));
     else if (!r.fields["csi.imageid"])
       v["no reservation without an image"].push(at(`${r.kind} ${r.fields["csi.volname"]} (${r.uuid}): reserved, never recorded as created`));
+    // (A record of an acknowledged delete is the rule "acknowledged delete is gone".)
     const a = known.get(`${r.kind}/${r.fields["csi.volname"]}`);
-    if (!a?.acked || a.uuid !== r.uuid) v["no reservation the CO was not told of"].push(at(`${r.kind} ${r.fields["csi.volname"]} (${r.uuid})`));
+    if (a?.uuid !== r.uuid || !(a.acked || a.deleted)) v["no reservation the CO was not told of"].push(at(`${r.kind} ${r.fields["csi.volname"]} (${r.uuid})`));
   }
 
   // The projection is exactly what the log replays to.

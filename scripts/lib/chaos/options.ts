@@ -15,11 +15,14 @@ export interface ChaosOptions {
   failoverBoundMs: number;
   /** Write every service log line here (kept after the run). */
   logFile?: string | undefined;
+  /** Write the whole result here as JSON (every violation, fault and operation). */
+  jsonFile?: string | undefined;
 }
 
 export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, failoverBoundMs: 2000 };
 
-const USAGE = "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--failover-bound-ms N] [--log FILE]";
+const USAGE =
+  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--failover-bound-ms N] [--log FILE] [--json FILE]";
 
 export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): ChaosOptions {
   const { values } = parseArgs({
@@ -33,6 +36,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
       replicas: { type: "string" },
       "failover-bound-ms": { type: "string" },
       log: { type: "string" },
+      json: { type: "string" },
       help: { type: "boolean" },
     },
   });
@@ -51,6 +55,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
     replicas: int("replicas", values.replicas, DEFAULTS.replicas, 1),
     failoverBoundMs: int("failover-bound-ms", values["failover-bound-ms"], DEFAULTS.failoverBoundMs, 1),
     logFile: values.log,
+    jsonFile: values.json,
   };
 }
 
