@@ -28,6 +28,8 @@ export interface StackOptions {
   journalReplicas?: number;
   /** Extra environment for the services. */
   env?: Record<string, string>;
+  /** A service (also one started again) that is not ready in this long is killed and its start fails (default: no limit). */
+  readyTimeoutMs?: number;
   /** Every log line of the services (pino JSON). */
   onLine?: (line: string) => void;
   /** The stack's own steps ("started embedded nats-server", { url }). */
@@ -109,6 +111,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     };
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
+    const common = { onLine: opts.onLine, ...(opts.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: opts.readyTimeoutMs }) };
     const service = (name: string, launch: () => Promise<ServiceProcess>) => {
       const s = stackService(name, launch, exitedBySelf);
       managed.push(s);
@@ -117,13 +120,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const replicas = Math.max(1, opts.journalReplicas ?? 1);
     const journals = Array.from({ length: replicas }, (_, i) =>
       service(replicas === 1 ? "journal" : `journal-${i + 1}`, () =>
-        spawnService("journal", replicas === 1 ? env : { REPLICA_ID: `journal-${i + 1}`, ...env }, { onLine: opts.onLine }),
+        spawnService("journal", replicas === 1 ? env : { REPLICA_ID: `journal-${i + 1}`, ...env }, common),
       ),
     );
-    const controller = service("controller", () => spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], onLine: opts.onLine }));
-    const nodeAgent = service("node-agent", () =>
-      spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], onLine: opts.onLine }),
-    );
+    const controller = service("controller", () => spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], ...common }));
+    const nodeAgent = service("node-agent", () => spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }));
     // The journals first: the controller's Probe wants a journal to answer.
     await settleAll(journals.map((j) => j.start()));
     opts.signal?.throwIfAborted();

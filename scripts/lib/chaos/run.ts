@@ -57,6 +57,8 @@ const CATCH_UP_WAIT_MS = 4000;
 /** Locks of a killed holder live for their TTL (10 s by default): the check waits that long for them to go. */
 const LOCK_GRACE_MS = 15_000;
 const NODE_ID = "chaos-node";
+/** A service that does not serve within this after a (re)start counts as not coming back. */
+const READY_TIMEOUT_MS = 60_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -86,6 +88,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
       runDir,
       nodeId: NODE_ID,
       journalReplicas: opts.replicas,
+      readyTimeoutMs: READY_TIMEOUT_MS,
       env: { ...CHAOS_ENV, CLUSTERS_FILE: clustersFile },
       onLine: logStream ? (line) => logStream?.write(`${line}\n`) : undefined,
       ...(signal ? { signal } : {}),
