@@ -11,11 +11,11 @@ import { backoffMs, isRetryable } from "../scripts/lib/chaos/co-client.js";
 import { FAULT_KINDS, type FaultRecord, faultDueAt, planFaults } from "../scripts/lib/chaos/faults.js";
 import { journalFailovers, recoveryMs } from "../scripts/lib/chaos/figures.js";
 import { parseChaosArgs } from "../scripts/lib/chaos/options.js";
-import { seeded } from "../scripts/lib/chaos/random.js";
 import { formatReport } from "../scripts/lib/chaos/report.js";
 import { runChaos } from "../scripts/lib/chaos/run.js";
 import { formatTable } from "../scripts/lib/chaos/table.js";
 import type { ModelVolume, OpRecord } from "../scripts/lib/chaos/workload.js";
+import { seeded } from "../scripts/lib/random.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
 import { whyNoDevices } from "./support/machine.js";
 

@@ -10,7 +10,7 @@
  */
 import { GrpcCode } from "@csi/contracts";
 import { type ClientRequestOf, type ClientResponseOf, csiClient, type Methods } from "@csi/runtime";
-import type { Random } from "./random.js";
+import type { Random } from "../random.js";
 
 export const RETRYABLE: ReadonlySet<number> = new Set([GrpcCode.UNAVAILABLE, GrpcCode.ABORTED, GrpcCode.DEADLINE_EXCEEDED]);
 const CODE_NAMES = new Map<number, string>(Object.entries(GrpcCode).map(([name, code]) => [code, name]));

@@ -7,8 +7,8 @@
  * into the flushed Redis), nats-server restart.
  */
 import type { Redis } from "ioredis";
+import type { Random } from "../random.js";
 import type { Stack, StackService } from "../stack.js";
-import type { Random } from "./random.js";
 
 export const FAULT_KINDS = [
   "journal-kill",

@@ -21,6 +21,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { keysFor } from "../../../services/journal/src/domain/kinds.js";
 import { cleanupUnder } from "../machine.js";
+import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
@@ -28,7 +29,6 @@ import { FAULT_KINDS, type FaultRecord, faultDueAt, injectFault, planFaults } fr
 import { type Failover, type FaultFigures, faultFigures, journalFailovers, slowestOp } from "./figures.js";
 import { nodeStateFileOf, observe } from "./observe.js";
 import type { ChaosOptions } from "./options.js";
-import { seeded } from "./random.js";
 import { type OpRecord, Workload } from "./workload.js";
 
 export interface ChaosResult {

@@ -13,8 +13,8 @@ import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { decomposeVolumeId, GrpcCode } from "@csi/contracts";
 import type { ClientRequestOf } from "@csi/runtime";
+import type { Random } from "../random.js";
 import { CallFailed, type CoClient } from "./co-client.js";
-import type { Random } from "./random.js";
 
 export const OP_KINDS = ["create", "create-retry", "snapshot", "clone", "expand", "publish", "unpublish", "delete", "delete-retry"] as const;
 export type OpKind = (typeof OP_KINDS)[number];

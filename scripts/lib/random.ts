@@ -1,10 +1,12 @@
-/** A seeded pseudo-random generator (mulberry32), so a chaos run can be repeated with `--seed`. Pure. */
+/** A seeded pseudo-random generator (mulberry32), so a chaos run or a fuzz case can be repeated from its seed. Pure. */
 export interface Random {
   /** In [0, 1). */
   next(): number;
   /** An integer in [min, max]. */
   int(min: number, max: number): number;
   pick<T>(items: readonly T[]): T;
+  /** True with probability `p`. */
+  chance(p: number): boolean;
   shuffle<T>(items: readonly T[]): T[];
 }
 
@@ -21,6 +23,7 @@ export function seeded(seed: number): Random {
   return {
     next,
     int,
+    chance: (p) => next() < p,
     pick: (items) => {
       if (items.length === 0) throw new Error("pick from an empty list");
       return items[int(0, items.length - 1)] as (typeof items)[number];
