@@ -6,6 +6,7 @@
  */
 
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
+import { lastMessageOf, reachingNats } from "@csi/runtime";
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -21,18 +22,6 @@ import type { LogInfo } from "../domain/projection-state.js";
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
-/** JetStream's "no message found" (a subject without events): not a failure. */
-const JS_NO_MESSAGE_FOUND = 10037;
-
-/** Any failure to reach the log is Unavailable: the caller (a CO) retries; never Internal. */
-async function reaching<T>(f: () => Promise<T>): Promise<T> {
-  try {
-    return await f();
-  } catch (err) {
-    if (err instanceof DriverError || (err instanceof Error && err.name === "ZodError")) throw err; // a bad event is Internal
-    throw new DriverError("Unavailable", "event log unavailable", { cause: err });
-  }
-}
 
 export class SequenceConflict extends DriverError {
   constructor(subject: string, options?: { cause?: unknown }) {
@@ -121,12 +110,7 @@ export class EventLog {
 
   /** The last event of one subject, if it has any. */
   async lastOf(subject: string): Promise<StoredEvent | undefined> {
-    const msg = await reaching(async () =>
-      (await this.#manager()).streams.getMessage(this.stream, { last_by_subj: subject }).catch((err: unknown) => {
-        if (err instanceof JetStreamApiError && err.code === JS_NO_MESSAGE_FOUND) return null;
-        throw err;
-      }),
-    );
+    const msg = await lastMessageOf(this.#manager(), this.stream, subject);
     return msg ? { seq: msg.seq, subject, event: JournalEvent.parse(msg.json()) } : undefined;
   }
 
@@ -136,7 +120,7 @@ export class EventLog {
 
   /** The log's identity (its stream's creation time: a recreated stream is another log) and last sequence. */
   async info(): Promise<LogInfo> {
-    const info = await reaching(async () => (await this.#manager()).streams.info(this.stream));
+    const info = await reachingNats("event log", async () => (await this.#manager()).streams.info(this.stream));
     return { id: info.created, last: info.state.last_seq };
   }
 
@@ -180,7 +164,7 @@ export class EventLog {
   async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<void>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
     const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
     if (last < fromSeq) return last;
-    const consumer = await reaching(() =>
+    const consumer = await reachingNats("event log", () =>
       this.#js.consumers.get(this.stream, {
         deliver_policy: DeliverPolicy.StartSequence,
         opt_start_seq: Math.max(1, fromSeq),
@@ -193,7 +177,7 @@ export class EventLog {
       while (seen < last) {
         const batch: StoredEvent[] = [];
         let got = 0;
-        await reaching(async () => {
+        await reachingNats("event log", async () => {
           for await (const m of await consumer.fetch({ max_messages: size, expires: 1000 })) {
             got++;
             seen = m.seq;

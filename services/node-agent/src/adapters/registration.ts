@@ -11,6 +11,7 @@
  * the Node RPCs: volumes already published here must still be unpublishable.
  */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { lastMessageOf } from "@csi/runtime";
 import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -32,8 +33,9 @@ export async function ensureNodesStream(nc: NatsConnection): Promise<void> {
 
 /** Why the registration just published cannot be read back, or undefined when it can. */
 export async function whyNotReadBack(nc: NatsConnection, sent: NodeRegistration): Promise<string | undefined> {
-  const jsm = await jetstreamManager(nc);
-  const msg = await jsm.streams.getMessage(NODES_STREAM, { last_by_subj: nodeSubjects.registration(sent.nodeId) }).catch((err: unknown) => String(err));
+  const msg = await lastMessageOf(jetstreamManager(nc), NODES_STREAM, nodeSubjects.registration(sent.nodeId)).catch((err: unknown) =>
+    String((err as Error).cause ?? err),
+  );
   if (typeof msg === "string" || !msg) return `no registration of this node in ${NODES_STREAM}${msg ? ` (${msg.slice(0, 200)})` : ""}`;
   const got = NodeRegistration.safeParse(msg.json());
   if (!got.success || got.data.nodeId !== sent.nodeId) return `the last registration of this node in ${NODES_STREAM} is not a valid one`;

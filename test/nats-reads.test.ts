@@ -1,13 +1,14 @@
 /**
- * The event log adapter against a real nats-server: a log that cannot be reached is
- * Unavailable (the CO retries), never a raw NATS error that the journal would answer as
- * INTERNAL; a subject without events is simply empty. (Found by `npm run chaos`: a nats-server
- * restart during a replay answered INTERNAL.)
+ * Reads of JetStream against a real nats-server: a stream that cannot be reached is Unavailable
+ * (the CO retries), never a raw NATS error answered as INTERNAL and never "there is none".
+ * Found by `npm run chaos`: a nats-server restart during a replay answered INTERNAL, and a
+ * ControllerPublishVolume during one answered NOT_FOUND "node … is not registered".
  */
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { after, afterEach, before, beforeEach, test } from "node:test";
 import { DriverError } from "@csi/contracts";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { NodeDirectory } from "../services/controller/src/adapters/nodes.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
@@ -16,12 +17,13 @@ let nc: NatsConnection;
 
 before(async () => {
   env = await startTestServers();
+});
+after(() => env.dispose());
+// Each test has its own connection: the previous one may still be reconnecting to the restarted server.
+beforeEach(async () => {
   nc = await connect({ servers: env.nats.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
 });
-after(async () => {
-  await nc.close();
-  await env.dispose();
-});
+afterEach(() => nc.close());
 
 const unavailable = (err: unknown) => err instanceof DriverError && err.code === "Unavailable";
 
@@ -40,6 +42,17 @@ test("a subject without events is empty; with the server gone every read is Unav
     ] as const) {
       await assert.rejects(call(), unavailable, `${what} with the server gone`);
     }
+  } finally {
+    await env.restartStopped();
+  }
+});
+
+test("a node directory: an unknown node is undefined; with the server gone the lookup is Unavailable, not 'not registered'", async () => {
+  const nodes = new NodeDirectory(nc);
+  assert.equal(await nodes.get("nobody"), undefined, "no stream yet: nobody is registered");
+  try {
+    await env.nats.kill();
+    await assert.rejects(nodes.get("nobody"), unavailable);
   } finally {
     await env.restartStopped();
   }

@@ -1,0 +1,33 @@
+/**
+ * The last message of a subject in a JetStream stream, read so that "there is none" and "the
+ * stream cannot be reached" never look alike: JetStream's "no message found" is undefined; any
+ * other failure (a nats-server restarting, a timeout) is Unavailable, so the caller — a CO in
+ * the end — retries instead of being told that a node or an event does not exist.
+ */
+import { DriverError } from "@csi/contracts";
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
+
+/** JetStream's API error codes that mean "there is none": no message found, no such stream (nothing was ever written). */
+const NOTHING_THERE = new Set<number>([JetStreamApiCodes.NoMessageFound, JetStreamApiCodes.StreamNotFound]);
+
+/** Runs `f`; any error that is not already a DriverError (or a schema error: a bad message is Internal) becomes Unavailable. */
+export async function reachingNats<T>(what: string, f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (err) {
+    if (err instanceof DriverError || (err instanceof Error && err.name === "ZodError")) throw err;
+    throw new DriverError("Unavailable", `${what} unavailable`, { cause: err });
+  }
+}
+
+export function lastMessageOf(jsm: JetStreamManager | Promise<JetStreamManager>, stream: string, subject: string): Promise<StoredMsg | undefined> {
+  return reachingNats(`stream ${stream}`, async () =>
+    (await jsm).streams.getMessage(stream, { last_by_subj: subject }).then(
+      (m) => m ?? undefined,
+      (err: unknown) => {
+        if (err instanceof JetStreamApiError && NOTHING_THERE.has(err.code)) return undefined;
+        throw err;
+      },
+    ),
+  );
+}
