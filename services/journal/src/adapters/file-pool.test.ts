@@ -245,6 +245,15 @@ describe("FilePool temp files of interrupted builds", () => {
     assert.deepEqual(await temps(p), [fresh]);
   });
 
+  it("building an image sweeps the temp files of its earlier, interrupted builds (a retry on another replica), fresh or not", async () => {
+    const p = new FilePool({ name: "t4", id: 12, root: path.join(dir, "t4") });
+    await p.createImage("src", MiB);
+    await leftover(p, "src-snap"); // a replica killed mid-copy, a moment ago
+    const other = await leftover(p, "other-snap");
+    assert.equal((await p.snapshotImage("src", "src-snap")).readOnly, true);
+    assert.deepEqual(await temps(p), [other], "only the other image's build is left to its own retry or the stale sweep");
+  });
+
   it("a build in progress keeps its temp file when its own image is deleted meanwhile", async () => {
     const p = new FilePool({ name: "t3", id: 11, root: path.join(dir, "t3"), holdCopyMs: 300 });
     await p.createImage("src", MiB);

@@ -8,9 +8,9 @@
  *                       final name. Its builder touches it every TMP_KEEPALIVE_MS while it works.
  *
  * Temp files of an interrupted build (the journal was killed mid-copy) are swept
- *   - by deleteImage(<name>), whatever their age: the journal deletes an image under the lock of
- *     its name, when it undoes a stale reservation or deletes the volume/snapshot, so any other
- *     builder of that image has lost its lock (it is dead, or fenced off and about to fail);
+ *   - by deleteImage(<name>) and by the next build of <name> (the CO's retry, on any replica),
+ *     whatever their age: the journal deletes or builds an image under the lock of its name, so
+ *     any other builder of that image has lost its lock (it is dead, or fenced off and about to fail);
  *   - by any operation, at most every `sweepEveryMs` (and at start), once untouched for
  *     TMP_STALE_MS: a live builder keeps its temp file younger than that.
  * A temp file this pool object is building itself is never swept by it.
@@ -280,6 +280,7 @@ export class FilePool implements PoolBackend {
   async #publish(name: string, file: string, onExisting: (img: ImageInfo) => ImageInfo, build: (tmp: string) => Promise<void>): Promise<ImageInfo> {
     await this.init();
     await this.#sweepStale();
+    await this.#sweep((entry) => tempOf(entry) === name); // earlier, interrupted builds of this image
     const found = await this.#stat(name, file);
     if (found) return onExisting(found);
     const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
