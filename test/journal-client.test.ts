@@ -142,7 +142,7 @@ test("an Aborted from the resend waits for the first replica when it turns out a
     next: (m) => void sleep(2_000).then(() => m.respond(refusal("Aborted"))), // waited for the lock, in vain
   });
   try {
-    const client = new JournalClient(nc, 10_000);
+    const client = new JournalClient(nc, 10_000, { silenceMs: 1_000 }); // the timings above are made for a 1 s watchdog
     assert.equal(await codeOf(client.call("fo4", "volume.get", { uuid: UUID })), "NotFound", "the first replica's answer");
     assert.equal(r.sent.length, 2);
   } finally {

@@ -29,8 +29,8 @@ const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]
 /** A journal replica's "still working" beat: an empty message to the reply inbox (a reply is never empty). */
 export const WORKING_BEAT = new Uint8Array(0);
 
-/** Default silence after which a replica is presumed dead: four missed beats of the journal's default 250 ms. */
-export const DEFAULT_SILENCE_MS = 1000;
+/** Default silence after which a replica is presumed dead: three missed beats of the journal's default 250 ms. */
+export const DEFAULT_SILENCE_MS = 750;
 
 export interface JournalClientOptions {
   /**

@@ -2,6 +2,9 @@
 import { parseArgs } from "node:util";
 import { z } from "zod";
 
+/** Redis lock TTL: a killed holder's locks are free within it (renewed every TTL/3 by a live holder). */
+export const DEFAULT_LOCK_TTL_MS = 1_000;
+
 export const JournalConfig = z.object({
   natsUrl: z.string().default("nats://127.0.0.1:4222"),
   redisUrl: z.string().default("redis://127.0.0.1:6379"),
@@ -12,7 +15,7 @@ export const JournalConfig = z.object({
   replica: z.string().optional(),
   streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
   /** Short, renewed every TTL/3 by a live holder: a killed holder's locks are free within it (docs/journal.md, "Failover"). */
-  lockTtlMs: z.coerce.number().int().min(100).default(1_500),
+  lockTtlMs: z.coerce.number().int().min(100).default(DEFAULT_LOCK_TTL_MS),
   /** Longer than the TTL, so a command resent after a replica died outwaits the dead holder's lock. */
   lockWaitMs: z.coerce.number().int().min(0).default(3_000),
   /** "Working" beats to a command's caller while it runs longer than this (0: none). */
