@@ -6,7 +6,7 @@
  * directories is refused and touches nothing; the directory lock behind that, on its own.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -219,4 +219,32 @@ test("the stack lock: held while any of its processes runs, taken over when none
   await mine.add("redis-server", sleeperPid);
   await mine.release();
   assert.equal(existsSync(lockFile), false, "released");
+});
+
+test("the stack lock: services started at once are all recorded; a restarted one replaces its stopped process", async (t) => {
+  const dir = await tempDir("csi-stack-lock-");
+  const sleepers = [0, 1, 2].map(() => spawn("sleep", ["60"], { stdio: "ignore" }));
+  t.after(async () => {
+    for (const s of sleepers) s.kill("SIGKILL");
+    await rm(dir, { recursive: true, force: true });
+  });
+  const lockFile = path.join(dir, LOCK_FILE);
+  const recorded = async () =>
+    (JSON.parse(await readFile(lockFile, "utf8")) as { procs: { role: string; pid: number }[] }).procs.map((p) => `${p.role}:${p.pid}`);
+  const lock = await StackLock.take([dir]);
+  // Three journal replicas start concurrently (the chaos stack does): no write may trip over another.
+  await Promise.all(sleepers.map((s, i) => lock.add(`journal-${i + 1}`, s.pid)));
+  assert.deepEqual((await recorded()).sort(), [`npm start:${process.pid}`, ...sleepers.map((s, i) => `journal-${i + 1}:${s.pid}`)].sort());
+  const first = sleepers[0] as ChildProcess;
+  first.kill("SIGKILL");
+  await new Promise((r) => first.once("exit", r));
+  const again = spawn("sleep", ["60"], { stdio: "ignore" });
+  sleepers.push(again);
+  await lock.add("journal-1", again.pid);
+  assert.deepEqual(
+    (await recorded()).filter((r) => r.startsWith("journal-1:")),
+    [`journal-1:${again.pid}`],
+    "the stopped process is forgotten",
+  );
+  await lock.release();
 });

@@ -89,6 +89,7 @@ export const describeProcess = (role: string, pid: number): LockedProcess => {
 /** The locks of one stack, held on one or more directories. */
 export class StackLock {
   readonly #files: string[] = [];
+  #writing: Promise<void> = Promise.resolve();
   readonly #content: LockContent = { since: new Date().toISOString(), procs: [describeProcess("npm start", process.pid)] };
 
   /** Takes the lock of every directory (all or none); StackInUse if a running stack holds one. */
@@ -103,19 +104,28 @@ export class StackLock {
     return lock;
   }
 
-  /** Records another process of the stack: the lock is held while it runs. */
-  async add(role: string, pid: number | undefined): Promise<void> {
-    if (pid === undefined) return;
-    this.#content.procs.push(describeProcess(role, pid));
-    for (const file of this.#files) {
-      const aside = `${file}.${process.pid}.tmp`;
-      await writeFile(aside, this.#json());
-      await rename(aside, file);
-    }
+  /**
+   * Records another process of the stack (the lock is held while it runs) and forgets those that
+   * stopped (a restarted service). Calls are serialised: services start concurrently.
+   */
+  add(role: string, pid: number | undefined): Promise<void> {
+    if (pid === undefined) return this.#writing;
+    this.#writing = this.#writing
+      .catch(() => {})
+      .then(async () => {
+        this.#content.procs = [...this.#content.procs.filter((p) => p.pid === process.pid || isRunning(p)), describeProcess(role, pid)];
+        for (const file of this.#files) {
+          const aside = `${file}.${process.pid}.tmp`;
+          await writeFile(aside, this.#json());
+          await rename(aside, file);
+        }
+      });
+    return this.#writing;
   }
 
   /** Removes the lock files that are still ours. */
   async release(): Promise<void> {
+    await this.#writing.catch(() => {});
     const mine = this.#json();
     for (const file of this.#files.splice(0)) {
       if ((await readFile(file, "utf8").catch(() => "")) === mine) await unlink(file).catch(() => {});
