@@ -24,6 +24,12 @@ export interface Failover {
   /** How many creates that counts, and how many of them failed. */
   creates: number;
   failed: number;
+  /**
+   * Another fault that was restored less than `windowMs` before this kill: the kill landed while
+   * the system was still recovering from it (e.g. the killed replica was rebuilding the projection
+   * after a FLUSHALL). Such a failover adds both recoveries; it is a figure, not held to the bound.
+   */
+  during?: FaultRecord;
 }
 
 /** For every journal SIGKILL that left ≥ 2 replicas running: how long creates took to get through. */
@@ -33,7 +39,16 @@ export function journalFailovers(faults: readonly FaultRecord[], ops: readonly O
     .flatMap((f) => {
       const creates = ops.filter((o) => o.phase === "run" && CREATE_OPS.has(o.kind) && o.end > f.at && o.start < f.at + windowMs);
       if (creates.length === 0) return [];
-      return [{ fault: f, ms: Math.max(...creates.map((o) => o.end - f.at)), creates: creates.length, failed: creates.filter((o) => !o.ok).length }];
+      const during = faults.find((g) => g !== f && g.at <= f.at && (g.restoredAt ?? g.at) > f.at - windowMs);
+      return [
+        {
+          fault: f,
+          ms: Math.max(...creates.map((o) => o.end - f.at)),
+          creates: creates.length,
+          failed: creates.filter((o) => !o.ok).length,
+          ...(during ? { during } : {}),
+        },
+      ];
     });
 }
 
