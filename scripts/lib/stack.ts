@@ -42,6 +42,8 @@ export interface Stack {
   nodeId: string;
   natsUrl: string;
   redisUrl: string;
+  /** The clusters file the services run with. */
+  clustersFile: string;
   services: ServiceProcess[];
   /** Settles with the exit code of the first service that exits (for whatever reason). */
   exited: Promise<number | null>;
@@ -104,7 +106,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     for (const r of rest) if (r.status === "rejected") throw r.reason;
     opts.signal?.throwIfAborted();
     const exited = Promise.race(services.map((p) => p.exited));
-    return { controllerEndpoint, nodeEndpoint, nodeId, natsUrl, redisUrl, services, exited, stop };
+    return { controllerEndpoint, nodeEndpoint, nodeId, natsUrl, redisUrl, clustersFile: env.CLUSTERS_FILE, services, exited, stop };
   } catch (err) {
     await stop();
     throw err;
