@@ -4,23 +4,23 @@
  * connections, opened on first use) and closes it at the end.
  */
 import { Command, CommanderError, Option } from "commander";
-import { call, snapshotCreate, snapshotDelete, snapshotList, volumeCreate, volumeDelete, volumeExpand, volumeGet, volumeList, ACCESS_MODES } from "./commands/csi.js";
-import { clusters } from "./commands/clusters.js";
-import { history } from "./commands/history.js";
-import { nodes } from "./commands/nodes.js";
-import { rebuild } from "./commands/rebuild.js";
 import { EXIT } from "./errors.js";
-import { type GlobalOptions, Session } from "./session.js";
+import type { GlobalOptions, Session } from "./session.js";
 
 export const VERSION = "0.1.0";
 
 // biome-ignore lint/suspicious/noExplicitAny: commander hands actions its parsed arguments untyped
-type Action = (s: Session, ...args: any[]) => Promise<number | undefined | void>;
+type Action = (s: Session, ...args: any[]) => Promise<unknown>;
 
-/** A commander action: the command's own arguments and options, run in a Session; its number is the exit status. */
+/**
+ * A commander action: the command's own arguments and options, run in a Session; its number is
+ * the exit status. The command modules (and the gRPC, NATS and Redis clients behind them) are
+ * loaded only when a command runs, so that --help and usage errors answer at once.
+ */
 function act(f: Action) {
   return async (...params: unknown[]) => {
     const cmd = params[params.length - 1] as Command;
+    const { Session } = await import("./session.js");
     const session = new Session(cmd.optsWithGlobals() as GlobalOptions);
     try {
       const code = await f(session, ...params.slice(0, -1));
@@ -31,6 +31,19 @@ function act(f: Action) {
   };
 }
 
+const csi = () => import("./commands/csi.js");
+
+/** Access modes as typed on the command line: CSI's names in lower case with dashes. */
+const ACCESS_MODES = [
+  "single-node-writer",
+  "single-node-reader-only",
+  "multi-node-reader-only",
+  "multi-node-single-writer",
+  "multi-node-multi-writer",
+  "single-node-single-writer",
+  "single-node-multi-writer",
+];
+
 const collect = (value: string, previous: string[]) => [...previous, value];
 
 const requestIdOption = () => new Option("--request-id <id>", "request id sent as x-request-id (default: csictl-<uuid>); the events and reports name it");
@@ -40,7 +53,15 @@ export function buildProgram(): Command {
     .description("The command-line tool of the CSI event driver: volumes, snapshots, history, rebuild, clusters, nodes.")
     .version(VERSION)
     .exitOverride()
-    .configureOutput({ outputError: (str, write) => write(`csictl: ${str.replace(/^error: /, "").trimEnd().replaceAll("\n", " ")}\n`) })
+    .configureOutput({
+      outputError: (str, write) =>
+        write(
+          `csictl: ${str
+            .replace(/^error: /, "")
+            .trimEnd()
+            .replaceAll("\n", " ")}\n`,
+        ),
+    })
     .showSuggestionAfterError()
     .option("--json", "print JSON for scripts instead of tables")
     .option("--nats <url>", "NATS server (default: NATS_URL, else the running stack's run/stack.json)")
@@ -50,10 +71,7 @@ export function buildProgram(): Command {
     .option("--cluster <id>", "storage cluster (default: the clusters file's default cluster)")
     .option("--clusters-file <file>", "clusters file (default: CLUSTERS_FILE, else the stack's, else the built-in single cluster)")
     .option("--timeout <ms>", "how long to wait for any server to answer", "30000")
-    .addHelpText(
-      "after",
-      "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable.\nSee docs/csictl.md.",
-    );
+    .addHelpText("after", "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable.\nSee docs/csictl.md.");
 
   const volume = program.command("volume").description("create, inspect, expand and delete volumes through the CSI endpoint");
   volume
@@ -70,31 +88,31 @@ export function buildProgram(): Command {
     .option("--from-snapshot <snapshot-id>", "restore from a snapshot")
     .option("--from-volume <volume-id>", "clone a volume")
     .addOption(requestIdOption())
-    .action(act((s, name, o) => volumeCreate(s, name, o)));
+    .action(act(async (s, name, o) => (await csi()).volumeCreate(s, name, o)));
   volume
     .command("get")
     .description("ControllerGetVolume: size, where it is published, its condition")
     .argument("<volume-id>")
-    .action(act((s, id) => volumeGet(s, id)));
+    .action(act(async (s, id) => (await csi()).volumeGet(s, id)));
   volume
     .command("list")
     .description("ListVolumes: every volume of every cluster (all pages, unless --max-entries)")
     .option("--max-entries <n>", "one page of at most n entries, with the token of the next")
     .option("--starting-token <token>", "go on from a token a page gave")
-    .action(act((s, o) => volumeList(s, o)));
+    .action(act(async (s, o) => (await csi()).volumeList(s, o)));
   volume
     .command("expand")
     .description("ControllerExpandVolume: grow a volume")
     .argument("<volume-id>")
     .requiredOption("--size <size>", "new capacity, e.g. 16Mi")
     .addOption(requestIdOption())
-    .action(act((s, id, o) => volumeExpand(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).volumeExpand(s, id, o)));
   volume
     .command("delete")
     .description("DeleteVolume (refused while a node holds a claim on it)")
     .argument("<volume-id>")
     .addOption(requestIdOption())
-    .action(act((s, id, o) => volumeDelete(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).volumeDelete(s, id, o)));
 
   const snapshot = program.command("snapshot").description("create, list and delete snapshots through the CSI endpoint");
   snapshot
@@ -104,7 +122,7 @@ export function buildProgram(): Command {
     .requiredOption("--source <volume-id>", "the volume to snapshot")
     .option("--param <key=value>", "VolumeSnapshotClass parameter (repeatable)", collect)
     .addOption(requestIdOption())
-    .action(act((s, name, o) => snapshotCreate(s, name, o)));
+    .action(act(async (s, name, o) => (await csi()).snapshotCreate(s, name, o)));
   snapshot
     .command("list")
     .description("ListSnapshots (all pages, unless --max-entries)")
@@ -112,21 +130,21 @@ export function buildProgram(): Command {
     .option("--id <snapshot-id>", "only this snapshot")
     .option("--max-entries <n>", "one page of at most n entries")
     .option("--starting-token <token>", "go on from a token a page gave")
-    .action(act((s, o) => snapshotList(s, o)));
+    .action(act(async (s, o) => (await csi()).snapshotList(s, o)));
   snapshot
     .command("delete")
     .description("DeleteSnapshot")
     .argument("<snapshot-id>")
     .addOption(requestIdOption())
-    .action(act((s, id, o) => snapshotDelete(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).snapshotDelete(s, id, o)));
 
   program
     .command("call")
     .description("any CSI RPC with a JSON request; prints the JSON answer (Node calls go to the node endpoint)")
     .argument("<Service.Method>", "e.g. Controller.ListVolumes, Node.NodeGetInfo, Identity.Probe")
-    .argument("[json]", "the request, e.g. '{\"volume_id\":\"…\"}' (default: {})")
+    .argument("[json]", 'the request, e.g. \'{"volume_id":"…"}\' (default: {})')
     .addOption(requestIdOption())
-    .action(act((s, target, body, o) => call(s, target, body, o)));
+    .action(act(async (s, target, body, o) => (await csi()).call(s, target, body, o)));
 
   program
     .command("history")
@@ -134,22 +152,22 @@ export function buildProgram(): Command {
     .argument("<id-or-name>", "a CSI volume or snapshot id, a uuid (with --cluster), or a request name")
     .option("--name", "take the argument as a request name, whatever it looks like")
     .option("-f, --follow", "then watch new events live until Ctrl-C (with --json: one JSON object per line)")
-    .action(act((s, arg, o) => history(s, arg, o)));
+    .action(act(async (s, arg, o) => (await import("./commands/history.js")).history(s, arg, o)));
 
   program
     .command("rebuild")
     .description("drop the cluster's Redis projection and rebuild it from the event log (journals keep serving)")
-    .action(act((s) => rebuild(s)));
+    .action(act(async (s) => (await import("./commands/rebuild.js")).rebuild(s)));
 
   program
     .command("clusters")
     .description("per cluster: journal replicas answering, log sequence, projection watermark and lag (exit 1 if one is not served)")
-    .action(act((s) => clusters(s)));
+    .action(act(async (s) => (await import("./commands/clusters.js")).clusters(s)));
 
   program
     .command("nodes")
     .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
-    .action(act((s) => nodes(s)));
+    .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s)));
 
   return program;
 }

@@ -35,7 +35,8 @@ export class Session {
   constructor(readonly opts: GlobalOptions) {
     this.out = printer(!!opts.json);
     const timeout = Number(opts.timeout);
-    if (!Number.isInteger(timeout) || timeout <= 0) throw usageError(`--timeout must be a positive number of milliseconds, got ${JSON.stringify(opts.timeout)}`);
+    if (!Number.isInteger(timeout) || timeout <= 0)
+      throw usageError(`--timeout must be a positive number of milliseconds, got ${JSON.stringify(opts.timeout)}`);
     this.timeoutMs = timeout;
     const runDir = process.env.RUN_DIR ? path.resolve(process.env.RUN_DIR) : DEFAULT_RUN_DIR;
     this.targets = resolveTargets(opts, process.env, readStackFile(stackFilePath(runDir)), process.cwd());
@@ -58,7 +59,13 @@ export class Session {
   redis(): Promise<Redis> {
     const url = this.#need("redisUrl", "--redis", "Redis server");
     this.#redis ??= (async () => {
-      const r = new Redis(url, { lazyConnect: true, connectTimeout: this.timeoutMs, maxRetriesPerRequest: 1, retryStrategy: () => null, enableAutoPipelining: true });
+      const r = new Redis(url, {
+        lazyConnect: true,
+        connectTimeout: this.timeoutMs,
+        maxRetriesPerRequest: 1,
+        retryStrategy: () => null,
+        enableAutoPipelining: true,
+      });
       r.on("error", () => {}); // a failed connect rejects connect() below; later errors reject their commands
       try {
         await r.connect();
@@ -77,7 +84,10 @@ export class Session {
 
   /** A CSI client: Node calls go to the node-agent's endpoint, every other service to the controller's. */
   csi<S extends CsiService>(service: S): CsiClient<S> {
-    const endpoint = service === "Node" ? this.#need("nodeEndpoint", "--node-endpoint", "node-agent endpoint") : this.#need("controllerEndpoint", "--endpoint", "controller endpoint");
+    const endpoint =
+      service === "Node"
+        ? this.#need("nodeEndpoint", "--node-endpoint", "node-agent endpoint")
+        : this.#need("controllerEndpoint", "--endpoint", "controller endpoint");
     let client: CsiClient<S>;
     try {
       client = csiClient(endpoint, service);
@@ -105,7 +115,8 @@ export class Session {
           } catch (err) {
             const e = err as { code?: number; details?: string };
             if (e.code === 14 && /No connection established|connect|ENOENT|ECONNREFUSED/i.test(e.details ?? "")) {
-              throw unreachable(`cannot reach the CSI endpoint ${endpoint}: ${e.details}`, err);
+              const reason = /Last error: (?:Error: )?(.*?)(?:\. Resolution note:.*)?$/s.exec(e.details ?? "")?.[1] ?? e.details;
+              throw unreachable(`cannot reach the CSI endpoint ${endpoint}: ${reason}`, err);
             }
             throw err;
           } finally {

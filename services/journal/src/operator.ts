@@ -6,5 +6,5 @@
 export { EventLog } from "./adapters/event-log.js";
 export { RedisStore } from "./adapters/redis-store.js";
 export { Projector } from "./app/projector.js";
-export { KINDS, type Keys, keysFor, uuidSubjects } from "./domain/kinds.js";
+export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
 export type { ProjectionMeta } from "./domain/projection-state.js";

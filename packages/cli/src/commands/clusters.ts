@@ -8,9 +8,9 @@ import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { type ServiceStats, Svcm } from "@nats-io/services";
+import { clusterHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
 import { table } from "../output.js";
-import { clusterHealth } from "../domain/health.js";
 import type { Session } from "../session.js";
 
 /** How long discovery collects answers from replicas. */

@@ -6,22 +6,11 @@ import { randomUUID } from "node:crypto";
 import type { AccessMode } from "@csi/contracts";
 import { type CsiService, methodsOf } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
-import { usageError } from "../errors.js";
-import { fields, table } from "../output.js";
 import { formatBytes, parseSize } from "../domain/sizes.js";
 import { csiIdOf } from "../domain/target.js";
+import { usageError } from "../errors.js";
+import { fields, table } from "../output.js";
 import type { Session } from "../session.js";
-
-/** Access modes as typed on the command line: CSI's names in lower case with dashes. */
-export const ACCESS_MODES = [
-  "single-node-writer",
-  "single-node-reader-only",
-  "multi-node-reader-only",
-  "multi-node-single-writer",
-  "multi-node-multi-writer",
-  "single-node-single-writer",
-  "single-node-multi-writer",
-] as const;
 
 const csiMode = (mode: string) => mode.toUpperCase().replaceAll("-", "_") as AccessMode;
 

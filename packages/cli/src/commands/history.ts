@@ -9,10 +9,10 @@ import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
 import { EventLog, KINDS, uuidSubjects } from "@csi/journal/operator";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { parseTarget, type Target } from "../domain/target.js";
+import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
 import { usageError } from "../errors.js";
 import { table } from "../output.js";
-import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
-import { parseTarget, type Target } from "../domain/target.js";
 import type { Session } from "../session.js";
 
 /** Events per history page asked of the journal (it cuts pages to its reply budget anyway). */
@@ -57,8 +57,7 @@ async function find(s: Session, nc: NatsConnection, target: Target): Promise<Fou
   if (target.by === "id" && s.opts.cluster && s.opts.cluster !== target.clusterID) {
     throw usageError(`the id is of cluster ${target.clusterID}, not ${s.opts.cluster}`);
   }
-  const clusters =
-    target.by === "id" ? [s.cluster(target.clusterID)] : target.by === "uuid" || s.opts.cluster ? [s.cluster()] : s.clusters().clusters;
+  const clusters = target.by === "id" ? [s.cluster(target.clusterID)] : target.by === "uuid" || s.opts.cluster ? [s.cluster()] : s.clusters().clusters;
   const found: Found[] = [];
   for (const cluster of clusters) {
     const log = new EventLog(nc, { cluster: cluster.clusterID });
@@ -85,8 +84,16 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
     for (const r of rows) process.stdout.write(`${JSON.stringify({ cluster: r.cluster, ...r.row, subject: r.entry.subject, event: r.entry.event })}\n`);
   } else if (rows.length > 0 || !o.follow) {
     s.out.result(
-      found.map((f) => ({ cluster: f.cluster.clusterID, uuids: f.uuids, events: f.entries.map((e) => ({ ...timelineRow(e), subject: e.subject, event: e.event })) })),
-      () => table(found.length > 1 ? ["CLUSTER", ...HEAD] : HEAD, rows.map((r) => (found.length > 1 ? [r.cluster, ...cells(r.row)] : cells(r.row)))),
+      found.map((f) => ({
+        cluster: f.cluster.clusterID,
+        uuids: f.uuids,
+        events: f.entries.map((e) => ({ ...timelineRow(e), subject: e.subject, event: e.event })),
+      })),
+      () =>
+        table(
+          found.length > 1 ? ["CLUSTER", ...HEAD] : HEAD,
+          rows.map((r) => (found.length > 1 ? [r.cluster, ...cells(r.row)] : cells(r.row))),
+        ),
     );
   }
   const only = found[0];
@@ -102,7 +109,10 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
   const js = jetstream(nc);
   const stream = subjects.streamName(f.cluster.clusterID);
   const from = f.lastSeq + 1;
-  const reorder = new Reorder(REORDER_HOLD_MS, f.entries.map((e) => e.seq));
+  const reorder = new Reorder(
+    REORDER_HOLD_MS,
+    f.entries.map((e) => e.seq),
+  );
   const watching = new Set<string>();
   const stops: (() => void)[] = [];
   const print = (e: HistoryEntry) => {
@@ -127,7 +137,10 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
   const watchUuid = async (uuid: string) => {
     for (const subject of uuidSubjects(f.cluster.clusterID, uuid)) await watch(subject);
   };
-  s.out.note(`following ${[...f.uuids, ...f.nameSubjects.length ? ["its name"] : []].join(", ")} in cluster ${f.cluster.clusterID}; Ctrl-C to stop`);
+  // On stderr even with --json (stdout stays one JSON object per line): a script can wait for it.
+  process.stderr.write(
+    `following ${[...f.uuids, ...(f.nameSubjects.length ? ["its name"] : [])].join(", ")} in cluster ${f.cluster.clusterID}; Ctrl-C to stop\n`,
+  );
   for (const u of f.uuids) await watchUuid(u);
   for (const n of f.nameSubjects) await watch(n);
   await new Promise<void>((resolve) => {

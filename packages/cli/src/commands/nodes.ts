@@ -5,9 +5,9 @@
  */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { ago, MISSED_HEARTBEATS, nodeHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
 import { table } from "../output.js";
-import { ago, MISSED_HEARTBEATS, nodeHealth } from "../domain/health.js";
 import type { Session } from "../session.js";
 
 export async function nodes(s: Session): Promise<number> {

@@ -6,8 +6,9 @@
  * projection waits for `complete` (or answers UNAVAILABLE after REBUILD_WAIT_MS and the CO
  * retries). The progress is the projection's own watermark, read from Redis while it runs.
  */
-import { createLogger } from "@csi/runtime";
+
 import { EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
+import { createLogger } from "@csi/runtime";
 import { fields } from "../output.js";
 import { startProgress } from "../progress.js";
 import type { Session } from "../session.js";

@@ -68,7 +68,13 @@ export function changeOf(raw: Record<string, unknown>): string {
     case "DeviceStateReported":
       return [e.state, e.device ? `device ${e.device}` : "", e.path ? `at ${e.path}` : "", e.reason ? `(${e.reason})` : ""].filter(Boolean).join(" ");
     case "SnapshotReserved":
-      return [`name ${JSON.stringify(e.name)}`, `of volume ${e.sourceUuid}`, `pool ${e.pool}`, `image ${e.imageName}`, e.groupSnapshotUuid ? `in group ${e.groupSnapshotUuid}` : ""]
+      return [
+        `name ${JSON.stringify(e.name)}`,
+        `of volume ${e.sourceUuid}`,
+        `pool ${e.pool}`,
+        `image ${e.imageName}`,
+        e.groupSnapshotUuid ? `in group ${e.groupSnapshotUuid}` : "",
+      ]
         .filter(Boolean)
         .join(", ");
     case "GroupSnapshotReserved":
