@@ -13,6 +13,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { composeVolumeId, decomposeVolumeId } from "@csi/contracts";
 import { type CsiClient, csiClient } from "@csi/runtime";
+import { seeded } from "../scripts/lib/random.js";
 import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
@@ -23,24 +24,10 @@ const MESSAGE_MAX_BYTES = 1024;
 const SECRET = "fuzz-S3cr3t-Value";
 const MiB = 1024 ** 2;
 
-/** mulberry32: a small seeded PRNG, so a failing case can be replayed. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rand = prng(SEED);
-const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
-const shuffled = <T>(xs: readonly T[]): T[] =>
-  xs
-    .map((x) => ({ x, k: rand() }))
-    .sort((a, b) => a.k - b.k)
-    .map((p) => p.x);
+const random = seeded(SEED);
+const rand = random.next;
+const pick = random.pick;
+const shuffled = random.shuffle;
 
 let env: TestServers;
 let procs: ServiceProcess[] = [];

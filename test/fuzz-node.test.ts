@@ -25,6 +25,7 @@ import { existsSync } from "node:fs";
 import { lstat, mkdir, readdir, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import { seeded } from "../scripts/lib/random.js";
 import { readMounts } from "../services/node-agent/src/adapters/mount.js";
 import { hasControlCharacter } from "../services/node-agent/src/domain/paths.js";
 import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
@@ -47,20 +48,6 @@ const DOCUMENTED: Record<string, readonly number[]> = {
   NodeGetInfo: [OK],
   NodeGetCapabilities: [OK],
 };
-
-/** mulberry32: a small seeded generator, enough for choosing among cases. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)] as T;
-  return { next, pick, chance: (p: number) => next() < p };
-}
 
 /** A generated value with what the spec makes of it. */
 interface Gen<T> {
@@ -143,7 +130,7 @@ describe("fuzz: hostile Node requests over gRPC and NATS", { skip }, () => {
 
   test(`${CALLS} generated calls (seed ${SEED}): documented codes, in time, nothing touched, no secret logged`, async () => {
     console.log(`# fuzz-node seed ${SEED} (FUZZ_SEED=${SEED} to replay)`);
-    const r = rng(SEED);
+    const r = seeded(SEED);
     const ghost = () => `0001-0002-c1-0000000000000001-${randomUUID()}`;
 
     const volumeIds = (): Gen<string>[] => [

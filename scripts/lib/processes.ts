@@ -25,7 +25,14 @@ export function serviceMain(service: "journal" | "controller" | "node-agent"): s
 export async function spawnService(
   service: "journal" | "controller" | "node-agent",
   env: Record<string, string>,
-  opts: { args?: string[]; readyLine?: RegExp; waitReady?: boolean; onLine?: (line: string) => void } = {},
+  opts: {
+    args?: string[];
+    readyLine?: RegExp;
+    waitReady?: boolean;
+    onLine?: (line: string) => void;
+    /** Not ready in this long: SIGKILL it and reject (default: wait for ever). */
+    readyTimeoutMs?: number;
+  } = {},
 ): Promise<ServiceProcess> {
   // One process (node with the tsx loader), so SIGKILL hits the service itself.
   const child = spawn(process.execPath, ["--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
@@ -37,6 +44,8 @@ export async function spawnService(
   let buf = "";
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const ready = opts.readyLine ?? /serving|listening/;
+  let readied: () => void = () => {};
+  const readyOrExit = Promise.race([exited, new Promise<void>((r) => (readied = r))]);
   const readyP = new Promise<void>((resolve, reject) => {
     const onData = (b: Buffer) => {
       buf += b.toString();
@@ -46,13 +55,23 @@ export async function spawnService(
         buf = buf.slice(i + 1);
         logs.push(line);
         opts.onLine?.(line);
-        if (ready.test(line)) resolve();
+        if (ready.test(line)) {
+          resolve();
+          readied();
+        }
         i = buf.indexOf("\n");
       }
     };
     child.stdout?.on("data", onData);
     child.stderr?.on("data", onData);
     exited.then((code) => reject(new Error(`${service} exited (${code}) before ready:\n${logs.join("\n")}`)));
+    if (opts.readyTimeoutMs !== undefined) {
+      const timer = setTimeout(() => {
+        reject(new Error(`${service} not ready in ${opts.readyTimeoutMs} ms:\n${logs.slice(-20).join("\n")}`));
+        child.kill("SIGKILL");
+      }, opts.readyTimeoutMs);
+      readyOrExit.finally(() => clearTimeout(timer));
+    }
   });
   if (opts.waitReady !== false) await readyP;
   else readyP.catch(() => {});
@@ -76,6 +95,23 @@ export function spawnJournal(
     CATCHUP_EVERY_MS: "0",
     ...extra,
   });
+}
+
+export const isRunning = (p: ServiceProcess) => p.child.exitCode === null && p.child.signalCode === null;
+
+/** Ends a process whatever its state: wakes it if frozen, SIGTERM, then SIGKILL after `graceMs`. */
+export async function endProcess(p: ServiceProcess, graceMs = 5000): Promise<void> {
+  if (!isRunning(p)) return;
+  p.child.kill("SIGCONT");
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((resolve) => {
+    timer = setTimeout(() => resolve("late"), graceMs);
+  });
+  try {
+    if ((await Promise.race([p.stop(), late])) === "late") await p.kill();
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** A pool of a test clusters file: its name, or its name and the topology segments it is reachable from. */

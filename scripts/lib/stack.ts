@@ -1,10 +1,12 @@
 /**
- * The whole CSI stack on this machine, as `npm start` runs it and as `npm run sanity` runs it in
- * a temporary directory: nats-server + redis-server (unless URLs are given), a journal, a
- * controller (<runDir>/csi-controller.sock) and a node-agent (<runDir>/csi-node.sock).
+ * The whole CSI stack on this machine, as `npm start` runs it and as `npm run sanity` and
+ * `npm run chaos` run it in a temporary directory: nats-server + redis-server (unless URLs are
+ * given), one or more journal replicas, a controller (<runDir>/csi-controller.sock) and a
+ * node-agent (<runDir>/csi-node.sock). Each service (and each server we started) can be killed
+ * and started again on the same socket, port and data (the chaos driver does).
  *
- *   const stack = await startStack({ dataDir, runDir });   // rejects after stopping what it started
- *   …
+ *   const stack = await startStack({ dataDir, runDir, journalReplicas: 3 });   // rejects after stopping what it started
+ *   await stack.journals[0].kill(); await stack.journals[0].start();
  *   await stack.stop();                                     // services first, then our servers
  *
  * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
@@ -15,7 +17,7 @@ import os from "node:os";
 import path from "node:path";
 import { DEFAULT_CLUSTERS, TOPOLOGY_KEY } from "@csi/contracts";
 import { type LocalServer, startServer } from "./local-servers.js";
-import { type ServiceProcess, spawnService } from "./processes.js";
+import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
@@ -26,14 +28,33 @@ export interface StackOptions {
   redisUrl?: string | undefined;
   /** CSI node id of the node-agent (default: hostname). */
   nodeId?: string | undefined;
+  /** How many journal replicas (one queue group; REPLICA_ID journal-1, journal-2, …). Default 1. */
+  journalReplicas?: number;
   /** Extra environment for the services. */
   env?: Record<string, string>;
+  /** A service (also one started again) that is not ready in this long is killed and its start fails (default: no limit). */
+  readyTimeoutMs?: number;
   /** Every log line of the services (pino JSON). */
   onLine?: (line: string) => void;
   /** The stack's own steps ("started embedded nats-server", { url }). */
   onStep?: (msg: string, extra: Record<string, unknown>) => void;
   /** Abort the start-up: what was started is stopped and startStack rejects. */
   signal?: AbortSignal;
+}
+
+/** One service of the stack, which can be killed and started again with the same environment and arguments. */
+export interface StackService {
+  /** "journal-1", "controller", "node-agent". */
+  readonly name: string;
+  /** The process running now, if any. */
+  readonly process: ServiceProcess | undefined;
+  readonly running: boolean;
+  /** SIGKILL (a crash); waits for the exit. */
+  kill(): Promise<void>;
+  /** SIGTERM, then SIGKILL after a grace period; waits for the exit. */
+  stop(): Promise<void>;
+  /** Start it again (same environment, arguments and sockets) unless it runs; waits until it serves. */
+  start(): Promise<void>;
 }
 
 export interface Stack {
@@ -44,8 +65,14 @@ export interface Stack {
   redisUrl: string;
   /** The clusters file the services run with. */
   clustersFile: string;
-  services: ServiceProcess[];
-  /** Settles with the exit code of the first service that exits (for whatever reason). */
+  /** The processes running now. */
+  readonly services: ServiceProcess[];
+  journals: StackService[];
+  controller: StackService;
+  nodeAgent: StackService;
+  /** The servers this stack started (absent when given by URL). */
+  servers: { nats?: LocalServer; redis?: LocalServer };
+  /** Settles with the exit code of the first service that exits by itself (not through kill/stop above). */
   exited: Promise<number | null>;
   /** Stops the services, then the servers we started. Idempotent. */
   stop(): Promise<void>;
@@ -55,25 +82,25 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   mkdirSync(opts.dataDir, { recursive: true });
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
-  const servers: LocalServer[] = [];
-  const services: ServiceProcess[] = [];
+  const servers: Stack["servers"] = {};
+  const managed: StackService[] = [];
   let stopped: Promise<void> | undefined;
   const stop = () => {
     stopped ??= (async () => {
-      await Promise.all(services.map((p) => p.stop()));
-      await Promise.all(servers.map((s) => s.stop()));
+      await Promise.all(managed.map((s) => s.stop()));
+      await Promise.all([servers.nats, servers.redis].map((s) => s?.stop()));
       await lock.release();
     })();
     return stopped;
   };
-  const started = async (p: ServiceProcess, role: string) => {
-    services.push(p);
-    await lock.add(role, p.child.pid);
-  };
+  let exitedBySelf: (code: number | null) => void = () => {};
+  const exited = new Promise<number | null>((resolve) => {
+    exitedBySelf = resolve;
+  });
   const step = opts.onStep ?? (() => {});
   const server = async (kind: "nats" | "redis") => {
     const s = await startServer(kind, path.join(opts.dataDir, kind));
-    servers.push(s);
+    servers[kind] = s;
     await lock.add(`${kind}-server`, s.pid);
     step(`started embedded ${kind}-server`, { url: s.url });
     opts.signal?.throwIfAborted();
@@ -94,30 +121,109 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     };
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
-    const onLine = opts.onLine;
-    // The journal first: the controller's Probe wants a journal to answer.
-    await started(await spawnService("journal", env, { onLine }), "journal");
+    const common = { onLine: opts.onLine, ...(opts.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: opts.readyTimeoutMs }) };
+    const service = (name: string, launch: () => Promise<ServiceProcess>) => {
+      const s = stackService(
+        name,
+        async () => {
+          const p = await launch();
+          await lock.add(name, p.child.pid);
+          return p;
+        },
+        exitedBySelf,
+      );
+      managed.push(s);
+      return s;
+    };
+    const replicas = Math.max(1, opts.journalReplicas ?? 1);
+    const journals = Array.from({ length: replicas }, (_, i) =>
+      service(replicas === 1 ? "journal" : `journal-${i + 1}`, () =>
+        spawnService("journal", replicas === 1 ? env : { REPLICA_ID: `journal-${i + 1}`, ...env }, common),
+      ),
+    );
+    const controller = service("controller", () => spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], ...common }));
+    const nodeAgent = service("node-agent", () => spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }));
+    // The journals first: the controller's Probe wants a journal to answer.
+    await settleAll(journals.map((j) => j.start()));
     opts.signal?.throwIfAborted();
-    const rest = await Promise.allSettled([
-      spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], onLine }),
-      spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], onLine }),
-    ]);
-    for (const [i, r] of rest.entries()) if (r.status === "fulfilled") await started(r.value, i === 0 ? "controller" : "node-agent");
-    for (const r of rest) if (r.status === "rejected") throw r.reason;
+    await settleAll([controller.start(), nodeAgent.start()]);
     opts.signal?.throwIfAborted();
-    const exited = Promise.race(services.map((p) => p.exited));
-    return { controllerEndpoint, nodeEndpoint, nodeId, natsUrl, redisUrl, clustersFile: env.CLUSTERS_FILE, services, exited, stop };
+    return {
+      controllerEndpoint,
+      nodeEndpoint,
+      nodeId,
+      natsUrl,
+      redisUrl,
+      clustersFile: env.CLUSTERS_FILE,
+      get services() {
+        return managed.flatMap((s) => (s.process && s.running ? [s.process] : []));
+      },
+      journals,
+      controller,
+      nodeAgent,
+      servers,
+      exited,
+      stop,
+    };
   } catch (err) {
     await stop();
     throw err;
   }
 }
 
+/** Waits for every start; rejects with the first failure once all have settled (so none is left half started). */
+async function settleAll(starts: Promise<void>[]): Promise<void> {
+  const results = await Promise.allSettled(starts);
+  for (const r of results) if (r.status === "rejected") throw r.reason;
+}
+
+function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
+  let current: ServiceProcess | undefined;
+  let starting: Promise<void> | undefined;
+  const running = () => current !== undefined && isRunning(current);
+  const take = () => {
+    const p = current;
+    current = undefined;
+    return p;
+  };
+  return {
+    name,
+    get process() {
+      return current;
+    },
+    get running() {
+      return running();
+    },
+    kill: async () => {
+      await take()?.kill();
+    },
+    stop: async () => {
+      await starting?.catch(() => {});
+      const p = take();
+      if (p) await endProcess(p);
+    },
+    start: () => {
+      if (running()) return Promise.resolve();
+      starting ??= launch()
+        .then((p) => {
+          current = p;
+          p.exited.then((code) => {
+            if (current === p) exitedBySelf(code);
+          });
+        })
+        .finally(() => {
+          starting = undefined;
+        });
+      return starting;
+    },
+  };
+}
+
 /**
  * The built-in single cluster and pool, with the pool's topology set to this machine's node
  * segment: the pool's files live on this machine, so only its node-agent can attach them.
  */
-function writeLocalClusters(runDir: string, nodeId: string): string {
+export function writeLocalClusters(runDir: string, nodeId: string): string {
   const file = path.join(runDir, "clusters.json");
   const clusters = DEFAULT_CLUSTERS.clusters.map((c) => ({ ...c, pools: c.pools.map((p) => ({ ...p, topology: [{ [TOPOLOGY_KEY]: nodeId }] })) }));
   writeFileSync(file, `${JSON.stringify({ ...DEFAULT_CLUSTERS, clusters }, null, 2)}\n`);

@@ -17,27 +17,10 @@
  *     await journal.start(); // optional: the healthy one back before the test ends
  *   }));
  */
-import type { ServiceProcess } from "./processes.js";
+import { endProcess, isRunning, type ServiceProcess } from "./processes.js";
 
 /** Starts one process of the service, with extra environment. */
 export type Launch = (extra?: Record<string, string>) => Promise<ServiceProcess>;
-
-const running = (p: ServiceProcess) => p.child.exitCode === null && p.child.signalCode === null;
-
-/** Ends a process whatever its state: wakes it if frozen, SIGTERM, then SIGKILL after `graceMs`. */
-export async function endProcess(p: ServiceProcess, graceMs = 5000): Promise<void> {
-  if (!running(p)) return;
-  p.child.kill("SIGCONT");
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<"late">((resolve) => {
-    timer = setTimeout(() => resolve("late"), graceMs);
-  });
-  try {
-    if ((await Promise.race([p.stop(), late])) === "late") await p.kill();
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Runs `body` with a `own` launcher; every process started through it is ended afterwards. */
 export async function withOwnProcesses<T>(launch: Launch, body: (own: Launch) => Promise<T>): Promise<T> {
@@ -60,7 +43,7 @@ export class SharedProcess {
 
   /** Starts it unless it is running (a process that died on its own is replaced). */
   async start(): Promise<ServiceProcess> {
-    if (this.#current && running(this.#current)) return this.#current;
+    if (this.#current && isRunning(this.#current)) return this.#current;
     this.#current = await this.launch();
     return this.#current;
   }

@@ -21,6 +21,18 @@ import type { LogInfo } from "../domain/projection-state.js";
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
+/** JetStream's "no message found" (a subject without events): not a failure. */
+const JS_NO_MESSAGE_FOUND = 10037;
+
+/** Any failure to reach the log is Unavailable: the caller (a CO) retries; never Internal. */
+async function reaching<T>(f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (err) {
+    if (err instanceof DriverError || (err instanceof Error && err.name === "ZodError")) throw err; // a bad event is Internal
+    throw new DriverError("Unavailable", "event log unavailable", { cause: err });
+  }
+}
 
 export class SequenceConflict extends DriverError {
   constructor(subject: string, options?: { cause?: unknown }) {
@@ -109,7 +121,12 @@ export class EventLog {
 
   /** The last event of one subject, if it has any. */
   async lastOf(subject: string): Promise<StoredEvent | undefined> {
-    const msg = await (await this.#manager()).streams.getMessage(this.stream, { last_by_subj: subject }).catch(() => null);
+    const msg = await reaching(async () =>
+      (await this.#manager()).streams.getMessage(this.stream, { last_by_subj: subject }).catch((err: unknown) => {
+        if (err instanceof JetStreamApiError && err.code === JS_NO_MESSAGE_FOUND) return null;
+        throw err;
+      }),
+    );
     return msg ? { seq: msg.seq, subject, event: JournalEvent.parse(msg.json()) } : undefined;
   }
 
@@ -119,7 +136,7 @@ export class EventLog {
 
   /** The log's identity (its stream's creation time: a recreated stream is another log) and last sequence. */
   async info(): Promise<LogInfo> {
-    const info = await (await this.#manager()).streams.info(this.stream);
+    const info = await reaching(async () => (await this.#manager()).streams.info(this.stream));
     return { id: info.created, last: info.state.last_seq };
   }
 
@@ -163,24 +180,27 @@ export class EventLog {
   async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<void>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
     const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
     if (last < fromSeq) return last;
-    const consumer = await this.#js.consumers.get(this.stream, {
-      deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: Math.max(1, fromSeq),
-      ...(opts.subject ? { filter_subjects: opts.subject } : {}),
-    });
+    const consumer = await reaching(() =>
+      this.#js.consumers.get(this.stream, {
+        deliver_policy: DeliverPolicy.StartSequence,
+        opt_start_seq: Math.max(1, fromSeq),
+        ...(opts.subject ? { filter_subjects: opts.subject } : {}),
+      }),
+    );
     const size = opts.batch ?? 512;
     let seen = fromSeq - 1;
     try {
       while (seen < last) {
-        const msgs = await consumer.fetch({ max_messages: size, expires: 1000 });
         const batch: StoredEvent[] = [];
         let got = 0;
-        for await (const m of msgs) {
-          got++;
-          seen = m.seq;
-          batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
-          if (m.seq >= last) break;
-        }
+        await reaching(async () => {
+          for await (const m of await consumer.fetch({ max_messages: size, expires: 1000 })) {
+            got++;
+            seen = m.seq;
+            batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
+            if (m.seq >= last) break;
+          }
+        });
         if (batch.length) await onBatch(batch);
         if (got === 0) break;
       }

@@ -1,0 +1,61 @@
+/**
+ * The figures of a chaos run, from the operation and fault records: recovery after each fault,
+ * the journal failover time, the slowest operation. Pure.
+ */
+import { type FaultKind, type FaultRecord, NODE_FAULTS } from "./faults.js";
+import { CREATE_OPS, NODE_OPS, type OpRecord } from "./workload.js";
+
+/**
+ * Time from a fault to the end of the first successful operation that started after it and
+ * depends on what was hit (node operations for node-agent faults, any operation otherwise);
+ * undefined when no such operation followed.
+ */
+export function recoveryMs(f: FaultRecord, ops: readonly OpRecord[]): number | undefined {
+  const next = ops
+    .filter((o) => o.phase === "run" && o.ok && o.start >= f.at && (!NODE_FAULTS.has(f.kind) || NODE_OPS.has(o.kind)))
+    .reduce<OpRecord | undefined>((best, o) => (!best || o.end < best.end ? o : best), undefined);
+  return next ? next.end - f.at : undefined;
+}
+
+export interface Failover {
+  fault: FaultRecord;
+  /** Until the creates that were in flight at the kill, and those started within `windowMs` after it, had all answered. */
+  ms: number;
+  /** How many creates that counts, and how many of them failed. */
+  creates: number;
+  failed: number;
+}
+
+/** For every journal SIGKILL that left ≥ 2 replicas running: how long creates took to get through. */
+export function journalFailovers(faults: readonly FaultRecord[], ops: readonly OpRecord[], windowMs = 1000): Failover[] {
+  return faults
+    .filter((f) => f.kind === "journal-kill" && (f.journalsUp ?? 0) >= 2)
+    .flatMap((f) => {
+      const creates = ops.filter((o) => o.phase === "run" && CREATE_OPS.has(o.kind) && o.end > f.at && o.start < f.at + windowMs);
+      if (creates.length === 0) return [];
+      return [{ fault: f, ms: Math.max(...creates.map((o) => o.end - f.at)), creates: creates.length, failed: creates.filter((o) => !o.ok).length }];
+    });
+}
+
+export interface FaultFigures {
+  kind: FaultKind;
+  injected: number;
+  /** Slowest recovery of this kind (undefined: no operation followed any of them). */
+  slowestMs: number | undefined;
+  /** Faults of this kind after which no dependent operation succeeded. */
+  unrecovered: number;
+}
+
+export function faultFigures(kinds: readonly FaultKind[], faults: readonly FaultRecord[], ops: readonly OpRecord[]): FaultFigures[] {
+  return kinds.map((kind) => {
+    const mine = faults.filter((f) => f.kind === kind);
+    const rec = mine.map((f) => recoveryMs(f, ops));
+    const known = rec.filter((r): r is number => r !== undefined);
+    return { kind, injected: mine.length, slowestMs: known.length ? Math.max(...known) : undefined, unrecovered: rec.length - known.length };
+  });
+}
+
+/** The slowest operation of the run (retries included). */
+export function slowestOp(ops: readonly OpRecord[]): OpRecord | undefined {
+  return ops.filter((o) => o.phase === "run").reduce<OpRecord | undefined>((a, o) => (!a || o.end - o.start > a.end - a.start ? o : a), undefined);
+}

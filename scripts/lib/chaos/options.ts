@@ -1,0 +1,62 @@
+/** The options of `npm run chaos` (and of the short run in test/chaos.test.ts). Pure. */
+import { parseArgs } from "node:util";
+
+export interface ChaosOptions {
+  /** Operations to run (at least; the run goes on until every fault has been injected). */
+  ops: number;
+  /** Faults of every kind to inject. */
+  faultsPerKind: number;
+  seed: number;
+  /** Operations in flight at once. */
+  concurrency: number;
+  /** Journal replicas (one queue group). */
+  replicas: number;
+  /** After a journal SIGKILL with ≥ 2 replicas up, in-flight and new creates must succeed within this (issue 10: 2 s). */
+  failoverBoundMs: number;
+  /** Write every service log line here (kept after the run). */
+  logFile?: string | undefined;
+  /** Write the whole result here as JSON (every violation, fault and operation). */
+  jsonFile?: string | undefined;
+}
+
+export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, failoverBoundMs: 2000 };
+
+const USAGE =
+  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--failover-bound-ms N] [--log FILE] [--json FILE]";
+
+export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): ChaosOptions {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      ops: { type: "string" },
+      "faults-per-kind": { type: "string" },
+      seed: { type: "string" },
+      concurrency: { type: "string" },
+      replicas: { type: "string" },
+      "failover-bound-ms": { type: "string" },
+      log: { type: "string" },
+      json: { type: "string" },
+      help: { type: "boolean" },
+    },
+  });
+  if (values.help) throw new UsageError(USAGE);
+  const int = (name: string, v: string | undefined, dflt: number, min: number) => {
+    if (v === undefined) return dflt;
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got ${JSON.stringify(v.slice(0, 20))}\n${USAGE}`);
+    return n;
+  };
+  return {
+    ops: int("ops", values.ops, DEFAULTS.ops, 1),
+    faultsPerKind: int("faults-per-kind", values["faults-per-kind"], DEFAULTS.faultsPerKind, 0),
+    seed: int("seed", values.seed, seedDefault, 0),
+    concurrency: int("concurrency", values.concurrency, DEFAULTS.concurrency, 1),
+    replicas: int("replicas", values.replicas, DEFAULTS.replicas, 1),
+    failoverBoundMs: int("failover-bound-ms", values["failover-bound-ms"], DEFAULTS.failoverBoundMs, 1),
+    logFile: values.log,
+    jsonFile: values.json,
+  };
+}
+
+export class UsageError extends Error {}

@@ -1,0 +1,69 @@
+/** The chaos run's printed report: the invariant table, then the figures. Pure. */
+import { codeName } from "./co-client.js";
+import type { ChaosResult } from "./run.js";
+import { formatTable, ms } from "./table.js";
+import { OP_KINDS } from "./workload.js";
+
+const EXAMPLES = 3;
+const byCount = (m: Map<string, number>) =>
+  [...m.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, n]) => `${k} ${n}`)
+    .join(", ") || "none";
+
+export function formatReport(r: ChaosResult): string {
+  const o = r.options;
+  const out: string[] = [];
+  const runOps = r.ops.filter((x) => x.phase === "run");
+  out.push(
+    `chaos: seed ${o.seed}, ${runOps.length} operations (concurrency ${o.concurrency}), ${o.replicas} journal replicas, ${r.faults.length} faults, ${ms(r.durationMs)}`,
+    "",
+    formatTable(
+      ["invariant", "violations"],
+      r.invariants.map((i) => [i.name, i.violations.length]),
+    ),
+  );
+  for (const i of r.invariants.filter((x) => x.violations.length > 0)) {
+    out.push("", `${i.name}: ${i.violations.length} violation(s), e.g.`);
+    for (const v of i.violations.slice(0, EXAMPLES)) out.push(`  - ${v.slice(0, 240)}`);
+  }
+  out.push(
+    "",
+    "(orphans are counted as found: there is no gc yet, so nothing sweeps them before the check)",
+    "",
+    formatTable(
+      ["fault", "injected", "slowest recovery", "no op after"],
+      r.faultFigures.map((f) => [f.kind, f.injected, ms(f.slowestMs), f.unrecovered]),
+    ),
+    "",
+    formatTable(
+      ["operation", "done", "ok", "failed"],
+      OP_KINDS.map((k) => {
+        const mine = runOps.filter((x) => x.kind === k);
+        return [k, mine.length, mine.filter((x) => x.ok).length, mine.filter((x) => !x.ok).length];
+      }),
+    ),
+    "",
+    `calls: ${r.stats.attempts} attempts, ${r.stats.retries} retries`,
+    `CO-visible errors by code (every failed attempt): ${byCount(r.stats.attemptErrors)}`,
+    `final errors by code (operations that failed): ${byCount(finalCodes(r))}`,
+    `slowest operation (retries included): ${r.slowest ? `${r.slowest.kind}, ${ms(r.slowest.end - r.slowest.start)}` : "—"}`,
+  );
+  const f = r.failovers;
+  out.push(
+    f.length === 0
+      ? "journal failover: no journal SIGKILL with ≥ 2 replicas up had creates around it"
+      : `journal failover (SIGKILL with ≥ 2 replicas up; creates in flight or started within 1 s): ${f.length} kills, slowest ${ms(Math.max(...f.map((x) => x.ms)))}, over ${ms(o.failoverBoundMs)}: ${f.filter((x) => x.ms > o.failoverBoundMs).length}`,
+  );
+  out.push("", r.ok ? "chaos: all invariants hold" : `chaos: ${r.invariants.filter((i) => i.violations.length > 0).length} invariant(s) violated`);
+  return out.join("\n");
+}
+
+function finalCodes(r: ChaosResult): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const x of r.ops) {
+    const code = x.code ?? codeName(undefined);
+    if (!x.ok) m.set(code, (m.get(code) ?? 0) + 1);
+  }
+  return m;
+}

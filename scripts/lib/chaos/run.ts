@@ -1,0 +1,264 @@
+/**
+ * The chaos run (`npm run chaos`, test/chaos.test.ts): a fresh stack in a temporary directory
+ * (own nats-server and redis-server, N journal replicas, controller, node-agent), mixed CSI
+ * operations from a CO-like client while faults are injected, then
+ *
+ *   settle     everything restarted and healthy; given-up operations retried to a final answer
+ *   check      invariants against the system (pool, projection vs a replay of the log, locks,
+ *              node state, mounts, loop devices, listings)
+ *   teardown   unpublish/unstage what was published, delete every snapshot and volume
+ *   check      the same invariants again (now everything must be gone)
+ *
+ * Whatever happens — failure, exception, SIGINT — the services and servers are stopped, what is
+ * mounted or attached under the temporary directory is released, and the directory is removed.
+ */
+import { createWriteStream, type WriteStream } from "node:fs";
+import { mkdir, mkdtemp, realpath } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { csiClient, loadClusters } from "@csi/runtime";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { keysFor } from "../../../services/journal/src/domain/kinds.js";
+import { cleanupUnder } from "../machine.js";
+import { seeded } from "../random.js";
+import { type Stack, startStack, writeLocalClusters } from "../stack.js";
+import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
+import { CoClient, CoStats } from "./co-client.js";
+import { FAULT_KINDS, type FaultRecord, faultDueAt, injectFault, planFaults } from "./faults.js";
+import { type Failover, type FaultFigures, faultFigures, journalFailovers, slowestOp } from "./figures.js";
+import { nodeStateFileOf, observe } from "./observe.js";
+import type { ChaosOptions } from "./options.js";
+import { type OpRecord, Workload } from "./workload.js";
+
+export interface ChaosResult {
+  options: ChaosOptions;
+  invariants: Invariant[];
+  faults: FaultRecord[];
+  faultFigures: FaultFigures[];
+  failovers: Failover[];
+  ops: OpRecord[];
+  stats: CoStats;
+  slowest: OpRecord | undefined;
+  durationMs: number;
+  /** No invariant was violated. */
+  ok: boolean;
+}
+
+export interface ChaosHooks {
+  signal?: AbortSignal;
+  /** Progress lines. */
+  say?: (msg: string) => void;
+}
+
+/** Environment of the chaos stack's services: node heartbeats every second, catch-up every 3 s (the settle phase waits for one). */
+export const CHAOS_ENV = { HEARTBEAT_MS: "1000", CATCHUP_EVERY_MS: "3000" };
+const CATCH_UP_WAIT_MS = 4000;
+/** Locks of a killed holder live for their TTL (10 s by default): the check waits that long for them to go. */
+const LOCK_GRACE_MS = 15_000;
+const NODE_ID = "chaos-node";
+/** A service that does not serve within this after a (re)start counts as not coming back. */
+const READY_TIMEOUT_MS = 60_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Promise<ChaosResult> {
+  const say = hooks.say ?? (() => {});
+  const signal = hooks.signal;
+  const t0 = Date.now();
+  const clock = () => Date.now() - t0;
+  const root = await realpath(await mkdtemp(path.join(os.tmpdir(), "csi-chaos-")));
+  const dataDir = path.join(root, "data");
+  const runDir = path.join(root, "run");
+  const kubeletDir = path.join(root, "kubelet");
+  let logStream: WriteStream | undefined;
+  let stack: Stack | undefined;
+  let co: CoClient | undefined;
+  let nc: NatsConnection | undefined;
+  let redis: Redis | undefined;
+  try {
+    if (opts.logFile) logStream = createWriteStream(opts.logFile, { flags: "w" });
+    await mkdir(kubeletDir, { recursive: true });
+    await mkdir(runDir, { recursive: true });
+    // Our own clusters file (whatever CLUSTERS_FILE says): the pool must live under the temporary directory.
+    const clustersFile = writeLocalClusters(runDir, NODE_ID);
+    say(`starting a stack in ${root}: ${opts.replicas} journal replicas, controller, node-agent`);
+    stack = await startStack({
+      dataDir,
+      runDir,
+      nodeId: NODE_ID,
+      journalReplicas: opts.replicas,
+      readyTimeoutMs: READY_TIMEOUT_MS,
+      env: { ...CHAOS_ENV, CLUSTERS_FILE: clustersFile },
+      onLine: logStream ? (line) => logStream?.write(`${line}\n`) : undefined,
+      ...(signal ? { signal } : {}),
+    });
+    const clusters = loadClusters(clustersFile, dataDir);
+    const cluster = clusters.get(clusters.defaultCluster);
+    const pool = cluster?.pools[0];
+    if (!cluster || !pool) throw new Error("the chaos stack has no default cluster/pool");
+    const keys = keysFor(cluster.clusterID, cluster.instance);
+    redis = new Redis(stack.redisUrl, { maxRetriesPerRequest: 3 });
+    redis.on("error", () => {}); // the injector restarts it
+
+    const stats = new CoStats();
+    co = new CoClient({
+      controllerEndpoint: stack.controllerEndpoint,
+      nodeEndpoint: stack.nodeEndpoint,
+      random: seeded(opts.seed + 2),
+      stats,
+      ...(signal ? { signal } : {}),
+    });
+    const workload = new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir, clock, namePrefix: `chaos${opts.seed}` });
+
+    // ---------------------------------------------------------------- run: operations and faults
+    const plan = planFaults(opts.faultsPerKind, seeded(opts.seed + 1));
+    const faults: FaultRecord[] = [];
+    let started = 0;
+    const dueBy = (n: number) => plan.filter((_, i) => faultDueAt(i, plan.length, opts.ops) <= n).length;
+    const s = stack;
+    const r = redis;
+    const injector = (async () => {
+      for (const [i, kind] of plan.entries()) {
+        while (started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
+        if (signal?.aborted) return;
+        try {
+          faults.push(
+            await injectFault(kind, { stack: s, redis: r, replayMarkers: [keys.projection, keys.index("volume")], random: seeded(opts.seed + 3 + i), clock }),
+          );
+        } catch (err) {
+          faults.push({
+            kind,
+            at: clock(),
+            restoredAt: clock(),
+            target: "?",
+            note: `injection failed: ${String((err as Error)?.message ?? err).slice(0, 200)}`,
+          });
+          await makeWhole(s, workload, say);
+        }
+        const f = faults.at(-1);
+        say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${started}${f?.note ? `: ${f.note}` : ""}`);
+      }
+    })();
+    const worker = async () => {
+      while (started < opts.ops && !signal?.aborted) {
+        // Faults keep pace with the operations (one may be under way); the last ops wait for every fault.
+        while (!signal?.aborted && (faults.length < dueBy(started) - 1 || (started >= opts.ops * 0.95 && faults.length < plan.length))) await sleep(20);
+        started++;
+        if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
+        await workload.run(workload.choose());
+      }
+    };
+    await Promise.all([...Array.from({ length: opts.concurrency }, worker), injector]);
+    signal?.throwIfAborted();
+
+    // ---------------------------------------------------------------- settle, check, teardown, check
+    say("settling: every service up, given-up operations retried");
+    await makeWhole(stack, workload, say);
+    await waitReady(stack, signal);
+    await workload.settle();
+    nc = await connect({ servers: stack.natsUrl, maxReconnectAttempts: -1 });
+    const model = () => ({
+      volumes: [...workload.volumes.values()],
+      snapshots: [...workload.snapshots.values()],
+      findings: workload.findings,
+      nodeId: NODE_ID,
+      keys,
+    });
+    const look = async (label: string) => {
+      const deps = {
+        label,
+        redisUrl: s.redisUrl,
+        nc: nc as NatsConnection,
+        cluster: cluster.clusterID,
+        keys,
+        poolRoot: pool.root,
+        kubeletDir,
+        co: co as CoClient,
+      };
+      let o: Observation = await observe({ ...deps, nodeStateFile: nodeStateFileOf(dataDir, NODE_ID), lockGraceMs: LOCK_GRACE_MS });
+      // A writer killed between its append and its projection update leaves the projection behind
+      // the log until the next catch-up: give the periodic catch-up its chance before comparing.
+      for (let i = 0; i < 2 && checkObservation(o, model()).some((x) => x.name === "projection == replay of the log" && x.violations.length > 0); i++) {
+        await sleep(CATCH_UP_WAIT_MS);
+        o = await observe({ ...deps, nodeStateFile: nodeStateFileOf(dataDir, NODE_ID), lockGraceMs: 0 });
+      }
+      return checkObservation(o, model());
+    };
+    say("checking the invariants after settle");
+    const afterSettle = await look("after settle");
+    say("teardown: unpublish, unstage, delete everything");
+    await workload.teardown();
+    say("checking the invariants after teardown");
+    const afterTeardown = await look("after teardown");
+
+    const failovers = journalFailovers(faults, workload.records);
+    const bound: Invariant = {
+      name: "journal failover within the bound",
+      violations: failovers
+        .filter((f) => f.ms > opts.failoverBoundMs || f.failed > 0)
+        .map(
+          (f) =>
+            `SIGKILL of ${f.fault.target} at ${f.fault.at} ms: ${f.creates} creates answered after ${f.ms} ms (${f.failed} failed), bound ${opts.failoverBoundMs} ms`,
+        ),
+    };
+    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound]);
+    return {
+      options: opts,
+      invariants,
+      faults,
+      faultFigures: faultFigures(FAULT_KINDS, faults, workload.records),
+      failovers,
+      ops: workload.records,
+      stats,
+      slowest: slowestOp(workload.records),
+      durationMs: clock(),
+      ok: invariants.every((i) => i.violations.length === 0),
+    };
+  } finally {
+    co?.close();
+    await nc?.close().catch(() => {});
+    redis?.disconnect();
+    await stack?.stop();
+    await cleanupUnder(root);
+    await new Promise<void>((resolve) => (logStream ? logStream.end(resolve) : resolve()));
+  }
+}
+
+/** Starts whatever is down (servers first); a service that will not come back is a finding. */
+async function makeWhole(stack: Stack, workload: Workload, say: (m: string) => void): Promise<void> {
+  for (const srv of [stack.servers.nats, stack.servers.redis]) if (srv && !srv.running) await srv.restart();
+  for (const svc of [...stack.journals, stack.controller, stack.nodeAgent]) {
+    for (let attempt = 1; !svc.running; attempt++) {
+      try {
+        await svc.start();
+      } catch (err) {
+        if (attempt >= 3) {
+          workload.findings.push({ what: "service did not come back", example: `${svc.name}: ${String((err as Error)?.message ?? err).slice(0, 200)}` });
+          say(`${svc.name} does not start: ${(err as Error)?.message?.slice(0, 200)}`);
+          break;
+        }
+        await sleep(2000);
+      }
+    }
+  }
+}
+
+/** Both sockets answer Probe with ready (up to a minute). */
+async function waitReady(stack: Stack, signal?: AbortSignal): Promise<void> {
+  for (const endpoint of [stack.controllerEndpoint, stack.nodeEndpoint]) {
+    const until = Date.now() + 60_000;
+    for (;;) {
+      signal?.throwIfAborted();
+      const id = csiClient(endpoint, "Identity");
+      const ready = await id
+        .Probe({}, undefined, { deadline: Date.now() + 5000 })
+        .then((p) => p.ready?.value !== false)
+        .catch(() => false)
+        .finally(() => id.close());
+      if (ready) break;
+      if (Date.now() > until) throw new Error(`${endpoint} not ready after a minute`);
+      await sleep(250);
+    }
+  }
+}
