@@ -9,6 +9,7 @@
 
 import { EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
 import { createLogger } from "@csi/runtime";
+import { CliError, EXIT } from "../errors.js";
 import { fields } from "../output.js";
 import { startProgress } from "../progress.js";
 import type { Session } from "../session.js";
@@ -21,7 +22,9 @@ export async function rebuild(s: Session): Promise<void> {
   const keys = keysFor(cluster.clusterID, cluster.instance);
   const store = new RedisStore(redis, keys);
   const log = new EventLog(nc, { cluster: cluster.clusterID });
-  const total = await log.lastSeq();
+  const total = await log.lastSeq().catch((err: unknown) => {
+    throw new CliError(EXIT.failed, `cluster ${cluster.clusterID}: its event log ${log.stream} cannot be read (${(err as Error).message}); has a journal of it ever run?`);
+  });
   const dropped = (await store.projectionKeys()).length;
   // The projector's own log lines (rebuild started / interrupted) only when something is wrong.
   const projector = new Projector(log, store, createLogger("csictl", "error", 2));
