@@ -23,7 +23,10 @@ export async function rebuild(s: Session): Promise<void> {
   const store = new RedisStore(redis, keys);
   const log = new EventLog(nc, { cluster: cluster.clusterID });
   const total = await log.lastSeq().catch((err: unknown) => {
-    throw new CliError(EXIT.failed, `cluster ${cluster.clusterID}: its event log ${log.stream} cannot be read (${(err as Error).message}); has a journal of it ever run?`);
+    throw new CliError(
+      EXIT.failed,
+      `cluster ${cluster.clusterID}: its event log ${log.stream} cannot be read (${(err as Error).message}); has a journal of it ever run?`,
+    );
   });
   const dropped = (await store.projectionKeys()).length;
   // The projector's own log lines (rebuild started / interrupted) only when something is wrong.
