@@ -23,6 +23,7 @@ COPY packages/runtime/package.json packages/runtime/
 COPY services/journal/package.json services/journal/
 COPY services/controller/package.json services/controller/
 COPY services/node-agent/package.json services/node-agent/
+COPY packages/cli/package.json packages/cli/
 RUN npm ci --no-audit --no-fund && npm cache clean --force
 
 COPY tsconfig*.json ./

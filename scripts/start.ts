@@ -5,11 +5,14 @@
  *    ports with data under ./.data/ (stopped on exit); set → use those servers.
  *  - Starts the journal, the controller (unix://$PWD/run/csi-controller.sock) and one node-agent
  *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
+ *  - Once ready, writes the endpoints to <runDir>/stack.json, where csictl finds the local stack
+ *    (packages/cli/src/stack-file.ts); the file is removed on stop.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
  *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
  */
 import path from "node:path";
+import { removeStackFile, writeStackFile } from "@csi/cli/stack-file";
 import { ROOT } from "./lib/processes.js";
 import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
@@ -17,10 +20,12 @@ import { StackInUse } from "./lib/stack-lock.js";
 const say = (msg: string, extra: Record<string, unknown> = {}) =>
   process.stdout.write(`${JSON.stringify({ level: 30, time: Date.now(), service: "start", msg, ...extra })}\n`);
 
+const dataDir = path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data"));
+const runDir = path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run"));
 const abort = new AbortController();
 const starting = startStack({
-  dataDir: path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data")),
-  runDir: path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run")),
+  dataDir,
+  runDir,
   natsUrl: process.env.NATS_URL,
   redisUrl: process.env.REDIS_URL,
   nodeId: process.env.NODE_ID,
@@ -34,6 +39,7 @@ async function stopAll(code: number): Promise<never> {
   if (!stopping) {
     stopping = true;
     say("stopping the stack");
+    removeStackFile(runDir);
     abort.abort();
     await (await starting.catch(() => undefined))?.stop();
     say("stopped");
@@ -50,8 +56,19 @@ try {
     say("a service exited; stopping", { code });
     void stopAll(1);
   });
-  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId } = stack;
-  say("csi stack ready", { controller, node, nats, redis, nodeId });
+  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile } = stack;
+  const stackFile = writeStackFile(runDir, {
+    pid: process.pid,
+    startedAt: new Date().toISOString(),
+    controllerEndpoint: controller,
+    nodeEndpoint: node,
+    nodeId,
+    natsUrl: nats,
+    redisUrl: redis,
+    clustersFile,
+    dataDir,
+  });
+  say("csi stack ready", { controller, node, nats, redis, nodeId, stackFile });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

@@ -10,64 +10,13 @@ import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { type TestContext, test } from "node:test";
+import { test } from "node:test";
 import { PLUGIN_NAME_RE } from "@csi/contracts";
 import { csiClient } from "@csi/runtime";
 import { LOCK_FILE, processStart, StackInUse, StackLock } from "../scripts/lib/stack-lock.js";
+import { cleanupsOf, runStack, spawnStart, withoutServerEnv } from "./support/npm-start.js";
 import { ROOT } from "./support/processes.js";
 import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
-
-/** What the test must undo when it ends, pass or fail: last registered, first undone. */
-function cleanupsOf(t: TestContext): (() => Promise<void>)[] {
-  const cleanups: (() => Promise<void>)[] = [];
-  t.after(async () => {
-    for (const c of cleanups.reverse()) await c();
-  });
-  return cleanups;
-}
-
-/** `npm start` with data and run directories under `dir`. */
-function spawnStart(dir: string, extraEnv: Record<string, string>) {
-  const runDir = path.join(dir, "run");
-  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, ...extraEnv };
-  for (const k of ["NATS_URL", "REDIS_URL"]) if (!extraEnv[k]) delete env[k];
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
-    cwd: ROOT,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
-  return { child, exited, runDir };
-}
-
-async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
-  const dir = await tempDir("csi-stack-");
-  const { child, exited, runDir } = spawnStart(dir, extraEnv);
-  let out = "";
-  cleanups.push(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      // SIGTERM first: the stack stops its services and embedded servers (a SIGKILL would orphan them).
-      child.kill("SIGTERM");
-      const late = await Promise.race([exited.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 15_000).unref())]);
-      if (late) child.kill("SIGKILL");
-    }
-    await rm(dir, { recursive: true, force: true });
-  });
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`stack not ready in 60s:\n${out}`)), 60_000);
-    const onData = (b: Buffer) => {
-      out += b.toString();
-      if (out.includes('"msg":"csi stack ready"')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout.on("data", onData);
-    child.stderr.on("data", onData);
-    exited.then((c) => reject(new Error(`stack exited ${c}:\n${out}`)));
-  });
-  return { child, exited, dir, runDir, output: () => out };
-}
 
 async function checkIdentity(socket: string) {
   const id = csiClient(`unix://${socket}`, "Identity");
@@ -102,11 +51,11 @@ async function lifecycle(ctrlSocket: string, runDir: string) {
     const pub = await c.ControllerPublishVolume({ volume_id: v.volume_id, node_id: nodeId, volume_capability: cap });
     assert.ok(pub.publish_context.imageName);
     await c.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: nodeId });
-    // Our CLI sees the same volumes.
+    // Our CLI sees the same volumes: it finds the stack through <runDir>/stack.json.
     const listed = JSON.parse(
-      execFileSync(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/csi.ts"), "controller", "ListVolumes"], {
+      execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "call", "Controller.ListVolumes"], {
         cwd: ROOT,
-        env: { ...process.env, RUN_DIR: runDir },
+        env: { ...withoutServerEnv(process.env), RUN_DIR: runDir },
         encoding: "utf8",
       }),
     );
@@ -133,6 +82,9 @@ async function exercise(cleanups: (() => Promise<void>)[], extraEnv: Record<stri
   assert.equal(/started embedded nats-server/.test(stack.output()), !extraEnv.NATS_URL);
   const ctrl = path.join(stack.runDir, "csi-controller.sock");
   const node = path.join(stack.runDir, "csi-node.sock");
+  const written = JSON.parse(await readFile(path.join(stack.runDir, "stack.json"), "utf8"));
+  assert.equal(written.controllerEndpoint, `unix://${ctrl}`);
+  assert.equal(written.pid, stack.child.pid);
   const a = await checkIdentity(ctrl);
   const b = await checkIdentity(node);
   assert.equal(a.name, b.name, "one plugin name for both endpoints");
@@ -140,6 +92,7 @@ async function exercise(cleanups: (() => Promise<void>)[], extraEnv: Record<stri
   stack.child.kill("SIGTERM");
   assert.equal(await stack.exited, 0, stack.output());
   assert.ok(!existsSync(ctrl) && !existsSync(node), "sockets removed on stop");
+  assert.ok(!existsSync(path.join(stack.runDir, "stack.json")), "stack.json removed on stop");
   assert.match(stack.output(), /"msg":"stopped"/);
 }
 

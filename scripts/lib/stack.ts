@@ -63,6 +63,8 @@ export interface Stack {
   nodeId: string;
   natsUrl: string;
   redisUrl: string;
+  /** The clusters file the services run with. */
+  clustersFile: string;
   /** The processes running now. */
   readonly services: ServiceProcess[];
   journals: StackService[];
@@ -152,6 +154,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       nodeId,
       natsUrl,
       redisUrl,
+      clustersFile: env.CLUSTERS_FILE,
       get services() {
         return managed.flatMap((s) => (s.process && s.running ? [s.process] : []));
       },

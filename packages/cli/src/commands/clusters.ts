@@ -1,0 +1,66 @@
+/**
+ * `clusters`: per storage cluster, the journal replicas answering (NATS micro-service discovery:
+ * one `$SRV.STATS` request collects every replica of every `csi-journal-<cluster>` service),
+ * the event log's last sequence and the Redis projection's `applied` watermark (the lag between
+ * them). The clusters are those of the clusters file and any other whose journal answers.
+ */
+import { subjects } from "@csi/contracts";
+import { keysFor, RedisStore } from "@csi/journal/operator";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { type ServiceStats, Svcm } from "@nats-io/services";
+import { clusterHealth } from "../domain/health.js";
+import { EXIT } from "../errors.js";
+import { table } from "../output.js";
+import type { Session } from "../session.js";
+
+/** How long discovery collects answers from replicas. */
+const DISCOVERY_MS = 1000;
+const JOURNAL_SERVICE = /^csi-journal-(.+)$/;
+
+export async function clusters(s: Session): Promise<number> {
+  const [nc, redis] = await Promise.all([s.nats(), s.redis()]);
+  // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
+  const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ strategy: "timer", maxWait: Math.min(DISCOVERY_MS, s.timeoutMs) });
+  const replicas = new Map<string, ServiceStats[]>();
+  for await (const st of await client.stats()) {
+    const cluster = st.metadata?.cluster ?? JOURNAL_SERVICE.exec(st.name)?.[1];
+    if (!cluster || st.name !== subjects.journalServiceName(cluster)) continue;
+    replicas.set(cluster, [...(replicas.get(cluster) ?? []), st]);
+  }
+  const configured = s.clusters().clusters;
+  const chosen = s.opts.cluster ? [s.cluster().clusterID] : [...new Set([...configured.map((c) => c.clusterID), ...replicas.keys()])].sort();
+  const jsm = await jetstreamManager(nc);
+  const rows = await Promise.all(
+    chosen.map(async (id) => {
+      const instance = configured.find((c) => c.clusterID === id)?.instance ?? "default";
+      const [info, meta] = await Promise.all([
+        jsm.streams.info(subjects.streamName(id)).catch(() => undefined),
+        new RedisStore(redis, keysFor(id, instance)).projectionMeta(),
+      ]);
+      const journals = (replicas.get(id) ?? []).map((r) => ({
+        id: r.id,
+        version: r.version,
+        started: r.started,
+        requests: (r.endpoints ?? []).reduce((n, e) => n + e.num_requests, 0),
+        errors: (r.endpoints ?? []).reduce((n, e) => n + e.num_errors, 0),
+      }));
+      return { ...clusterHealth(id, journals.length, info?.state.last_seq, meta), journals };
+    }),
+  );
+  s.out.result(rows, () =>
+    table(
+      ["CLUSTER", "REPLICAS", "LOG SEQ", "APPLIED", "LAG", "PROJECTION", "REQUESTS", "ERRORS"],
+      rows.map((r) => [
+        r.cluster,
+        r.replicas,
+        r.logSeq,
+        r.applied,
+        r.lag,
+        r.projection,
+        r.journals.reduce((n, j) => n + j.requests, 0),
+        r.journals.reduce((n, j) => n + j.errors, 0),
+      ]),
+    ),
+  );
+  return rows.every((r) => r.ok) ? EXIT.ok : EXIT.failed;
+}

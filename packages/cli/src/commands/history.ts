@@ -1,0 +1,158 @@
+/**
+ * `history <CSI volume id | snapshot id | uuid | request name>`: the timeline of an aggregate,
+ * every event and device-state report in log order. The journal's `volume.history` command
+ * answers it (paged: csictl follows the next tokens); a request name is looked up in the log
+ * (its name subject says which uuids it reserved), in the named cluster or in every cluster.
+ * `--follow` then watches the aggregate's subjects live until Ctrl-C.
+ */
+import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
+import { EventLog, KINDS, uuidSubjects } from "@csi/journal/operator";
+import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { parseTarget, type Target } from "../domain/target.js";
+import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
+import { usageError } from "../errors.js";
+import { table } from "../output.js";
+import type { Session } from "../session.js";
+
+/** Events per history page asked of the journal (it cuts pages to its reply budget anyway). */
+const PAGE = 500;
+/** How long a live event is held so that one of a lower sequence from another subject goes first. */
+const REORDER_HOLD_MS = 200;
+
+const HEAD = ["SEQ", "TIME", "EVENT", "REQUEST", "ACTOR", "CHANGE"];
+const cells = (r: TimelineRow) => [r.seq, r.time, r.type, r.requestId, r.actor, r.change];
+
+/** Every page of one uuid's history from the journal. */
+async function historyOf(s: Session, cluster: string, uuid: string): Promise<HistoryEntry[]> {
+  const journal = await s.journal();
+  const all: HistoryEntry[] = [];
+  let token: string | undefined;
+  do {
+    const page = await journal.call(cluster, "volume.history", { uuid, maxEntries: PAGE, ...(token ? { startingToken: token } : {}) });
+    all.push(...page.events);
+    token = page.nextToken;
+  } while (token);
+  return all;
+}
+
+/** The subjects of a request name (one per kind) and the uuids it ever reserved. */
+async function nameLookup(log: EventLog, cluster: ResolvedCluster, name: string): Promise<{ nameSubjects: string[]; uuids: string[] }> {
+  const nameSubjects = Object.values(KINDS).map((k) => k.nameEvents(cluster.clusterID, cluster.instance, name));
+  const events = await log.history(nameSubjects);
+  const uuids = [...new Set(events.flatMap((e) => (e.event.type === "NameReserved" ? [e.event.uuid] : [])))];
+  return { nameSubjects, uuids };
+}
+
+interface Found {
+  cluster: ResolvedCluster;
+  uuids: string[];
+  nameSubjects: string[];
+  entries: HistoryEntry[];
+  /** The log's last sequence before the history was read: following starts after it. */
+  lastSeq: number;
+}
+
+async function find(s: Session, nc: NatsConnection, target: Target): Promise<Found[]> {
+  if (target.by === "id" && s.opts.cluster && s.opts.cluster !== target.clusterID) {
+    throw usageError(`the id is of cluster ${target.clusterID}, not ${s.opts.cluster}`);
+  }
+  const clusters = target.by === "id" ? [s.cluster(target.clusterID)] : target.by === "uuid" || s.opts.cluster ? [s.cluster()] : s.clusters().clusters;
+  const found: Found[] = [];
+  for (const cluster of clusters) {
+    const log = new EventLog(nc, { cluster: cluster.clusterID });
+    const lastSeq = await log.lastSeq().catch(() => 0);
+    const named = target.by === "name" ? await nameLookup(log, cluster, target.name) : { nameSubjects: [], uuids: [target.uuid] };
+    const entries = mergeHistories(...(await Promise.all(named.uuids.map((u) => historyOf(s, cluster.clusterID, u)))));
+    if (entries.length > 0 || clusters.length === 1) found.push({ cluster, ...named, entries, lastSeq });
+  }
+  return found;
+}
+
+export async function history(s: Session, arg: string, o: { name?: boolean; follow?: boolean }): Promise<void> {
+  const target = parseTarget(arg, { asName: !!o.name });
+  const nc = await s.nats();
+  const found = await find(s, nc, target);
+  const entries = found.flatMap((f) => f.entries);
+  if (entries.length === 0 && !o.follow) {
+    const where = found.length === 1 ? `cluster ${found[0]?.cluster.clusterID}` : "any cluster";
+    throw new DriverError("NotFound", `no events of ${JSON.stringify(arg.slice(0, 128))} in ${where}`);
+  }
+  if (found.length > 1 && o.follow) throw usageError(`${JSON.stringify(arg)} is known in several clusters: pass --cluster to follow one`);
+  const rows = found.flatMap((f) => f.entries.map((e) => ({ cluster: f.cluster.clusterID, entry: e, row: timelineRow(e) })));
+  if (o.follow && s.out.json) {
+    for (const r of rows) process.stdout.write(`${JSON.stringify({ cluster: r.cluster, ...r.row, subject: r.entry.subject, event: r.entry.event })}\n`);
+  } else if (rows.length > 0 || !o.follow) {
+    s.out.result(
+      found.map((f) => ({
+        cluster: f.cluster.clusterID,
+        uuids: f.uuids,
+        events: f.entries.map((e) => ({ ...timelineRow(e), subject: e.subject, event: e.event })),
+      })),
+      () =>
+        table(
+          found.length > 1 ? ["CLUSTER", ...HEAD] : HEAD,
+          rows.map((r) => (found.length > 1 ? [r.cluster, ...cells(r.row)] : cells(r.row))),
+        ),
+    );
+  }
+  const only = found[0];
+  if (o.follow && only) await follow(s, nc, only);
+}
+
+/**
+ * Watch the aggregate's subjects (its own, its device reports', its name's) from after what was
+ * printed, one ordered consumer per subject, merged back into log order. A name that reserves a
+ * new uuid meanwhile (a re-create after delete) brings that uuid's subjects in. Ends on Ctrl-C.
+ */
+async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
+  const js = jetstream(nc);
+  const stream = subjects.streamName(f.cluster.clusterID);
+  const from = f.lastSeq + 1;
+  const reorder = new Reorder(
+    REORDER_HOLD_MS,
+    f.entries.map((e) => e.seq),
+  );
+  const watching = new Set<string>();
+  const stops: (() => void)[] = [];
+  const print = (e: HistoryEntry) => {
+    const row = timelineRow(e);
+    if (s.out.json) process.stdout.write(`${JSON.stringify({ cluster: f.cluster.clusterID, ...row, subject: e.subject, event: e.event })}\n`);
+    else process.stdout.write(`${table(HEAD, [cells(row)]).split("\n")[1]}\n`);
+  };
+  const watch = async (subject: string) => {
+    if (watching.has(subject)) return;
+    watching.add(subject);
+    const consumer = await js.consumers.get(stream, { filter_subjects: subject, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from });
+    const messages = await consumer.consume();
+    stops.push(() => void messages.close().catch(() => {}));
+    void (async () => {
+      for await (const m of messages) {
+        const event = m.json<Record<string, unknown>>();
+        reorder.push({ seq: m.seq, subject: m.subject, event }, Date.now());
+        if (event.type === "NameReserved" && typeof event.uuid === "string") await watchUuid(event.uuid);
+      }
+    })().catch(() => {});
+  };
+  const watchUuid = async (uuid: string) => {
+    for (const subject of uuidSubjects(f.cluster.clusterID, uuid)) await watch(subject);
+  };
+  // On stderr even with --json (stdout stays one JSON object per line): a script can wait for it.
+  process.stderr.write(
+    `following ${[...f.uuids, ...(f.nameSubjects.length ? ["its name"] : [])].join(", ")} in cluster ${f.cluster.clusterID}; Ctrl-C to stop\n`,
+  );
+  for (const u of f.uuids) await watchUuid(u);
+  for (const n of f.nameSubjects) await watch(n);
+  await new Promise<void>((resolve) => {
+    const tick = setInterval(() => {
+      for (const e of reorder.take(Date.now())) print(e);
+    }, REORDER_HOLD_MS / 2);
+    const stop = () => {
+      clearInterval(tick);
+      for (const st of stops) st();
+      resolve();
+    };
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+  });
+}

@@ -1,0 +1,174 @@
+/** The pure parts of csictl: sizes, what a person names an aggregate by, the timeline, health. */
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { composeVolumeId, NodeRegistration } from "@csi/contracts";
+import { CliError, EXIT } from "../errors.js";
+import { ago, clusterHealth, nodeHealth } from "./health.js";
+import { formatBytes, parseSize } from "./sizes.js";
+import { csiIdOf, parseTarget } from "./target.js";
+import { actorOf, changeOf, type HistoryEntry, mergeHistories, Reorder, timelineRow } from "./timeline.js";
+
+const UUID = "36eaa70e-eb63-11ea-8e79-246e96907f74";
+const usage = (f: () => unknown, message: RegExp) =>
+  assert.throws(f, (e: unknown) => e instanceof CliError && e.exitCode === EXIT.usage && message.test(e.message));
+
+describe("sizes", () => {
+  test("parseSize: decimal and binary units, bytes, an optional B", () => {
+    const cases: [string, number][] = [
+      ["1073741824", 2 ** 30],
+      ["8Mi", 8 * 2 ** 20],
+      ["8MiB", 8 * 2 ** 20],
+      ["1Gi", 2 ** 30],
+      ["1.5Gi", 1.5 * 2 ** 30],
+      ["500M", 500e6],
+      ["2k", 2000],
+      [" 4 ki ", 4096],
+    ];
+    for (const [text, bytes] of cases) assert.equal(parseSize(text), bytes, text);
+  });
+  test("parseSize: anything else is a usage error", () => {
+    for (const bad of ["", "Gi", "-1Mi", "0", "1.5", "3 parsecs", "1e3", "9999999999Ti"]) usage(() => parseSize(bad), /size/);
+  });
+  test("formatBytes", () => {
+    assert.equal(formatBytes(512), "512 B");
+    assert.equal(formatBytes("8388608"), "8 MiB");
+    assert.equal(formatBytes(1.5 * 2 ** 30), "1.5 GiB");
+  });
+});
+
+describe("targets", () => {
+  const id = composeVolumeId({ clusterID: "east-1", poolID: 4, uuid: UUID });
+  test("a CSI id gives its cluster and uuid; a uuid is a uuid; anything else a request name", () => {
+    assert.deepEqual(parseTarget(id), { by: "id", id, clusterID: "east-1", uuid: UUID });
+    assert.deepEqual(parseTarget(UUID), { by: "uuid", uuid: UUID });
+    assert.deepEqual(parseTarget("pvc-1234"), { by: "name", name: "pvc-1234" });
+    assert.deepEqual(parseTarget(id, { asName: true }), { by: "name", name: id });
+  });
+  test("an id that starts like one but is malformed is a usage error that mentions --name", () => {
+    usage(() => parseTarget("0001-0005-local-zz"), /--name/);
+    usage(() => parseTarget(""), /empty/);
+    usage(() => parseTarget("x".repeat(129)), /128 bytes/);
+  });
+  test("csiIdOf", () => {
+    assert.equal(csiIdOf(id), id);
+    usage(() => csiIdOf("pvc-1"), /^not a volume id: too short/);
+    usage(() => csiIdOf("pvc-1", "snapshot id"), /^not a snapshot id/);
+  });
+});
+
+describe("timeline", () => {
+  const meta = { v: 1, time: "2026-01-01T00:00:00.000Z", requestId: "r1", actor: { service: "journal", replica: "host:1" } };
+  test("what each event changed, in a few words", () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: UUID }, `name "pvc-1" → volume ${UUID}`],
+      [
+        {
+          type: "VolumeReserved",
+          uuid: UUID,
+          name: "pvc-1",
+          pool: "default",
+          sizeBytes: 8 * 2 ** 20,
+          imageName: "csi-vol-x",
+          parameters: { fs: "xfs" },
+          source: { kind: "snapshot", uuid: UUID },
+        },
+        `name "pvc-1", pool default, size 8 MiB, image csi-vol-x, from snapshot ${UUID}, params fs=xfs`,
+      ],
+      [{ type: "VolumeCreated", uuid: UUID, imageId: "abc", sizeBytes: 2 ** 20 }, "image id abc, size 1 MiB"],
+      [{ type: "VolumeExpanded", uuid: UUID, sizeBytes: 2 ** 21 }, "size → 2 MiB"],
+      [{ type: "VolumeModified", uuid: UUID, mutableParameters: { readIOPS: "500" } }, "limits → readIOPS=500"],
+      [{ type: "VolumeModified", uuid: UUID, mutableParameters: {} }, "limits removed"],
+      [
+        { type: "VolumeClaimed", uuid: UUID, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: true },
+        "claimed by node n1: SINGLE_NODE_WRITER, mount, read-only",
+      ],
+      [{ type: "VolumeUnclaimed", uuid: UUID, nodeId: "n1" }, "claim of node n1 released"],
+      [
+        { type: "DeviceStateReported", uuid: UUID, nodeId: "n1", state: "staged", device: "/dev/loop3", path: "/s", via: "grpc", at: "t" },
+        "staged device /dev/loop3 at /s",
+      ],
+      [{ type: "DeviceStateReported", uuid: UUID, nodeId: "n1", state: "failed", reason: "no space", via: "nats", at: "t" }, "failed (no space)"],
+      [{ type: "VolumeDeleted", uuid: UUID }, "deleted"],
+      [{ type: "ReservationUndone", kind: "snapshot", uuid: UUID, reason: "copy failed" }, "snapshot reservation undone: copy failed"],
+      [{ type: "SomethingNewer", uuid: UUID, x: 1 }, `{"uuid":"${UUID}","x":1}`],
+    ];
+    for (const [event, change] of cases) assert.equal(changeOf({ ...meta, ...event }), change, String(event.type));
+  });
+  test("the actor: the node (and how it was asked) for a device report, the service replica otherwise; a report's time is the node's", () => {
+    const report = { ...meta, type: "DeviceStateReported", uuid: UUID, nodeId: "n1", state: "attached", via: "healer", at: "2026-01-01T00:00:05.000Z" };
+    assert.equal(actorOf(report), "node n1 (healer)");
+    assert.equal(actorOf({ ...meta, type: "VolumeDeleted", uuid: UUID }), "journal host:1");
+    assert.deepEqual(timelineRow({ seq: 7, subject: "s", event: report }), {
+      seq: 7,
+      time: "2026-01-01T00:00:05.000Z",
+      type: "DeviceStateReported",
+      requestId: "r1",
+      actor: "node n1 (healer)",
+      change: "attached",
+    });
+  });
+  const e = (seq: number): HistoryEntry => ({ seq, subject: `s${seq}`, event: { type: "VolumeExpanded", seq } });
+  test("mergeHistories: log order, each sequence once", () => {
+    assert.deepEqual(
+      mergeHistories([e(5), e(1)], [e(3), e(5)], []).map((x) => x.seq),
+      [1, 3, 5],
+    );
+  });
+  test("Reorder: held entries go out in sequence order, a late lower one first, nothing twice", () => {
+    const r = new Reorder(100, [1]);
+    r.push(e(1), 0); // already shown
+    r.push(e(4), 0);
+    assert.deepEqual(r.take(50), [], "held");
+    r.push(e(3), 60); // from another subject, a little later
+    assert.deepEqual(
+      r.take(100).map((x) => x.seq),
+      [3, 4],
+    );
+    r.push(e(4), 120);
+    r.push(e(6), 130);
+    assert.deepEqual(
+      r.take(300).map((x) => x.seq),
+      [6],
+    );
+  });
+});
+
+describe("health", () => {
+  const reg = (time: string): NodeRegistration =>
+    NodeRegistration.parse({ nodeId: "n1", maxVolumes: 0, topology: { zone: "a" }, capabilities: [], version: "0.1.0", time, heartbeatMs: 10_000 });
+  const now = new Date("2026-01-01T00:01:00.000Z");
+  test("a node is healthy up to three missed heartbeats", () => {
+    assert.equal(nodeHealth(reg("2026-01-01T00:00:30.000Z"), now).healthy, true);
+    assert.equal(nodeHealth(reg("2026-01-01T00:00:30.000Z"), now).ageMs, 30_000);
+    assert.equal(nodeHealth(reg("2026-01-01T00:00:31.000Z"), now, 3).healthy, true);
+    assert.equal(nodeHealth(reg("2026-01-01T00:00:29.999Z"), now).healthy, false);
+    assert.equal(nodeHealth(reg("not a time"), now).healthy, false);
+  });
+  test("a cluster is served with a replica and a complete projection; lag = log − watermark", () => {
+    assert.deepEqual(clusterHealth("c", 2, 10, { applied: 7, complete: true }), {
+      cluster: "c",
+      replicas: 2,
+      logSeq: 10,
+      applied: 7,
+      lag: 3,
+      projection: "complete",
+      ok: true,
+    });
+    assert.equal(clusterHealth("c", 0, 10, { applied: 10, complete: true }).ok, false);
+    assert.deepEqual(clusterHealth("c", 1, 10, undefined), { cluster: "c", replicas: 1, logSeq: 10, projection: "missing", ok: false });
+    assert.equal(clusterHealth("c", 1, 10, { applied: 4, complete: false }).projection, "rebuilding");
+    assert.deepEqual(clusterHealth("c", 1, undefined, { applied: 0, complete: true }), {
+      cluster: "c",
+      replicas: 1,
+      applied: 0,
+      projection: "complete",
+      ok: true,
+    });
+  });
+  test("ago", () => {
+    assert.equal(ago(4_000), "4s ago");
+    assert.equal(ago(125_000), "2m ago");
+    assert.equal(ago(Number.POSITIVE_INFINITY), "never");
+    assert.equal(ago(-5), "in the future");
+  });
+});

@@ -1,0 +1,180 @@
+/**
+ * csictl's commands (commander): every command has --help; usage errors exit 2 with one line;
+ * errors of the work itself are explained by errors.ts. Each action gets a Session (the
+ * connections, opened on first use) and closes it at the end.
+ */
+import { Command, CommanderError, Option } from "commander";
+import { EXIT } from "./errors.js";
+import type { GlobalOptions, Session } from "./session.js";
+
+export const VERSION = "0.1.0";
+
+// biome-ignore lint/suspicious/noExplicitAny: commander hands actions its parsed arguments untyped
+type Action = (s: Session, ...args: any[]) => Promise<unknown>;
+
+/**
+ * A commander action: the command's own arguments and options, run in a Session; its number is
+ * the exit status. The command modules (and the gRPC, NATS and Redis clients behind them) are
+ * loaded only when a command runs, so that --help and usage errors answer at once.
+ */
+function act(f: Action) {
+  return async (...params: unknown[]) => {
+    const cmd = params[params.length - 1] as Command;
+    const { Session } = await import("./session.js");
+    const session = new Session(cmd.optsWithGlobals() as GlobalOptions);
+    try {
+      const code = await f(session, ...params.slice(0, -1));
+      process.exitCode = typeof code === "number" ? code : EXIT.ok;
+    } finally {
+      await session.close();
+    }
+  };
+}
+
+const csi = () => import("./commands/csi.js");
+
+/** Access modes as typed on the command line: CSI's names in lower case with dashes. */
+const ACCESS_MODES = [
+  "single-node-writer",
+  "single-node-reader-only",
+  "multi-node-reader-only",
+  "multi-node-single-writer",
+  "multi-node-multi-writer",
+  "single-node-single-writer",
+  "single-node-multi-writer",
+];
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+const requestIdOption = () => new Option("--request-id <id>", "request id sent as x-request-id (default: csictl-<uuid>); the events and reports name it");
+
+export function buildProgram(): Command {
+  const program = new Command("csictl")
+    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, rebuild, clusters, nodes.")
+    .version(VERSION)
+    .exitOverride()
+    .configureOutput({
+      outputError: (str, write) =>
+        write(
+          `csictl: ${str
+            .replace(/^error: /, "")
+            .trimEnd()
+            .replaceAll("\n", " ")}\n`,
+        ),
+    })
+    .showSuggestionAfterError()
+    .option("--json", "print JSON for scripts instead of tables")
+    .option("--nats <url>", "NATS server (default: NATS_URL, else the running stack's run/stack.json)")
+    .option("--redis <url>", "Redis server (default: REDIS_URL, else the running stack's)")
+    .option("--endpoint <endpoint>", "the controller's CSI endpoint, unix:///path or tcp://host:port (default: CSI_ENDPOINT, else the stack's)")
+    .option("--node-endpoint <endpoint>", "the node-agent's CSI endpoint for Node calls (default: CSI_NODE_ENDPOINT, else the stack's)")
+    .option("--cluster <id>", "storage cluster (default: the clusters file's default cluster)")
+    .option("--clusters-file <file>", "clusters file (default: CLUSTERS_FILE, else the stack's, else the built-in single cluster)")
+    .option("--timeout <ms>", "how long to wait for any server to answer", "30000")
+    .addHelpText("after", "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable.\nSee docs/csictl.md.");
+
+  const volume = program.command("volume").description("create, inspect, expand and delete volumes through the CSI endpoint");
+  volume
+    .command("create")
+    .description("CreateVolume: a new volume (or the existing one of that name, if it matches)")
+    .argument("<name>", "request name (idempotency key, e.g. pvc-1234)")
+    .requiredOption("--size <size>", "capacity, e.g. 8Mi, 1Gi, 500M")
+    .option("--limit <size>", "largest acceptable capacity")
+    .addOption(new Option("--mode <mode>", "access mode").choices(ACCESS_MODES).default("single-node-writer"))
+    .option("--block", "a raw block volume (no filesystem)")
+    .option("--fs <type>", "filesystem made on first stage (ext4, xfs)")
+    .option("--param <key=value>", "StorageClass parameter (repeatable)", collect)
+    .option("--pool <pool>", "pool of the cluster (default: its default pool)")
+    .option("--from-snapshot <snapshot-id>", "restore from a snapshot")
+    .option("--from-volume <volume-id>", "clone a volume")
+    .addOption(requestIdOption())
+    .action(act(async (s, name, o) => (await csi()).volumeCreate(s, name, o)));
+  volume
+    .command("get")
+    .description("ControllerGetVolume: size, where it is published, its condition")
+    .argument("<volume-id>")
+    .action(act(async (s, id) => (await csi()).volumeGet(s, id)));
+  volume
+    .command("list")
+    .description("ListVolumes: every volume of every cluster (all pages, unless --max-entries)")
+    .option("--max-entries <n>", "one page of at most n entries, with the token of the next")
+    .option("--starting-token <token>", "go on from a token a page gave")
+    .action(act(async (s, o) => (await csi()).volumeList(s, o)));
+  volume
+    .command("expand")
+    .description("ControllerExpandVolume: grow a volume")
+    .argument("<volume-id>")
+    .requiredOption("--size <size>", "new capacity, e.g. 16Mi")
+    .addOption(requestIdOption())
+    .action(act(async (s, id, o) => (await csi()).volumeExpand(s, id, o)));
+  volume
+    .command("delete")
+    .description("DeleteVolume (refused while a node holds a claim on it)")
+    .argument("<volume-id>")
+    .addOption(requestIdOption())
+    .action(act(async (s, id, o) => (await csi()).volumeDelete(s, id, o)));
+
+  const snapshot = program.command("snapshot").description("create, list and delete snapshots through the CSI endpoint");
+  snapshot
+    .command("create")
+    .description("CreateSnapshot of a volume")
+    .argument("<name>", "request name")
+    .requiredOption("--source <volume-id>", "the volume to snapshot")
+    .option("--param <key=value>", "VolumeSnapshotClass parameter (repeatable)", collect)
+    .addOption(requestIdOption())
+    .action(act(async (s, name, o) => (await csi()).snapshotCreate(s, name, o)));
+  snapshot
+    .command("list")
+    .description("ListSnapshots (all pages, unless --max-entries)")
+    .option("--source <volume-id>", "only snapshots of this volume")
+    .option("--id <snapshot-id>", "only this snapshot")
+    .option("--max-entries <n>", "one page of at most n entries")
+    .option("--starting-token <token>", "go on from a token a page gave")
+    .action(act(async (s, o) => (await csi()).snapshotList(s, o)));
+  snapshot
+    .command("delete")
+    .description("DeleteSnapshot")
+    .argument("<snapshot-id>")
+    .addOption(requestIdOption())
+    .action(act(async (s, id, o) => (await csi()).snapshotDelete(s, id, o)));
+
+  program
+    .command("call")
+    .description("any CSI RPC with a JSON request; prints the JSON answer (Node calls go to the node endpoint)")
+    .argument("<Service.Method>", "e.g. Controller.ListVolumes, Node.NodeGetInfo, Identity.Probe")
+    .argument("[json]", 'the request, e.g. \'{"volume_id":"…"}\' (default: {})')
+    .addOption(requestIdOption())
+    .action(act(async (s, target, body, o) => (await csi()).call(s, target, body, o)));
+
+  program
+    .command("history")
+    .description("the timeline of a volume, snapshot or request name: every event and device report in order")
+    .argument("<id-or-name>", "a CSI volume or snapshot id, a uuid (with --cluster), or a request name")
+    .option("--name", "take the argument as a request name, whatever it looks like")
+    .option("-f, --follow", "then watch new events live until Ctrl-C (with --json: one JSON object per line)")
+    .action(act(async (s, arg, o) => (await import("./commands/history.js")).history(s, arg, o)));
+
+  program
+    .command("rebuild")
+    .description("drop the cluster's Redis projection and rebuild it from the event log (journals keep serving)")
+    .action(act(async (s) => (await import("./commands/rebuild.js")).rebuild(s)));
+
+  program
+    .command("clusters")
+    .description("per cluster: journal replicas answering, log sequence, projection watermark and lag (exit 1 if one is not served)")
+    .action(act(async (s) => (await import("./commands/clusters.js")).clusters(s)));
+
+  program
+    .command("nodes")
+    .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
+    .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s)));
+
+  return program;
+}
+
+/** Commander's own exits: help and version are 0, every parse error is a usage error. */
+export function commanderExit(err: CommanderError): number {
+  return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+}
+
+export { CommanderError };

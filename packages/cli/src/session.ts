@@ -1,0 +1,156 @@
+/**
+ * One csictl run's connections, opened on first use and closed at the end: NATS (the journal's
+ * commands, the event log, service discovery, node registrations), Redis (the projection), the
+ * CSI gRPC endpoints. A server that does not answer becomes exit status 3 with a line that names
+ * it, never a hang: every connection and call is bounded by --timeout.
+ */
+import path from "node:path";
+import { type Clusters, DriverError, type ResolvedCluster } from "@csi/contracts";
+import { type CsiClient, type CsiService, csiClient, JournalClient, loadClusters } from "@csi/runtime";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { unreachable, usageError } from "./errors.js";
+import { type Printer, printer } from "./output.js";
+import { readStackFile, stackFilePath } from "./stack-file.js";
+import { type ConnectionFlags, resolveTargets, type Targets } from "./targets.js";
+
+/** The repository's own run directory, where `npm start` writes stack.json unless RUN_DIR says otherwise. */
+const DEFAULT_RUN_DIR = path.resolve(import.meta.dirname, "../../../run");
+
+export interface GlobalOptions extends ConnectionFlags {
+  json?: boolean;
+  cluster?: string;
+  timeout: string;
+}
+
+export class Session {
+  readonly out: Printer;
+  readonly targets: Targets;
+  readonly timeoutMs: number;
+  #nats?: Promise<NatsConnection>;
+  #redis?: Promise<Redis>;
+  #clusters?: Clusters;
+  readonly #clients: { close(): void }[] = [];
+
+  constructor(readonly opts: GlobalOptions) {
+    this.out = printer(!!opts.json);
+    const timeout = Number(opts.timeout);
+    if (!Number.isInteger(timeout) || timeout <= 0)
+      throw usageError(`--timeout must be a positive number of milliseconds, got ${JSON.stringify(opts.timeout)}`);
+    this.timeoutMs = timeout;
+    const runDir = process.env.RUN_DIR ? path.resolve(process.env.RUN_DIR) : DEFAULT_RUN_DIR;
+    this.targets = resolveTargets(opts, process.env, readStackFile(stackFilePath(runDir)), process.cwd());
+  }
+
+  #need(what: keyof Targets, flag: string, label: string): string {
+    const v = this.targets[what];
+    if (!v) throw unreachable(`no ${label} to connect to: ${this.targets.noStack ?? "no stack file"}; or pass ${flag}`);
+    return v;
+  }
+
+  nats(): Promise<NatsConnection> {
+    const url = this.#need("natsUrl", "--nats", "NATS server");
+    this.#nats ??= connect({ servers: url, name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0 }).catch((err: unknown) => {
+      throw unreachable(`cannot reach NATS at ${url}: ${(err as Error).message}`, err);
+    });
+    return this.#nats;
+  }
+
+  redis(): Promise<Redis> {
+    const url = this.#need("redisUrl", "--redis", "Redis server");
+    this.#redis ??= (async () => {
+      const r = new Redis(url, {
+        lazyConnect: true,
+        connectTimeout: this.timeoutMs,
+        maxRetriesPerRequest: 1,
+        retryStrategy: () => null,
+        enableAutoPipelining: true,
+      });
+      r.on("error", () => {}); // a failed connect rejects connect() below; later errors reject their commands
+      try {
+        await r.connect();
+      } catch (err) {
+        r.disconnect();
+        throw unreachable(`cannot reach Redis at ${url}: ${(err as Error).message}`, err);
+      }
+      return r;
+    })();
+    return this.#redis;
+  }
+
+  async journal(): Promise<JournalClient> {
+    return new JournalClient(await this.nats(), this.timeoutMs);
+  }
+
+  /** A CSI client: Node calls go to the node-agent's endpoint, every other service to the controller's. */
+  csi<S extends CsiService>(service: S): CsiClient<S> {
+    const endpoint =
+      service === "Node"
+        ? this.#need("nodeEndpoint", "--node-endpoint", "node-agent endpoint")
+        : this.#need("controllerEndpoint", "--endpoint", "controller endpoint");
+    let client: CsiClient<S>;
+    try {
+      client = csiClient(endpoint, service);
+    } catch (err) {
+      throw usageError(err instanceof DriverError ? err.message : String(err));
+    }
+    this.#clients.push(client);
+    return this.#bounded(client, endpoint);
+  }
+
+  /** Every method of a CSI client, bounded by the timeout; a connection failure names the endpoint. */
+  #bounded<S extends CsiService>(client: CsiClient<S>, endpoint: string): CsiClient<S> {
+    const timeoutMs = this.timeoutMs;
+    return new Proxy(client, {
+      get(target, prop, receiver) {
+        const f = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof f !== "function" || prop === "close") return f;
+        return async (...args: unknown[]) => {
+          let timer: NodeJS.Timeout | undefined;
+          const late = new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(unreachable(`no answer from ${endpoint} within ${timeoutMs} ms`)), timeoutMs);
+          });
+          try {
+            return await Promise.race([(f as (...a: unknown[]) => Promise<unknown>)(...args), late]);
+          } catch (err) {
+            const e = err as { code?: number; details?: string };
+            if (e.code === 14 && /No connection established|connect|ENOENT|ECONNREFUSED/i.test(e.details ?? "")) {
+              const reason = /Last error: (?:Error: )?(.*?)(?:\. Resolution note:.*)?$/s.exec(e.details ?? "")?.[1] ?? e.details;
+              throw unreachable(`cannot reach the CSI endpoint ${endpoint}: ${reason}`, err);
+            }
+            throw err;
+          } finally {
+            clearTimeout(timer);
+          }
+        };
+      },
+    });
+  }
+
+  clusters(): Clusters {
+    if (!this.#clusters) {
+      try {
+        this.#clusters = loadClusters(this.targets.clustersFile, this.targets.dataDir);
+      } catch (err) {
+        throw usageError(`clusters file ${this.targets.clustersFile}: ${(err as Error).message.split("\n")[0]}`);
+      }
+    }
+    return this.#clusters;
+  }
+
+  /** The cluster --cluster names (default: the clusters file's default cluster). */
+  cluster(id = this.opts.cluster): ResolvedCluster {
+    const clusters = this.clusters();
+    const c = clusters.get(id ?? clusters.defaultCluster);
+    if (!c) throw usageError(`unknown cluster ${JSON.stringify(id)}; known: ${clusters.clusters.map((x) => x.clusterID).join(", ")}`);
+    return c;
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.#clients) c.close();
+    const nc = await this.#nats?.catch(() => undefined);
+    await nc?.close().catch(() => {});
+    const r = await this.#redis?.catch(() => undefined);
+    r?.disconnect();
+  }
+}

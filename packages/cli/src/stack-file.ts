@@ -1,0 +1,66 @@
+/**
+ * `run/stack.json`: where a running `npm start` says its endpoints are, so that csictl finds the
+ * local stack on its own. scripts/start.ts writes it once the stack is ready and removes it when
+ * the stack stops; csictl reads it (and ignores it when the process that wrote it is gone).
+ */
+import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { z } from "zod";
+
+export const STACK_FILE = "stack.json";
+
+export const StackFile = z.object({
+  /** The process that runs the stack (`npm start`): the file is stale once it is gone. */
+  pid: z.number().int().positive(),
+  startedAt: z.string(),
+  controllerEndpoint: z.string().min(1),
+  nodeEndpoint: z.string().min(1),
+  nodeId: z.string().min(1),
+  natsUrl: z.string().min(1),
+  redisUrl: z.string().min(1),
+  clustersFile: z.string().min(1).optional(),
+  dataDir: z.string().min(1),
+});
+export type StackFile = z.infer<typeof StackFile>;
+
+export const stackFilePath = (runDir: string) => path.join(runDir, STACK_FILE);
+
+/** Written atomically (temp file + rename): a reader never sees half a file. */
+export function writeStackFile(runDir: string, stack: StackFile): string {
+  const file = stackFilePath(runDir);
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(StackFile.parse(stack), null, 2)}\n`, { mode: 0o644 });
+  renameSync(tmp, file);
+  return file;
+}
+
+/** Removed only if it is still this process's (a later stack may have written its own). */
+export function removeStackFile(runDir: string, pid = process.pid): void {
+  const file = stackFilePath(runDir);
+  const current = readStackFile(file);
+  if (current.found && current.stack.pid === pid) rmSync(file, { force: true });
+}
+
+export type StackLookup = { found: true; stack: StackFile; file: string } | { found: false; file: string; why: string };
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+};
+
+export function readStackFile(file: string): StackLookup {
+  if (!existsSync(file)) return { found: false, file, why: `no ${file} (is \`npm start\` running?)` };
+  let parsed: ReturnType<typeof StackFile.safeParse>;
+  try {
+    parsed = StackFile.safeParse(JSON.parse(readFileSync(file, "utf8")));
+  } catch (err) {
+    return { found: false, file, why: `${file} cannot be read: ${(err as Error).message}` };
+  }
+  if (!parsed.success) return { found: false, file, why: `${file} is not a stack file` };
+  if (!alive(parsed.data.pid)) return { found: false, file, why: `${file} is left from a stack that is gone (pid ${parsed.data.pid})` };
+  return { found: true, stack: parsed.data, file };
+}

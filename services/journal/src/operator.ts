@@ -1,0 +1,10 @@
+/**
+ * What operator tools (csictl) use of the journal's own code, so that they read the log, the
+ * Redis projection and rebuild it exactly as the journal does instead of reimplementing it:
+ * the event log, the Redis store and its key layout, the projector, the subjects of a uuid.
+ */
+export { EventLog } from "./adapters/event-log.js";
+export { RedisStore } from "./adapters/redis-store.js";
+export { Projector } from "./app/projector.js";
+export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
+export type { ProjectionMeta } from "./domain/projection-state.js";
