@@ -158,9 +158,9 @@ export class EventLog {
 
   /**
    * Read events in order from `fromSeq` up to the stream's end as it is now (optionally only one
-   * subject), handing them over in batches.
+   * subject), handing them over in batches; `onBatch` returning false stops the read there.
    */
-  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<void>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
+  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<unknown>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
     const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
     if (last < fromSeq) return last;
     const consumer = await this.#js.consumers.get(this.stream, {
@@ -181,7 +181,7 @@ export class EventLog {
           batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
           if (m.seq >= last) break;
         }
-        if (batch.length) await onBatch(batch);
+        if (batch.length && (await onBatch(batch)) === false) break;
         if (got === 0) break;
       }
     } finally {
