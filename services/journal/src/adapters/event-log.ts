@@ -19,6 +19,9 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LogInfo } from "../domain/projection-state.js";
 
+/** Messages one pull of a read asks for (the next pull runs while these are handed over). */
+const PULL_MESSAGES = 4096;
+
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
 
@@ -158,7 +161,9 @@ export class EventLog {
 
   /**
    * Read events in order from `fromSeq` up to the stream's end as it is now (optionally only one
-   * subject), handing them over in batches; `onBatch` returning false stops the read there.
+   * subject), handing them over in batches of `batch`; `onBatch` returning false stops the read
+   * there. Streaming with bounded memory: the log is pulled PULL_MESSAGES at a time, and the next
+   * pull is on its way while the batches of the last one are handed over.
    */
   async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<unknown>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
     const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
@@ -169,20 +174,20 @@ export class EventLog {
       ...(opts.subject ? { filter_subjects: opts.subject } : {}),
     });
     const size = opts.batch ?? 512;
+    const pull = () => consumer.fetch({ max_messages: Math.max(size, PULL_MESSAGES), expires: 2000 });
     let seen = fromSeq - 1;
     try {
+      let next = pull();
       while (seen < last) {
-        const msgs = await consumer.fetch({ max_messages: size, expires: 1000 });
-        const batch: StoredEvent[] = [];
-        let got = 0;
-        for await (const m of msgs) {
-          got++;
+        const got: StoredEvent[] = [];
+        for await (const m of await next) {
           seen = m.seq;
-          batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
+          got.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
           if (m.seq >= last) break;
         }
-        if (batch.length && (await onBatch(batch)) === false) break;
-        if (got === 0) break;
+        if (got.length === 0) break; // nothing more within the pull's expiry (messages removed?): the end
+        if (seen < last) next = pull();
+        for (let i = 0; i < got.length; i += size) if ((await onBatch(got.slice(i, i + size))) === false) return last;
       }
     } finally {
       await consumer.delete().catch(() => {});
