@@ -19,6 +19,7 @@ import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
 import { Projector } from "../services/journal/src/app/projector.js";
 import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
+import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
 
 const EVENTS = Number(process.env.BENCH_REPLAY_EVENTS ?? 200_000);
@@ -48,19 +49,11 @@ function* volumeLife(i: number): Generator<[string, EventBody]> {
   yield [nameSubject, { type: "NameReserved", kind: "volume", name, uuid }];
   yield [
     vol,
-    {
-      type: "VolumeReserved",
-      uuid,
-      name,
-      instance: "default",
-      pool: "default",
-      poolId: 1,
-      imageName: `csi-vol-${uuid}`,
-      sizeBytes: MiB,
+    volumeReservedBody(uuid, name, {
       digest: "0123456789abcdef0123456789abcdef",
       parameters: { tier: "bench" },
       capabilities: [{ accessType: "mount", accessMode: "SINGLE_NODE_WRITER", fsType: "ext4" }],
-    },
+    }),
   ];
   yield [vol, { type: "VolumeCreated", uuid, imageId: hex(i, 6), sizeBytes: MiB }];
   if (i % 3 === 0)

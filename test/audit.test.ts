@@ -13,6 +13,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { JournalEvent, NODES_STREAM, nodeSubjects, type ReplayEntry, subjects } from "@csi/contracts";
 import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
 import { SharedProcess } from "./support/shared-process.js";
 
@@ -46,17 +47,15 @@ const entryOf = (entries: ReplayEntry[], uuid: string) => entries.find((e) => e.
 /** A node registration, as a node-agent publishes it (its heartbeat). */
 async function heartbeat(nodeId: string, time: Date) {
   const jsm = await jetstreamManager(j.nc);
-  await jsm.streams
-    .info(NODES_STREAM)
-    .catch(() =>
-      jsm.streams.add({
-        name: NODES_STREAM,
-        subjects: [nodeSubjects.wildcard],
-        storage: StorageType.File,
-        retention: RetentionPolicy.Limits,
-        max_msgs_per_subject: 1,
-      }),
-    );
+  await jsm.streams.info(NODES_STREAM).catch(() =>
+    jsm.streams.add({
+      name: NODES_STREAM,
+      subjects: [nodeSubjects.wildcard],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      max_msgs_per_subject: 1,
+    }),
+  );
   const reg = { nodeId, maxVolumes: 0, topology: {}, capabilities: [], version: "t", time: time.toISOString(), heartbeatMs: 1000 };
   await jetstream(j.nc).publish(nodeSubjects.registration(nodeId), JSON.stringify(reg));
 }
@@ -156,20 +155,7 @@ test("verify finds planted garbage; gc's dry run touches nothing; gc removes it 
   const plant = async (name: string, time: Date) => {
     const uuid = randomUUID();
     const meta = { v: 1, time: time.toISOString(), requestId: `plant-${name}`, actor: { service: "test", replica: "1" } };
-    const reserved = JournalEvent.parse({
-      ...meta,
-      type: "VolumeReserved",
-      uuid,
-      name,
-      instance: "default",
-      pool: "default",
-      poolId: 1,
-      imageName: `csi-vol-${uuid}`,
-      sizeBytes: MiB,
-      digest: "d",
-      parameters: {},
-      capabilities: [cap],
-    });
+    const reserved = JournalEvent.parse({ ...meta, ...volumeReservedBody(uuid, name, { capabilities: [cap] }) });
     await js.publish(subjects.nameEvents(CLUSTER, "vol", "default", name), JSON.stringify({ ...meta, type: "NameReserved", kind: "volume", name, uuid }), {
       expect: { lastSubjectSequence: 0 },
     });

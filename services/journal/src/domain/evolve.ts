@@ -106,15 +106,7 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
         uuid: e.uuid,
         seq,
         record: {
-          uuid: e.uuid,
-          name: e.name,
-          pool: e.pool,
-          poolId: e.poolId,
-          digest: e.digest,
-          createdAt: e.time,
-          seq,
-          imageName: e.imageName,
-          imageId: "",
+          ...reservedImage(e, seq),
           sizeBytes: e.sizeBytes,
           parameters: e.parameters,
           capabilities: e.capabilities,
@@ -141,15 +133,7 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
         uuid: e.uuid,
         seq,
         record: {
-          uuid: e.uuid,
-          name: e.name,
-          pool: e.pool,
-          poolId: e.poolId,
-          digest: e.digest,
-          createdAt: e.time,
-          seq,
-          imageName: e.imageName,
-          imageId: "",
+          ...reservedImage(e, seq),
           sizeBytes: 0,
           sourceUuid: e.sourceUuid,
           ...(e.groupSnapshotUuid ? { groupSnapshotUuid: e.groupSnapshotUuid } : {}),
@@ -185,6 +169,11 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
       throw new Error(`evolve: unknown event ${(never as { type: string }).type}`);
     }
   }
+}
+
+/** What a volume's or snapshot's reservation records: created at the reservation, no image id until its *Created. */
+function reservedImage(e: Extract<JournalEvent, { type: "VolumeReserved" | "SnapshotReserved" }>, seq: number) {
+  return { uuid: e.uuid, name: e.name, pool: e.pool, poolId: e.poolId, digest: e.digest, createdAt: e.time, seq, imageName: e.imageName, imageId: "" };
 }
 
 const byNode = (a: Claim, b: Claim) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0);

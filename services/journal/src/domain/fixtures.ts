@@ -1,13 +1,32 @@
 /**
- * Events for the domain's unit tests (evolve, projection, audit): one volume, a snapshot of it,
- * a group snapshot, with stream sequences handed out in order. Not used by the service itself.
+ * Events for tests and the bench (evolve, projection, audit; test/audit.test.ts plants a
+ * reservation, bench/replay.ts writes a log): one volume, a snapshot of it, a group snapshot,
+ * with stream sequences handed out in order. Not used by the service itself.
  */
-import type { JournalEvent, StoredEvent } from "@csi/contracts";
+import type { EventBody, JournalEvent, StoredEvent } from "@csi/contracts";
 
 export const VOL = "36eaa70e-eb63-11ea-8e79-246e96907f74";
 export const SNAP = "4f2b2a52-0d4e-4a43-9d0c-6a1cb0ad5f10";
 export const GRP = "9d3c7f1e-5b2a-4c8d-9e6f-1a2b3c4d5e6f";
 export const T0 = "2026-01-01T00:00:00.000Z";
+
+/** A volume's reservation in pool "default" (id 1) of instance "default", its image named after its uuid. */
+export function volumeReservedBody(uuid: string, name: string, more: Record<string, unknown> = {}): EventBody {
+  return {
+    type: "VolumeReserved",
+    uuid,
+    name,
+    instance: "default",
+    pool: "default",
+    poolId: 1,
+    imageName: `csi-vol-${uuid}`,
+    sizeBytes: 1048576,
+    digest: "d",
+    parameters: {},
+    capabilities: [],
+    ...more,
+  } as EventBody;
+}
 
 /** Makes stored events with increasing sequences (each call of `events()` starts at 1). */
 export function events(start = 0) {
