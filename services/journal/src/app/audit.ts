@@ -10,7 +10,19 @@
  *                  `apply`; each action re-checked under the normal locks and appended as an event
  *   audit.rebuild  drop the projection and rebuild it from the log (the projector's rules)
  */
-import { type CommandResult, type GcAction, jsonBytes, type ParsedRequest, replyBudget, subjects, takeWithin } from "@csi/contracts";
+import {
+  type CommandResult,
+  DriverError,
+  type GcAction,
+  isUuid,
+  jsonBytes,
+  MAX_PAGE_ENTRIES,
+  type ParsedRequest,
+  quote,
+  replyBudget,
+  subjects,
+  takeWithin,
+} from "@csi/contracts";
 import {
   claimedNodes,
   countFindings,
@@ -54,9 +66,10 @@ export class Audit {
       }
       return { upTo: r.upTo, entries: replayEntries(r.states, { uuid: req.uuid }) };
     }
+    if (req.startingToken !== undefined && !isUuid(req.startingToken)) throw new DriverError("Aborted", `invalid starting token ${quote(req.startingToken)}`);
     await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: 4096 });
     const all = replayEntries(r.states, req.startingToken ? { after: req.startingToken } : {});
-    const max = Math.min(req.maxEntries || all.length, all.length);
+    const max = Math.min(req.maxEntries || MAX_PAGE_ENTRIES, all.length);
     const { entries, nextToken } = this.a.fitReply(all.slice(0, max), (e) => e.uuid, max < all.length ? all[max - 1]?.uuid : undefined);
     return { upTo: r.upTo, entries, ...(nextToken ? { nextToken } : {}) };
   }
