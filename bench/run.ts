@@ -6,8 +6,10 @@
  * storm of 200 concurrent creates of one name (counting the images made: must be 1)
  *   1. through the journal's NATS commands;
  *   2. through the controller's CSI gRPC socket (CreateVolume / DeleteVolume).
+ *   3. replay: rebuild, start-up check and point-in-time replay of a log of 200k events (bench/replay.ts).
  * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64"), BENCH_JOURNALS (journal
- * replicas in the queue group, default 1).
+ * replicas in the queue group, default 1), BENCH_ONLY ("ops", "replay"; default both),
+ * BENCH_REPLAY_EVENTS (default 200000).
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
@@ -17,10 +19,12 @@ import { csiClient, JournalClient } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
+import { replayScenario } from "./replay.js";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,16,64").split(",").map(Number);
 const REPLICAS = Number(process.env.BENCH_JOURNALS ?? 1);
+const ONLY = (process.env.BENCH_ONLY ?? "ops,replay").split(",");
 const MiB = 1024 * 1024;
 
 export interface Figures {
@@ -143,7 +147,8 @@ async function main(dir: string) {
 
 const dir = await mkdtemp(path.join(os.tmpdir(), "csi-bench-"));
 try {
-  await main(dir);
+  if (ONLY.includes("ops")) await main(dir);
+  if (ONLY.includes("replay")) await replayScenario(dir);
 } finally {
   await rm(dir, { recursive: true, force: true });
 }

@@ -112,6 +112,21 @@ export const GroupSnapshotDeleted = ev("GroupSnapshotDeleted", { uuid: Uuid });
 /** A reservation that never became usable, rolled back (any aggregate kind). */
 export const ReservationUndone = ev("ReservationUndone", { kind: Kind, uuid: Uuid, reason: z.string() });
 
+// --- garbage collection (`audit.gc`): every cleanup is in the log too ---
+/**
+ * An image that no live reservation owns was removed from its pool. Appended on the pool's
+ * subject (`csi.<c>.evt.pool.<pool>`): such an image belongs to no aggregate.
+ */
+export const ImageLeakCollected = ev("ImageLeakCollected", {
+  pool: z.string(),
+  imageName: z.string(),
+  imageId: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  reason: z.string(),
+});
+/** A reservation whose image was never made, older than gc's threshold, was ended (like ReservationUndone). */
+export const ReservationCollected = ev("ReservationCollected", { kind: Kind, uuid: Uuid, reason: z.string() });
+
 export const JournalEvent = z.discriminatedUnion("type", [
   NameReserved,
   NameReleased,
@@ -130,6 +145,8 @@ export const JournalEvent = z.discriminatedUnion("type", [
   GroupSnapshotCreated,
   GroupSnapshotDeleted,
   ReservationUndone,
+  ImageLeakCollected,
+  ReservationCollected,
 ]);
 export type JournalEvent = z.infer<typeof JournalEvent>;
 /** An event as a writer builds it: the metadata is stamped by the appender. */

@@ -8,6 +8,8 @@ import { z } from "zod";
 import { MAX_PAGE_ENTRIES, validateMountFlags } from "./bounds.js";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
+import { GroupMember } from "./events.js";
+import { Kind } from "./kinds.js";
 import { MutableParameters } from "./mutable-parameters.js";
 
 export const Claim = z.object({
@@ -169,6 +171,121 @@ export const Deleted = z.object({ deleted: z.boolean() });
 export const PoolStatus = z.object({ pool: z.string(), poolId: z.number(), totalBytes: z.number(), freeBytes: z.number(), maxImageBytes: z.number() });
 export const PoolStat = z.object({ pool: z.string().optional() });
 
+// --- audit (csictl replay / verify / gc / rebuild) ---
+
+/**
+ * A point of the log: a stream sequence, or an ISO time — then the longest prefix of the log
+ * whose events' times are not after it (the log's order is the truth; replicas' clocks may differ).
+ */
+export const LogPoint = z.union([
+  z.number().int().nonnegative(),
+  z
+    .string()
+    .max(64)
+    .refine((s) => /^\d{4}-\d\d-\d\d/.test(s) && !Number.isNaN(Date.parse(s)), { message: "must be a stream sequence or an ISO time" }),
+]);
+export type LogPoint = z.infer<typeof LogPoint>;
+
+/** The state at a point of the log, of the whole cluster (paged by uuid) or of one aggregate (`uuid`). */
+export const AuditReplay = Paging.extend({ at: LogPoint, uuid: Uuid.optional() });
+export const GroupSnapshotHeadView = GroupSnapshotView.omit({ snapshots: true }).extend({ members: z.array(GroupMember) });
+export const ReplayEntry = z.object({
+  kind: Kind,
+  uuid: Uuid,
+  /** reserved: its image not made (yet); ready: usable; deleted: ended (deleted, undone or collected). */
+  status: z.enum(["reserved", "ready", "deleted"]),
+  /** The aggregate's last event at that point. */
+  seq: z.number().int().nonnegative(),
+  volume: VolumeView.optional(),
+  snapshot: SnapshotView.optional(),
+  groupSnapshot: GroupSnapshotHeadView.optional(),
+});
+export type ReplayEntry = z.infer<typeof ReplayEntry>;
+export const ReplayResult = z.object({
+  /** The last event folded (seq 0: none): the state is the log up to and including it. */
+  upTo: z.object({ seq: z.number().int().nonnegative(), time: z.string().optional() }),
+  /** Whole cluster: the live aggregates, by uuid. One aggregate: it, whatever its status (none: it did not exist yet). */
+  entries: z.array(ReplayEntry),
+  nextToken: z.string().optional(),
+});
+
+/** How old a reservation without an image must be before verify calls it orphaned (and gc may collect it). */
+export const DEFAULT_ORPHAN_AGE_MS = 10 * 60 * 1000;
+const OrphanAge = z
+  .number()
+  .int()
+  .nonnegative()
+  .max(10 * 365 * 24 * 3600 * 1000)
+  .default(DEFAULT_ORPHAN_AGE_MS);
+
+export const AuditVerify = z.object({
+  olderThanMs: OrphanAge,
+  /** At most this many findings in the reply (the counts are complete). */
+  maxFindings: z.number().int().min(0).max(MAX_PAGE_ENTRIES).default(100),
+});
+export const Finding = z.discriminatedUnion("type", [
+  /** An image in a pool that no live reservation owns. */
+  z.object({ type: z.literal("leakedImage"), pool: z.string(), imageName: z.string(), imageId: z.string(), sizeBytes: z.number() }),
+  /** A reservation whose image was never made, older than the threshold. */
+  z.object({
+    type: z.literal("orphanedReservation"),
+    kind: Kind,
+    uuid: Uuid,
+    name: z.string(),
+    pool: z.string(),
+    imageName: z.string(),
+    reservedAt: z.string(),
+  }),
+  /** A made volume or snapshot whose image is gone from its pool (gc never touches it: data loss to look at). */
+  z.object({ type: z.literal("missingImage"), kind: Kind, uuid: Uuid, name: z.string(), pool: z.string(), imageName: z.string() }),
+  /** A projection key whose value differs from what the log says. */
+  z.object({ type: z.literal("projectionDrift"), key: z.string() }),
+  /** A claim of a node that stopped heartbeating (or never registered). */
+  z.object({ type: z.literal("staleClaim"), uuid: Uuid, nodeId: z.string(), lastHeartbeat: z.string().optional() }),
+]);
+export type Finding = z.infer<typeof Finding>;
+export const VerifyCounts = z.object({
+  leakedImages: z.number(),
+  orphanedReservations: z.number(),
+  missingImages: z.number(),
+  projectionDrift: z.number(),
+  staleClaims: z.number(),
+});
+export const VerifyResult = z.object({
+  /** The log's last sequence the check folded. */
+  upTo: z.number().int().nonnegative(),
+  counts: VerifyCounts,
+  findings: z.array(Finding),
+  /** Findings were left out of the reply (maxFindings, or the reply's size). */
+  truncated: z.boolean(),
+});
+
+export const AuditGc = z.object({
+  ...RequestMeta,
+  /** false (the default): a dry run, nothing is touched. */
+  apply: z.boolean().default(false),
+  olderThanMs: OrphanAge,
+  /** At most this many actions per call. */
+  maxActions: z.number().int().min(1).max(MAX_PAGE_ENTRIES).default(1000),
+});
+export const GcAction = z.object({
+  type: z.enum(["removeLeakedImage", "collectReservation"]),
+  pool: z.string(),
+  imageName: z.string(),
+  kind: Kind.optional(),
+  uuid: Uuid.optional(),
+  /** What happened: planned (dry run), done (its event is in the log), skipped (re-checked under the lock: not garbage). */
+  outcome: z.enum(["planned", "done", "skipped"]),
+  reason: z.string().optional(),
+  /** The stream sequence of the action's event. */
+  seq: z.number().int().optional(),
+});
+export type GcAction = z.infer<typeof GcAction>;
+export const GcResult = z.object({ apply: z.boolean(), actions: z.array(GcAction), truncated: z.boolean() });
+
+export const AuditRebuild = z.object({ requestId: RequestMeta.requestId.optional() });
+export const RebuildResult = z.object({ dropped: z.number(), replayedTo: z.number(), ms: z.number() });
+
 /** Every journal command: family + verb → request and result schemas. */
 export const journalContract = {
   "volume.create": { request: VolumeCreate, result: VolumeView },
@@ -188,6 +305,10 @@ export const journalContract = {
   "groupsnapshot.get": { request: GroupSnapshotGet, result: GroupSnapshotView },
   "pool.stat": { request: PoolStat, result: PoolStatus },
   "volume.history": { request: VolumeHistory, result: HistoryResult },
+  "audit.replay": { request: AuditReplay, result: ReplayResult },
+  "audit.verify": { request: AuditVerify, result: VerifyResult },
+  "audit.gc": { request: AuditGc, result: GcResult },
+  "audit.rebuild": { request: AuditRebuild, result: RebuildResult },
 } as const;
 
 export type JournalCommand = keyof typeof journalContract;

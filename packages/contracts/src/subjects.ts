@@ -9,6 +9,7 @@
  *   csi.<cluster>.evt.<token>.<uuid>                 a volume's (vol), snapshot's (snap) or group snapshot's (grp) events (kinds.ts)
  *   csi.<cluster>.evt.name.<token>.<instance>.<b64>  request-name aggregate (reservation fence)
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
+ *   csi.<cluster>.evt.pool.<pool>                    a pool's own events (gc of images no reservation owns)
  *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)
  */
 import { quote } from "./bounds.js";
@@ -61,6 +62,8 @@ export const subjects = {
   nameEvents: (cluster: string, kind: KindToken, instance: string, name: string) =>
     `csi.${clusterToken(cluster)}.evt.name.${kind}.${token(instance, "instance")}.${nameToken(name)}`,
   deviceEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.dev.${token(uuid, "uuid")}`,
+  /** A pool's own events (ImageLeakCollected); pool names are one token already ([A-Za-z0-9_-]). */
+  poolEvents: (cluster: string, pool: string) => `csi.${clusterToken(cluster)}.evt.pool.${token(pool, "pool")}`,
   reports: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.report.${token(uuid, "uuid")}`,
   reportsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.report.>`,
   /** Durable queue of device reports on their way to a cluster's journal. */

@@ -7,7 +7,7 @@ import { DEFAULT_CLUSTERS, resolveClusters } from "../src/clusters.js";
 import { CsiName, describeZodError, StringMap } from "../src/common.js";
 import { DriverError, ErrorName, fromWireError, GrpcCode, grpcCodeOf, invalidArgument, notFound, toWireError, WireError } from "../src/errors.js";
 import { JournalEvent, VolumeReserved } from "../src/events.js";
-import { journalContract, replyEnvelope, VolumeCreate, VolumeDelete, VolumeExpand } from "../src/journal.js";
+import { DEFAULT_ORPHAN_AGE_MS, journalContract, replyEnvelope, VolumeCreate, VolumeDelete, VolumeExpand } from "../src/journal.js";
 import { subjects } from "../src/subjects.js";
 
 const UUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
@@ -131,7 +131,7 @@ describe("other journal requests", () => {
 
   test("every contract entry is a <family>.<verb> name that makes a command subject", () => {
     for (const c of Object.keys(journalContract) as Array<keyof typeof journalContract>) {
-      assert.match(c, /^(volume|snapshot|groupsnapshot|pool|device)\.[a-z]+$/, c);
+      assert.match(c, /^(volume|snapshot|groupsnapshot|pool|device|audit)\.[a-z]+$/, c);
       assert.equal(subjects.command("c1", c), `csi.c1.journal.${c}`);
     }
   });
@@ -422,5 +422,33 @@ describe("errors", () => {
     assert.equal(e.code, "InvalidArgument");
     assert.equal(e.message, "bad size");
     assert.equal(e.name, "DriverError");
+  });
+});
+
+describe("audit commands and gc events", () => {
+  const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
+  test("a replay point is a stream sequence or an ISO time; nothing else", () => {
+    const replay = journalContract["audit.replay"].request;
+    for (const at of [0, 42, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00.123+02:00"]) assert.equal(replay.safeParse({ at }).success, true, String(at));
+    for (const at of [-1, 1.5, "yesterday", "42", "2026-13-45T00:00:00Z", ""]) assert.equal(replay.safeParse({ at }).success, false, String(at));
+    assert.deepEqual(replay.parse({ at: 3, uuid: U }), { at: 3, uuid: U, maxEntries: 0 });
+  });
+  test("gc is a dry run unless asked; verify and gc take the orphan age", () => {
+    assert.deepEqual(journalContract["audit.gc"].request.parse({ requestId: "r" }), {
+      requestId: "r",
+      apply: false,
+      olderThanMs: DEFAULT_ORPHAN_AGE_MS,
+      maxActions: 1000,
+    });
+    assert.equal(journalContract["audit.verify"].request.safeParse({ olderThanMs: -1 }).success, false);
+  });
+  test("ImageLeakCollected and ReservationCollected are events of schema version 1", () => {
+    const meta = { v: 1, time: "t", requestId: "r", actor: { service: "journal", replica: "1" } };
+    assert.equal(
+      JournalEvent.safeParse({ ...meta, type: "ImageLeakCollected", pool: "p", imageName: "x", imageId: "1", sizeBytes: 0, reason: "gc" }).success,
+      true,
+    );
+    assert.equal(JournalEvent.safeParse({ ...meta, type: "ReservationCollected", kind: "volume", uuid: U, reason: "gc" }).success, true);
+    assert.equal(JournalEvent.safeParse({ ...meta, v: 2, type: "ReservationCollected", kind: "volume", uuid: U, reason: "gc" }).success, false);
   });
 });

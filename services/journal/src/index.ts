@@ -9,6 +9,7 @@ import { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { EventLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
+import { lastHeartbeats } from "./adapters/nodes.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
 import { Projector } from "./app/projector.js";
@@ -72,6 +73,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     lockTtlMs: cfg.lockTtlMs,
     lockWaitMs: cfg.lockWaitMs,
     now: () => new Date(),
+    heartbeats: (nodeIds) => lastHeartbeats(nc, nodeIds),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs });

@@ -20,6 +20,9 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LogInfo } from "../domain/projection-state.js";
 
+/** Messages one pull of a read asks for (the next pull runs while these are handed over). */
+const PULL_MESSAGES = 4096;
+
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
 
@@ -159,9 +162,11 @@ export class EventLog {
 
   /**
    * Read events in order from `fromSeq` up to the stream's end as it is now (optionally only one
-   * subject), handing them over in batches.
+   * subject), handing them over in batches of `batch`; `onBatch` returning false stops the read
+   * there. Streaming with bounded memory: the log is pulled PULL_MESSAGES at a time, and the next
+   * pull is on its way while the batches of the last one are handed over.
    */
-  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<void>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
+  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<unknown>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
     const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
     if (last < fromSeq) return last;
     const consumer = await reachingNats("event log", () =>
@@ -172,21 +177,26 @@ export class EventLog {
       }),
     );
     const size = opts.batch ?? 512;
+    const pull = () => consumer.fetch({ max_messages: Math.max(size, PULL_MESSAGES), expires: 2000 });
     let seen = fromSeq - 1;
     try {
+      let next = pull();
+      next.catch(() => {}); // awaited below; never an unhandled rejection if the read ends first
       while (seen < last) {
-        const batch: StoredEvent[] = [];
-        let got = 0;
+        const got: StoredEvent[] = [];
         await reachingNats("event log", async () => {
-          for await (const m of await consumer.fetch({ max_messages: size, expires: 1000 })) {
-            got++;
+          for await (const m of await next) {
             seen = m.seq;
-            batch.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
+            got.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
             if (m.seq >= last) break;
           }
         });
-        if (batch.length) await onBatch(batch);
-        if (got === 0) break;
+        if (got.length === 0) break; // nothing more within the pull's expiry (messages removed?): the end
+        if (seen < last) {
+          next = pull();
+          next.catch(() => {});
+        }
+        for (let i = 0; i < got.length; i += size) if ((await onBatch(got.slice(i, i + size))) === false) return last;
       }
     } finally {
       await consumer.delete().catch(() => {});

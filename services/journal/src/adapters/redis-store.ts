@@ -16,8 +16,9 @@
 import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
+import { type Address, type Aggregate, addressKey } from "../domain/evolve.js";
 import type { Keys } from "../domain/kinds.js";
-import type { Mutation } from "../domain/projection.js";
+import { type Mutation, nameFromRedis, stateFromHash } from "../domain/projection.js";
 import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
 import type { Hash } from "../domain/records.js";
 
@@ -66,17 +67,7 @@ if ok then
   for _, m in ipairs(muts) do
     local seq = tonumber(redis.call('HGET', m.g[1], m.g[2]) or '0')
     if m.s > seq then
-      for _, op in ipairs(m.o) do
-        local cmd = op[1]
-        if cmd == 'HDELIFEQ' then
-          if redis.call('HGET', op[2], op[3]) == op[4] then redis.call('HDEL', op[2], op[3]) end
-        elseif cmd == 'SNAPINDEXREM' then
-          local src = redis.call('HGET', op[3], 'csi.source')
-          if src then redis.call('ZREM', op[2] .. 'csi.index.snap.src.' .. src, op[4]) end
-        else
-          redis.call(unpack(op))
-        end
-      end
+      for _, op in ipairs(m.o) do redis.call(unpack(op)) end
       redis.call('HSET', m.g[1], m.g[2], m.s)
       applied = applied + 1
     end
@@ -305,6 +296,39 @@ export class RedisStore {
     if (keys.length === 0) return [];
     const res = await this.#pipeline(keys, (p, k) => p.hgetall(k));
     return res.map((h) => (!h || Object.keys(h).length === 0 ? undefined : (h as Hash)));
+  }
+
+  /**
+   * The state of each aggregate as the projection holds it (one round trip), by `addressKey`:
+   * what a write planned from it starts from (an absent aggregate maps to undefined).
+   */
+  async readStates(addresses: Address[]): Promise<Map<string, Aggregate | undefined>> {
+    const out = new Map<string, Aggregate | undefined>();
+    if (addresses.length === 0) return out;
+    const k = this.keys;
+    const p = this.#r.pipeline();
+    for (const a of addresses) {
+      if (a.kind === "name") p.hget(k.dir(a.of), k.dirField(a.of, a.name)).hget(k.dirSeq(a.of), a.name);
+      else p.hgetall(k.record(a.kind, a.uuid));
+    }
+    const res = (await this.#call(() => p.exec())) ?? [];
+    let i = 0;
+    const next = () => {
+      const [err, v] = res[i++] ?? [null, undefined];
+      if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
+      return v;
+    };
+    for (const a of addresses) {
+      if (a.kind === "name") {
+        const uuid = next() as string | null;
+        const seq = Number((next() as string | null) ?? 0);
+        out.set(addressKey(a), nameFromRedis(a.of, a.name, uuid ?? undefined, seq));
+      } else {
+        const h = next() as Hash | null;
+        out.set(addressKey(a), stateFromHash(a.kind, a.uuid, h && Object.keys(h).length > 0 ? h : undefined));
+      }
+    }
+    return out;
   }
 
   /** Up to `count` members of a lexicographic index after `after` (exclusive). */

@@ -9,18 +9,23 @@ import {
   DriverError,
   invalidArgument,
   isUuid,
+  jsonBytes,
   type Kind,
   MAX_PAGE_ENTRIES,
   quote,
   type ResolvedCluster,
+  replyBudget,
   type StoredEvent,
+  takeWithin,
 } from "@csi/contracts";
 import type { Append } from "../adapters/event-log.js";
+import { type Aggregate, endsAggregate, foldOne, liveRecord } from "../domain/evolve.js";
 import { KINDS, type RecordOf } from "../domain/kinds.js";
 import type { PoolBackend } from "../domain/pool-backend.js";
-import { foldRecord, recordChange } from "../domain/projection.js";
+import { stateFromHash } from "../domain/projection.js";
 import { type Hash, isLive } from "../domain/records.js";
 import { nextToken, type Verdict } from "../domain/reservation.js";
+import type { HeartbeatReader } from "./audit.js";
 import type { Operation, OperationEnv } from "./operation.js";
 
 export interface JournalDeps extends OperationEnv {
@@ -28,6 +33,8 @@ export interface JournalDeps extends OperationEnv {
   pools: Map<string, PoolBackend>;
   /** The NATS connection's max_payload: replies are cut to fit under it (default: NATS's 1 MiB). */
   maxPayload?: number;
+  /** The last heartbeat of nodes (audit.verify's stale claims); without it every claimed node counts as silent. */
+  heartbeats?: HeartbeatReader;
 }
 
 type Completing<R, C> = Extract<Verdict<R, C>, { kind: "complete" }>;
@@ -63,12 +70,12 @@ export class Aggregates {
 
   /**
    * The record of `kind`/`uuid` once `landed` is applied to `hash` (read under the lock): the
-   * same fold the projection applies, so a reply shows what a later read shows.
+   * fold the projection is written from (evolve), so a reply shows what a later read shows.
    */
   after<K extends Kind>(kind: K, uuid: string, hash: Hash | undefined, landed: StoredEvent[]): RecordOf<K> {
-    const h = foldRecord(kind, uuid, hash, landed);
-    if (!isLive(h)) throw new DriverError("Internal", `${kind} ${uuid} has no record after its own events`);
-    return KINDS[kind].fromHash(uuid, h);
+    const r = liveRecord(foldOne({ kind, uuid }, stateFromHash(kind, uuid, hash) as Aggregate | undefined, landed), kind);
+    if (!r) throw new DriverError("Internal", `${kind} ${uuid} has no record after its own events`);
+    return r as RecordOf<K>;
   }
 
   /** Lock a request name (+ extra uuids) and read its directory entry, fence and record. */
@@ -146,7 +153,7 @@ export class Aggregates {
   /** Whether an aggregate's log ends with its end (deleted or undone); false when unsure. */
   async ended(subject: string): Promise<boolean> {
     const last = await this.d.log.lastOf(subject).catch(() => undefined);
-    return !!last && !!recordChange(last.event)?.end;
+    return !!last && endsAggregate(last);
   }
 
   /** Read hashes; if the projection is gone or half built, wait for its rebuild first. */
@@ -168,5 +175,17 @@ export class Aggregates {
     const page = next ? uuids.slice(0, maxEntries) : uuids;
     const hashes = await this.d.store.hashes(page.map((u) => this.keys.record(kind, u)));
     return { uuids: page, hashes, next };
+  }
+
+  /**
+   * A page cut so that its encoded reply stays under the connection's max payload (less
+   * headroom for the envelope): the entries that fit, and the token to go on from — the last
+   * one kept when the page was cut, else `next` (where the store's page ended).
+   */
+  fitReply<T>(entries: T[], tokenOf: (e: T) => string, next: string | undefined): { entries: T[]; nextToken?: string } {
+    const { taken, cut } = takeWithin(entries, (e) => jsonBytes(e) + 1, replyBudget(this.d.maxPayload));
+    const last = taken[taken.length - 1];
+    const nextToken = cut && last ? tokenOf(last) : next;
+    return nextToken ? { entries: taken, nextToken } : { entries: taken };
   }
 }

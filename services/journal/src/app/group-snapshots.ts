@@ -25,10 +25,11 @@ import {
   type StoredEvent,
 } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
+import { foldOne, liveRecord } from "../domain/evolve.js";
 import { checkGroupReservation, type GroupState, groupDigest, groupPool, type MemberState, membersMismatch } from "../domain/group.js";
 import { KINDS } from "../domain/kinds.js";
 import type { PoolBackend } from "../domain/pool-backend.js";
-import { foldRecord } from "../domain/projection.js";
+import { stateFromHash } from "../domain/projection.js";
 import {
   type GroupRecord,
   groupFromHash,
@@ -96,8 +97,9 @@ export class GroupSnapshots {
     return {
       record: this.a.after("groupsnapshot", groupUuid, groupHash, landed),
       members: members.map((m) => {
-        const h = foldRecord("snapshot", m.member.snapshotUuid, m.hash, landed);
-        return isLive(h) ? { member: m.member, hash: h, record: snapshotFromHash(m.member.snapshotUuid, h) } : { member: m.member };
+        const uuid = m.member.snapshotUuid;
+        const record = liveRecord(foldOne({ kind: "snapshot", uuid }, stateFromHash("snapshot", uuid, m.hash), landed), "snapshot");
+        return record ? { member: m.member, record } : { member: m.member };
       }),
     };
   }
@@ -226,8 +228,9 @@ export class GroupSnapshots {
   }
 
   async #fromLog(uuid: string): Promise<GroupState | undefined> {
-    const h = foldRecord("groupsnapshot", uuid, undefined, await this.a.d.log.history([this.a.recordSubject("groupsnapshot", uuid)]));
-    return isLive(h) ? this.#state(groupFromHash(uuid, h)) : undefined;
+    const history = await this.a.d.log.history([this.a.recordSubject("groupsnapshot", uuid)]);
+    const record = liveRecord(foldOne({ kind: "groupsnapshot", uuid }, undefined, history), "groupsnapshot");
+    return record ? this.#state(record) : undefined;
   }
 
   async delete(req: ParsedRequest<"groupsnapshot.delete">): Promise<{ deleted: boolean }> {

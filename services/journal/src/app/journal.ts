@@ -27,19 +27,16 @@ import {
   type EventBody,
   inForce,
   invalidArgument,
-  jsonBytes,
   limitsToContext,
   MAX_PAGE_ENTRIES,
   notFound,
   type ParsedRequest,
   readerOnly,
-  replyBudget,
   roundUpToMiB,
   type SnapshotView,
   type StoredEvent,
   sameMutableParameters,
   subjects,
-  takeWithin,
   type VolumeView,
 } from "@csi/contracts";
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
@@ -49,6 +46,7 @@ import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { type Hash, inPool, isLive, isMade, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
 import { checkSnapshotReservation, checkVolumeReservation, digestOf, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
 import { Aggregates, type JournalDeps } from "./aggregates.js";
+import { Audit } from "./audit.js";
 import { GroupSnapshots } from "./group-snapshots.js";
 import { type Operation, runOperation } from "./operation.js";
 
@@ -58,11 +56,13 @@ export class Journal {
   readonly #d: JournalDeps;
   readonly #a: Aggregates;
   readonly groups: GroupSnapshots;
+  readonly audit: Audit;
 
   constructor(deps: JournalDeps) {
     this.#d = deps;
     this.#a = new Aggregates(deps);
     this.groups = new GroupSnapshots(this.#a);
+    this.audit = new Audit(this.#a, deps.heartbeats ?? (async (ids) => new Map(ids.map((id) => [id, undefined]))));
   }
 
   get #k() {
@@ -369,7 +369,7 @@ export class Journal {
     const { uuids, hashes, next } = await this.#a.page(this.#k.index("volume"), req.startingToken, req.maxEntries, "volume");
     // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
     const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [volumeView(volumeFromHash(u, hashes[i] as Hash))] : []));
-    return this.#fitReply(entries, (v) => v.uuid, next);
+    return this.#a.fitReply(entries, (v) => v.uuid, next);
   }
 
   // ---------------------------------------------------------------- snapshots
@@ -433,7 +433,7 @@ export class Journal {
     const index = req.sourceUuid ? this.#k.snapsOf(req.sourceUuid) : this.#k.index("snapshot");
     const { uuids, hashes, next } = await this.#a.page(index, req.startingToken, req.maxEntries, "snapshot");
     const entries = uuids.flatMap((u, i) => (isMade(hashes[i]) ? [snapshotView(snapshotFromHash(u, hashes[i] as Hash))] : []));
-    return this.#fitReply(entries, (s) => s.uuid, next);
+    return this.#a.fitReply(entries, (s) => s.uuid, next);
   }
 
   async poolStat(req: ParsedRequest<"pool.stat">): Promise<CommandResult<"pool.stat">> {
@@ -465,19 +465,7 @@ export class Journal {
     const events = [...own, ...named].filter((e) => e.seq > after).sort((a, b) => a.seq - b.seq);
     const max = req.maxEntries > 0 ? req.maxEntries : MAX_PAGE_ENTRIES;
     const page = events.slice(0, max).map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> }));
-    const { entries, nextToken } = this.#fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
+    const { entries, nextToken } = this.#a.fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
     return nextToken ? { events: entries, nextToken } : { events: entries };
-  }
-
-  /**
-   * A page cut so that its encoded reply stays under the connection's max payload (less
-   * headroom for the envelope): the entries that fit, and the token to go on from — the last
-   * one kept when the page was cut, else `next` (where the store's page ended).
-   */
-  #fitReply<T>(entries: T[], tokenOf: (e: T) => string, next: string | undefined): { entries: T[]; nextToken?: string } {
-    const { taken, cut } = takeWithin(entries, (e) => jsonBytes(e) + 1, replyBudget(this.#d.maxPayload));
-    const last = taken[taken.length - 1];
-    const nextToken = cut && last ? tokenOf(last) : next;
-    return nextToken ? { entries: taken, nextToken } : { entries: taken };
   }
 }

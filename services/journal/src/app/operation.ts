@@ -8,8 +8,10 @@ import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
 import { type Append, AppendError, type EventLog, isFenced } from "../adapters/event-log.js";
 import { type ReadResult, type ReadSpec, RedisStore } from "../adapters/redis-store.js";
-import { mutationsFor } from "../domain/projection.js";
-import type { Projector } from "./projector.js";
+import { type Address, type Aggregate, addressKey, addressOf } from "../domain/evolve.js";
+import { nameFromRedis, stateFromHash } from "../domain/projection.js";
+import type { Hash } from "../domain/records.js";
+import { type Projector, planWithBefores } from "./projector.js";
 
 export interface OperationEnv {
   log: EventLog;
@@ -34,6 +36,9 @@ export class Operation {
   /** Everything appended so far: applied to the projection when the operation ends. */
   readonly #landed: StoredEvent[] = [];
   readonly #locks: string[] = [];
+  /** What the locked reads saw, by key (and key + field): the states the appended events start from. */
+  readonly #hashesRead = new Map<string, Hash | undefined>();
+  readonly #fieldsRead = new Map<string, string | undefined>();
   #renewTimer?: NodeJS.Timeout;
 
   constructor(
@@ -59,6 +64,7 @@ export class Operation {
       if (!res.ok) throw new LockBusy(res.busy);
       this.#locks.push(...spec.locks);
       this.#startRenewing();
+      this.#remember(spec, res.read);
       return res.read;
     };
     try {
@@ -92,13 +98,48 @@ export class Operation {
     }
   }
 
+  #remember(spec: ReadSpec, read: ReadResult): void {
+    spec.hashes.forEach((key, i) => {
+      this.#hashesRead.set(key, read.hashes[i]);
+    });
+    spec.fields.forEach(([key, field], i) => {
+      this.#fieldsRead.set(`${key}\u0000${field}`, read.fields[i]);
+    });
+    const pointed = read.fields[0];
+    if (spec.recordPrefix && pointed) this.#hashesRead.set(spec.recordPrefix + pointed, read.record);
+  }
+
+  /**
+   * The state before this operation's events of an aggregate it read under its locks. An append
+   * lands only on the sequence the read showed (its fence), so that read is exactly the state
+   * the events follow.
+   */
+  #readState(a: Address): { known: boolean; state?: Aggregate } {
+    const k = this.env.store.keys;
+    if (a.kind !== "name") {
+      const key = k.record(a.kind, a.uuid);
+      return this.#hashesRead.has(key) ? { known: true, state: stateFromHash(a.kind, a.uuid, this.#hashesRead.get(key)) } : { known: false };
+    }
+    const dir = `${k.dir(a.of)}\u0000${k.dirField(a.of, a.name)}`;
+    const seq = `${k.dirSeq(a.of)}\u0000${a.name}`;
+    if (!this.#fieldsRead.has(dir) || !this.#fieldsRead.has(seq)) return { known: false };
+    const s = nameFromRedis(a.of, a.name, this.#fieldsRead.get(dir), Number(this.#fieldsRead.get(seq) ?? 0));
+    return { known: true, ...(s ? { state: s } : {}) };
+  }
+
   /** Apply what was appended and release every lock (one round trip); catch up after a fence conflict. */
   async finish(err?: unknown): Promise<void> {
     clearInterval(this.#renewTimer);
     const locks = this.#locks.map((k) => [k, this.token] as [string, string]);
     this.#locks.length = 0;
-    const muts = mutationsFor(this.env.store.keys, this.#landed);
     try {
+      const known = new Map<string, Aggregate | undefined>();
+      for (const { event } of this.#landed) {
+        const a = addressOf(event);
+        const r = a && this.#readState(a);
+        if (a && r?.known) known.set(addressKey(a), r.state);
+      }
+      const muts = (await planWithBefores(this.env.store, this.#landed, known)).mutations;
       if ((await this.env.store.applyAndUnlock(muts, locks)) < 0 && muts.length > 0) {
         // The projection was flushed or is being rebuilt: nothing was written (never into a half
         // projection). The rebuild replays these events; apply them again once it is complete so

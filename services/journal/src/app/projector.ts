@@ -14,12 +14,57 @@
  */
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { DriverError } from "@csi/contracts";
+import { DriverError, type StoredEvent } from "@csi/contracts";
 import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
 import { RedisStore } from "../adapters/redis-store.js";
-import { mutationsFor } from "../domain/projection.js";
-import { diffProjection, judgeProjection, ProjectionModel } from "../domain/projection-state.js";
+import { type Aggregate, foldInto, type States } from "../domain/evolve.js";
+import { beforesNeeded, type Plan, planWrites, projectionOf } from "../domain/projection.js";
+import { diffProjection, judgeProjection } from "../domain/projection-state.js";
+
+/**
+ * The projection writes of `events`, each aggregate starting from its `known` state or, when
+ * not known (and not started afresh by its first event), from what Redis holds (read in one
+ * round trip, only if some are needed).
+ */
+export async function planWithBefores(
+  store: RedisStore,
+  events: StoredEvent[],
+  known: { has(key: string): boolean; get(key: string): Aggregate | undefined },
+): Promise<Plan> {
+  const read = await store.readStates(beforesNeeded(events, known));
+  return planWrites(store.keys, (key) => (read.has(key) ? read.get(key) : known.get(key)), events);
+}
+
+/**
+ * The states a replay has folded so far (or read), most recent last, at most `max` of them: the
+ * aggregates of the next batch start from here; one that fell out is read from Redis again.
+ */
+class StateCache {
+  readonly #m = new Map<string, Aggregate | undefined>();
+  constructor(private readonly max: number) {}
+  has(key: string) {
+    return this.#m.has(key);
+  }
+  get(key: string) {
+    return this.#m.get(key);
+  }
+  set(key: string, s: Aggregate | undefined) {
+    this.#m.delete(key);
+    this.#m.set(key, s);
+    if (this.#m.size > this.max) {
+      for (const k of this.#m.keys()) {
+        this.#m.delete(k);
+        if (this.#m.size <= this.max * 0.9) break;
+      }
+    }
+  }
+}
+
+/** Aggregates a replay keeps in memory between its batches. */
+const CACHE_STATES = 50_000;
+/** Replay batches sent to Redis before the first of them is awaited (each is conditional on the one before). */
+const IN_FLIGHT = 8;
 
 export interface ProjectorOptions {
   /** Events per replay batch (one Lua call each). */
@@ -29,9 +74,6 @@ export interface ProjectorOptions {
   /** TTL of the cluster's rebuild lock; it is renewed every third of it. */
   lockTtlMs?: number;
 }
-
-/** A replay batch was refused: the projection is not the one this replay started on. */
-class Interrupted extends Error {}
 
 export class Projector {
   #busy?: Promise<number>;
@@ -84,7 +126,7 @@ export class Projector {
   async start(): Promise<number> {
     const last = await this.catchUp();
     const started = performance.now();
-    const { differ, keys } = await this.#check();
+    const { differ, keys } = await this.compare();
     const ms = Math.round(performance.now() - started);
     if (differ.length === 0) {
       this.logger.info({ keys, ms }, "projection checked against the log");
@@ -160,61 +202,80 @@ export class Projector {
   /**
    * Replay the log from `from` in batches, each applied only if the projection is still the one
    * this replay runs on (its rebuild's `epoch`, or complete for a catch-up) and its watermark is
-   * where the batch starts. Returns the log's last sequence, or undefined if a batch was refused.
+   * where the batch starts. Batches are planned from the states the replay folded (a cache) or
+   * read from Redis, and sent without waiting for the one before (up to IN_FLIGHT): each one's
+   * condition holds only if the one before was applied, so a refusal stops the rest too.
+   * Returns the log's last sequence, or undefined if a batch was refused.
    */
   async #replay(from: number, epoch?: string): Promise<number | undefined> {
     const started = performance.now();
+    const cache = new StateCache(CACHE_STATES);
+    const inFlight: Promise<number>[] = [];
     let prev = from - 1;
     let events = 0;
     let applied = 0;
-    try {
-      const last = await this.log.read(
-        from,
-        async (batch) => {
-          const to = batch[batch.length - 1]?.seq ?? prev;
-          const n = await this.store.applyAndUnlock(mutationsFor(this.store.keys, batch), [], { prev, to, ...(epoch ? { epoch } : {}) });
-          if (n < 0) throw new Interrupted();
-          prev = to;
-          events += batch.length;
-          applied += n;
-        },
-        { batch: this.#batch },
-      );
-      if (events > 0 && !epoch) {
-        this.logger.info({ from, to: prev, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
-      }
-      return last;
-    } catch (err) {
-      if (err instanceof Interrupted) return undefined;
-      throw err;
+    let refused = false;
+    const settle = async (p: Promise<number> | undefined) => {
+      const n = await p;
+      if (n === undefined) return;
+      if (n < 0) refused = true;
+      else applied += n;
+    };
+    const last = await this.log.read(
+      from,
+      async (batch) => {
+        if (refused) return false;
+        const plan = await planWithBefores(this.store, batch, cache);
+        for (const [key, state] of plan.after) cache.set(key, state);
+        const to = batch[batch.length - 1]?.seq ?? prev;
+        inFlight.push(this.store.applyAndUnlock(plan.mutations, [], { prev, to, ...(epoch ? { epoch } : {}) }));
+        prev = to;
+        events += batch.length;
+        if (inFlight.length >= IN_FLIGHT) await settle(inFlight.shift());
+        return !refused;
+      },
+      { batch: this.#batch },
+    );
+    for (const p of inFlight.splice(0)) await settle(p);
+    if (refused) return undefined;
+    if (events > 0 && !epoch) {
+      this.logger.info({ from, to: prev, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
     }
+    return last;
   }
 
   /**
-   * Replay the whole log into memory and compare it with every projection key. Keys that differ
-   * are looked at again (after a catch-up, with the events appended meanwhile) a few times, so
-   * other replicas' writes in flight are not taken for damage.
+   * The log folded (evolve) up to its end as it is now, into `states` (from `upTo` on).
+   * Returns the last sequence folded.
    */
-  async #check(): Promise<{ differ: string[]; keys: number }> {
-    const model = new ProjectionModel();
-    let upTo = 0;
-    const feed = () =>
-      this.log.read(
-        upTo + 1,
-        async (batch) => {
-          model.apply(mutationsFor(this.store.keys, batch));
-          upTo = batch[batch.length - 1]?.seq ?? upTo;
-        },
-        { batch: this.#batch },
-      );
-    await feed();
+  async fold(states: States = new Map(), upTo = 0): Promise<number> {
+    let seen = upTo;
+    await this.log.read(
+      upTo + 1,
+      async (batch) => {
+        foldInto(states, batch);
+        seen = batch[batch.length - 1]?.seq ?? seen;
+      },
+      { batch: this.#batch },
+    );
+    return seen;
+  }
+
+  /**
+   * Fold the whole log in memory and compare what it says the projection holds with every
+   * projection key. Keys that differ are looked at again (after a catch-up, with the events
+   * appended meanwhile) a few times, so other replicas' writes in flight are not taken for damage.
+   */
+  async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number }> {
+    const states: States = new Map();
+    let upTo = await this.fold(states);
     const have = await this.store.dumpProjection(await this.store.projectionKeys());
-    let differ = diffProjection(model.dump(), have);
+    let differ = diffProjection(projectionOf(this.store.keys, states.values()), have);
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
-      await feed();
-      differ = diffProjection(model.dump(), await this.store.dumpProjection(differ), differ);
+      upTo = await this.fold(states, upTo);
+      differ = diffProjection(projectionOf(this.store.keys, states.values()), await this.store.dumpProjection(differ), differ);
     }
-    return { differ, keys: have.size };
+    return { differ, keys: have.size, states, upTo };
   }
 }

@@ -40,13 +40,16 @@ import {
   type GroupRecord,
   type GroupSnapshotHead,
   groupFromHash,
+  groupHash,
   groupHead,
   type Hash,
   type SnapshotRecord,
   snapshotFromHash,
+  snapshotHash,
   snapshotView,
   type VolumeRecord,
   volumeFromHash,
+  volumeHash,
   volumeView,
 } from "./records.js";
 
@@ -71,6 +74,8 @@ export interface KindSpec<K extends Kind> {
   created: Shapes[K]["created"];
   deleted: Extract<EventType, `${string}Deleted`>;
   fromHash(uuid: string, h: Hash): Shapes[K]["record"];
+  /** The record's hash fields (the inverse of fromHash). */
+  toHash(r: Shapes[K]["record"]): Hash;
   view(r: Shapes[K]["record"]): Shapes[K]["view"];
 }
 
@@ -97,6 +102,7 @@ export const KINDS: KindTable = {
       created: "VolumeCreated",
       deleted: "VolumeDeleted",
       fromHash: volumeFromHash,
+      toHash: volumeHash,
       view: volumeView,
     }),
     imageName: volumeImageName,
@@ -109,6 +115,7 @@ export const KINDS: KindTable = {
       created: "SnapshotCreated",
       deleted: "SnapshotDeleted",
       fromHash: snapshotFromHash,
+      toHash: snapshotHash,
       view: snapshotView,
     }),
     imageName: snapshotImageName,
@@ -120,6 +127,7 @@ export const KINDS: KindTable = {
     created: "GroupSnapshotCreated",
     deleted: "GroupSnapshotDeleted",
     fromHash: groupFromHash,
+    toHash: groupHash,
     view: groupHead,
   }),
 };

@@ -1,12 +1,13 @@
 /**
- * When a projection may be served, and the in-memory projection the start-up check compares
- * Redis with: the same mutations the Lua applier runs, the same guards, the same keys.
+ * When a projection may be served; the Lua applier's model (ends, tombstones, empty keys); the
+ * key-by-key comparison the start-up check and verify make.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { JournalEvent, StoredEvent } from "@csi/contracts";
+import { foldInto } from "./evolve.js";
+import { events, SNAP, VOL } from "./fixtures.js";
 import { keysFor } from "./kinds.js";
-import { foldRecord, mutationsFor } from "./projection.js";
+import { planWrites, projectionOf } from "./projection.js";
 import { diffProjection, judgeProjection, metaFromHash, ProjectionModel, type Stored } from "./projection-state.js";
 
 const EPOCH = "0123456789abcdef0123456789abcdef";
@@ -38,82 +39,45 @@ test("meta: read from the Redis hash; an empty hash is no projection", () => {
   assert.deepEqual(metaFromHash({ epoch: EPOCH, applied: "0" }), { epoch: EPOCH, applied: 0, complete: false });
 });
 
-const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
-const S = "4f2b2a52-0d4e-4a43-9d0c-6a1cb0ad5f10";
 const k = keysFor("c1", "default");
-const meta = { v: 1 as const, requestId: "r", actor: { service: "journal", replica: "t" }, time: "2026-01-01T00:00:00.000Z" };
-let seq = 0;
-const ev = (e: Record<string, unknown>): StoredEvent => ({ seq: ++seq, subject: "s", event: { ...meta, ...e } as JournalEvent });
-const base = { instance: "default", pool: "default", poolId: 1, digest: "d" };
-
-const history = [
-  ev({ type: "NameReserved", kind: "volume", name: "pvc", uuid: U }),
-  ev({ type: "VolumeReserved", uuid: U, name: "pvc", imageName: `csi-vol-${U}`, sizeBytes: 1048576, parameters: {}, capabilities: [], ...base }),
-  ev({ type: "VolumeCreated", uuid: U, imageId: "1", sizeBytes: 1048576 }),
-  ev({ type: "VolumeClaimed", uuid: U, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false }),
-  ev({ type: "NameReserved", kind: "snapshot", name: "snap", uuid: S }),
-  ev({ type: "SnapshotReserved", uuid: S, name: "snap", sourceUuid: U, imageName: `csi-snap-${S}`, ...base }),
-  ev({ type: "SnapshotCreated", uuid: S, imageId: "2", sizeBytes: 1048576 }),
-];
-const ending = [
-  ev({ type: "SnapshotDeleted", uuid: S }),
-  ev({ type: "NameReleased", kind: "snapshot", name: "snap", uuid: S }),
-  ev({ type: "VolumeUnclaimed", uuid: U, nodeId: "n1" }),
-];
-
-const modelOf = (...batches: StoredEvent[][]) => {
-  const m = new ProjectionModel();
-  for (const b of batches) m.apply(mutationsFor(k, b));
-  return m.dump();
-};
-
-test("model: the keys a volume, a claim and a snapshot of it leave, with the fold's record", () => {
-  const dump = modelOf(history);
-  assert.deepEqual(
-    [...dump.keys()].sort(),
-    [
-      k.dir("snapshot"),
-      k.dirSeq("snapshot"),
-      k.dir("volume"),
-      k.dirSeq("volume"),
-      k.index("snapshot"),
-      k.snapsOf(U),
-      k.index("volume"),
-      k.nodeClaims("n1"),
-      k.record("snapshot", S),
-      k.record("volume", U),
-    ].sort(),
-  );
-  assert.deepEqual(dump.get(k.record("volume", U)), { hash: foldRecord("volume", U, undefined, history) });
-  assert.deepEqual(dump.get(k.dir("volume")), { hash: { "csi.volume.pvc": U } });
-  assert.deepEqual(dump.get(k.nodeClaims("n1")), { members: [U] });
-});
 
 test("model: ends leave tombstones and take members out of indexes; empty sets and hashes disappear", () => {
-  const dump = modelOf(history, ending);
-  assert.deepEqual(dump.get(k.record("snapshot", S)), { hash: { _gone: "1", _seq: String(ending[0]?.seq) } });
-  for (const gone of [k.snapsOf(U), k.index("snapshot"), k.nodeClaims("n1"), k.dir("snapshot")]) assert.equal(dump.has(gone), false, gone);
+  const e = events();
+  const evs = [
+    e.nameReserved("volume", "pvc", VOL),
+    e.volReserved(),
+    e.volCreated(),
+    e.claimed("n1"),
+    e.nameReserved("snapshot", "snap", SNAP),
+    e.snapReserved(),
+    e.snapCreated(),
+  ];
+  const ending = [e.at({ type: "SnapshotDeleted", uuid: SNAP }), e.nameReleased("snapshot", "snap", SNAP), e.unclaimed("n1")];
+  const m = new ProjectionModel();
+  m.apply(planWrites(k, () => undefined, evs).mutations);
+  const known = foldInto(new Map(), evs);
+  m.apply(planWrites(k, (key) => known.get(key), ending).mutations);
+  const dump = m.dump();
+  assert.deepEqual(dump.get(k.record("snapshot", SNAP)), { hash: { _gone: "1", _seq: String(ending[0]?.seq) } });
+  for (const gone of [k.snapsOf(VOL), k.index("snapshot"), k.nodeClaims("n1"), k.dir("snapshot")]) assert.equal(dump.has(gone), false, gone);
   assert.deepEqual(dump.get(k.dirSeq("snapshot")), { hash: { snap: String(ending[1]?.seq) } }, "the name's fence stays");
-});
-
-test("model: applying is idempotent and an older event after a newer one changes nothing (the Lua guard)", () => {
-  const once = modelOf(history, ending);
-  assert.deepEqual(modelOf(history, ending, history, ending), once);
-  assert.deepEqual(modelOf(history, ending, [history[1] as StoredEvent]), once);
+  assert.deepEqual(dump.get(k.dir("volume")), { hash: { "csi.volume.pvc": VOL } });
 });
 
 test("diff: a record removed or changed by hand is found; tombstones and member order are not compared", () => {
-  const want = modelOf(history, ending);
+  const e = events();
+  const evs = [e.nameReserved("volume", "pvc", VOL), e.volReserved(), e.volCreated(), e.snapReserved(), e.at({ type: "SnapshotDeleted", uuid: SNAP })];
+  const want = projectionOf(k, foldInto(new Map(), evs).values());
   const have = new Map<string, Stored>(want);
   assert.deepEqual(diffProjection(want, have), []);
-  have.delete(k.record("snapshot", S)); // a tombstone that expired
-  have.set(k.index("volume"), { members: [U] });
+  have.set(k.record("snapshot", SNAP), { hash: { _gone: "1", _seq: "5" } }); // a tombstone (not compared)
+  have.set(k.index("volume"), { members: [VOL] });
   assert.deepEqual(diffProjection(want, have), []);
-  have.delete(k.record("volume", U));
-  have.set(k.dir("volume"), { hash: { "csi.volume.pvc": S } });
+  have.delete(k.record("volume", VOL));
+  have.set(k.dir("volume"), { hash: { "csi.volume.pvc": SNAP } });
   have.set(`${k.prefix}csi.volume.stray`, { hash: { "csi.volname": "x", _seq: "1" } });
-  assert.deepEqual(diffProjection(want, have), [k.dir("volume"), `${k.prefix}csi.volume.stray`, k.record("volume", U)].sort());
+  assert.deepEqual(diffProjection(want, have), [k.dir("volume"), `${k.prefix}csi.volume.stray`, k.record("volume", VOL)].sort());
   assert.deepEqual(diffProjection(want, have, [k.dir("volume")]), [k.dir("volume")], "only the keys asked about");
-  have.set(k.record("volume", U), { hash: { _gone: "1", _seq: "99" } });
-  assert.ok(diffProjection(want, have).includes(k.record("volume", U)), "a tombstone where the log has a live record");
+  have.set(k.record("volume", VOL), { hash: { _gone: "1", _seq: "99" } });
+  assert.ok(diffProjection(want, have).includes(k.record("volume", VOL)), "a tombstone where the log has a live record");
 });

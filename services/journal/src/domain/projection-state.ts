@@ -9,9 +9,10 @@
  * A flush removes the meta hash with everything else, so a rebuild that is cut in half never
  * finds its epoch again and starts over; nothing but a finished rebuild sets `complete`.
  *
- * `judgeProjection` decides from the meta alone (cheap, at every sync); `ProjectionModel` replays
- * mutations in memory exactly as the Lua applier does, so the start-up check can compare what
- * Redis holds with what the log says, key by key (`diffProjection`).
+ * `judgeProjection` decides from the meta alone (cheap, at every sync); the start-up check and
+ * `verify` compare what Redis holds with what the log says (`projectionOf` of the fold), key by
+ * key (`diffProjection`). `ProjectionModel` runs planned writes in memory exactly as the Lua
+ * applier does (the tests prove the plans against the fold with it).
  */
 import type { Mutation, RedisOp } from "./projection.js";
 import type { Hash } from "./records.js";
@@ -98,9 +99,6 @@ export class ProjectionModel {
       case "HDEL":
         for (const f of a.slice(1)) this.#hashes.get(key)?.delete(String(f));
         break;
-      case "HDELIFEQ": // HDELIFEQ key field value
-        if (this.#hget(key, x) === y) this.#hashes.get(key)?.delete(x);
-        break;
       case "DEL":
         this.#hashes.delete(key);
         this.#sets.delete(key);
@@ -115,13 +113,6 @@ export class ProjectionModel {
       case "SREM":
         this.#sets.get(key)?.delete(x);
         break;
-      case "SNAPINDEXREM": {
-        // SNAPINDEXREM <key prefix> <record> <uuid>: take uuid out of the index of the record's source.
-        const src = this.#hget(x, "csi.source");
-        if (src !== undefined) this.#op(["ZREM", `${key}csi.index.snap.src.${src}`, y]);
-        break;
-      }
-      case "PERSIST":
       case "PEXPIRE":
         break; // TTLs only matter to tombstones, which diffProjection leaves out
       default:

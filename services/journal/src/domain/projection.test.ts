@@ -1,127 +1,188 @@
 /**
- * The record fold (given events, when folded, then the record) and the Redis mutations derived
- * from the same record changes.
+ * The projection as a function of the fold: the hashes records map to (and back), and the
+ * writes planned from before/after states, run through the Lua applier's model, leave exactly
+ * `projectionOf` the fold — however the log is cut into batches, whatever state between the
+ * two Redis holds, and however often a batch is applied again.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { JournalEvent, StoredEvent } from "@csi/contracts";
+import type { StoredEvent } from "@csi/contracts";
+import { type Aggregate, addressKey, foldInto, foldOne, liveRecord, type States } from "./evolve.js";
+import { events, GRP, SNAP, T0, VOL } from "./fixtures.js";
 import { keysFor } from "./kinds.js";
-import { foldRecord, type Mutation, mutationsFor } from "./projection.js";
-import { isLive, snapshotFromHash, volumeFromHash, volumeView } from "./records.js";
+import { beforesNeeded, type Mutation, planWrites, projectionOf, stateFromHash } from "./projection.js";
+import { diffProjection, ProjectionModel, type Stored } from "./projection-state.js";
+import { groupFromHash, groupHash, snapshotFromHash, snapshotHash, volumeFromHash, volumeHash } from "./records.js";
 
-const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
-const SRC = "4f2b2a52-0d4e-4a43-9d0c-6a1cb0ad5f10";
-const meta = { v: 1 as const, requestId: "r", actor: { service: "journal", replica: "t" } };
-let seq = 0;
-const at = (time: string, e: Record<string, unknown>): StoredEvent => ({ seq: ++seq, subject: "s", event: { ...meta, time, ...e } as JournalEvent });
+const k = keysFor("c1", "default");
+const T1 = "2026-01-01T00:00:05.000Z";
 
-/** A volume's reservation at `time`, with `more` fields. */
-const volReserved = (time: string, more: Record<string, unknown> = {}) =>
-  at(time, {
-    type: "VolumeReserved",
-    uuid: U,
-    name: "pvc",
-    instance: "default",
-    pool: "default",
-    poolId: 1,
-    imageName: `csi-vol-${U}`,
-    sizeBytes: 1048576,
-    digest: "d",
-    parameters: {},
-    capabilities: [],
-    ...more,
-  });
-
-const snapReserved = at("2026-01-01T00:00:00.000Z", {
-  type: "SnapshotReserved",
-  uuid: U,
-  name: "snap",
-  instance: "default",
-  sourceUuid: SRC,
-  pool: "fast",
-  poolId: 2,
-  imageName: `csi-snap-${U}`,
-  digest: "d",
-});
-const snapCreated = at("2026-01-01T00:00:05.000Z", { type: "SnapshotCreated", uuid: U, imageId: "ab", sizeBytes: 4096 });
-
-test("fold: given a snapshot reserved, when it is created later, then its createdAt is the cut's time", () => {
-  const h = foldRecord("snapshot", U, undefined, [snapReserved, snapCreated]);
-  assert.ok(isLive(h));
-  const r = snapshotFromHash(U, h);
-  assert.equal(r.createdAt, "2026-01-01T00:00:05.000Z");
-  assert.deepEqual([r.imageId, r.sizeBytes, r.pool, r.poolId, r.sourceUuid, r.seq], ["ab", 4096, "fast", 2, SRC, snapCreated.seq]);
-});
-
-test("fold: given a reserved snapshot read from Redis, when only the *Created event is folded, then the same record", () => {
-  const reservedOnly = foldRecord("snapshot", U, undefined, [snapReserved]);
-  assert.deepEqual(foldRecord("snapshot", U, reservedOnly, [snapCreated]), foldRecord("snapshot", U, undefined, [snapReserved, snapCreated]));
-});
-
-test("fold: given events of other aggregates or already applied, then they change nothing", () => {
-  const h = foldRecord("snapshot", U, undefined, [snapReserved, snapCreated]);
-  const other = at("2026-01-01T00:00:06.000Z", { type: "SnapshotCreated", uuid: SRC, imageId: "cd", sizeBytes: 1 });
-  assert.deepEqual(foldRecord("snapshot", U, h, [other, snapReserved]), h);
-  assert.equal(foldRecord("volume", U, undefined, [snapReserved]), undefined);
-});
-
-test("fold: given a volume, when claimed, unclaimed, expanded and deleted, then the claims, size and tombstone follow", () => {
-  const reserved = volReserved("2026-01-02T00:00:00.000Z", { parameters: { a: "b" }, source: { kind: "snapshot", uuid: SRC } });
-  const claim = { type: "VolumeClaimed", uuid: U, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false };
-  const evs = [
-    reserved,
-    at("t", { type: "VolumeCreated", uuid: U, imageId: "1", sizeBytes: 1048576 }),
-    at("t", claim),
-    at("t", { type: "VolumeExpanded", uuid: U, sizeBytes: 2097152 }),
+/** A whole life: a volume claimed twice, a snapshot, a group, names reserved and released, ends. */
+function life(): StoredEvent[] {
+  const e = events();
+  return [
+    e.nameReserved("volume", "pvc", VOL),
+    e.volReserved({ parameters: { a: "b" }, mutableParameters: { readIOPS: "5" } }),
+    e.volCreated(),
+    e.claimed("n1"),
+    e.at({ type: "VolumeExpanded", uuid: VOL, sizeBytes: 2097152 }),
+    e.claimed("n2"),
+    e.unclaimed("n1"),
+    e.nameReserved("snapshot", "snap", SNAP),
+    e.snapReserved(),
+    e.snapCreated(T1),
+    e.at({ type: "DeviceStateReported", uuid: VOL, nodeId: "n2", state: "staged", via: "grpc", at: T0 }),
+    e.nameReserved("groupsnapshot", "grp", GRP),
+    e.groupReserved(),
+    e.at({ type: "GroupSnapshotCreated", uuid: GRP }),
+    e.at({ type: "VolumeModified", uuid: VOL, mutableParameters: {} }),
+    e.at({ type: "GroupSnapshotDeleted", uuid: GRP }),
+    e.nameReleased("groupsnapshot", "grp", GRP),
+    e.at({ type: "SnapshotDeleted", uuid: SNAP }),
+    e.nameReleased("snapshot", "snap", SNAP),
+    e.unclaimed("n2"),
+    e.at({ type: "ReservationCollected", kind: "volume", uuid: VOL, reason: "gc" }),
+    e.nameReleased("volume", "pvc", VOL),
   ];
-  const h = foldRecord("volume", U, undefined, evs);
-  assert.ok(isLive(h));
-  const v = volumeFromHash(U, h);
-  assert.deepEqual(
-    [v.sizeBytes, v.claims.map((c) => c.nodeId), v.parameters, v.source, v.createdAt],
-    [2097152, ["n1"], { a: "b" }, { kind: "snapshot", uuid: SRC }, reserved.event.time],
-  );
-  const unclaimed = foldRecord("volume", U, h, [at("t", { type: "VolumeUnclaimed", uuid: U, nodeId: "n1" })]);
-  assert.ok(isLive(unclaimed));
-  assert.deepEqual(volumeFromHash(U, unclaimed).claims, []);
-  const gone = foldRecord("volume", U, unclaimed, [at("t", { type: "VolumeDeleted", uuid: U })]);
-  assert.equal(isLive(gone), false);
-});
+}
 
-test("mutations: the projection writes the fields the fold computes, guarded by the aggregate's sequence", () => {
-  const k = keysFor("c1", "default");
-  const [reserve, create] = mutationsFor(k, [snapReserved, snapCreated]);
-  const key = k.record("snapshot", U);
-  assert.deepEqual(reserve?.guard, [key, "_seq"]);
-  const hset = (m: Mutation | undefined) => m?.ops.find((o) => o[0] === "HSET") ?? [];
-  const written: Record<string, string> = {};
-  for (const m of [reserve, create]) {
-    const [, , ...kv] = hset(m);
-    for (let i = 0; i + 1 < kv.length; i += 2) written[String(kv[i])] = String(kv[i + 1]);
+const fold = (evs: StoredEvent[]) => foldInto(new Map(), evs);
+
+/** The model's keys, the way Redis's HGETALL would hand one aggregate back (the catch-up's read). */
+function readFromModel(model: ProjectionModel, a: Aggregate | { kind: string; uuid: string }): Aggregate | undefined {
+  const dump = model.dump();
+  if (a.kind === "name") throw new Error("names are read field by field");
+  const kind = a.kind as "volume" | "snapshot" | "groupsnapshot";
+  const v = dump.get(k.record(kind, (a as { uuid: string }).uuid));
+  return stateFromHash(kind, (a as { uuid: string }).uuid, v && "hash" in v ? v.hash : undefined) as Aggregate | undefined;
+}
+
+/** Replay `evs` in batches of `size` as the projector does (befores: the states it folded so far). */
+function replay(model: ProjectionModel, evs: StoredEvent[], size: number, known: States = new Map()): Mutation[][] {
+  const plans: Mutation[][] = [];
+  for (let i = 0; i < evs.length; i += size) {
+    const batch = evs.slice(i, i + size);
+    const plan = planWrites(k, (key) => known.get(key), batch);
+    model.apply(plan.mutations);
+    plans.push(plan.mutations);
+    for (const [key, s] of plan.after) if (s) known.set(key, s);
   }
-  const { _seq, ...folded } = foldRecord("snapshot", U, undefined, [snapReserved, snapCreated]) ?? {};
-  assert.deepEqual(written, folded);
-  assert.ok(
-    reserve?.ops.some((o) => o[0] === "ZADD" && o[1] === k.snapsOf(SRC)),
-    "indexed by its source volume",
-  );
-  const [undone] = mutationsFor(k, [at("t", { type: "ReservationUndone", kind: "snapshot", uuid: U, reason: "x" })]);
-  assert.equal(undone?.ops[0]?.[0], "SNAPINDEXREM", "a snapshot leaves its source's index");
+  return plans;
+}
+
+const live = (m: Map<string, Stored>) => new Map([...m].filter(([, v]) => !("hash" in v) || v.hash._gone !== "1"));
+
+test("hash: every record maps to its hash and back unchanged", () => {
+  const states = fold(life().slice(0, 14));
+  const v = liveRecord(states.get(addressKey({ kind: "volume", uuid: VOL })), "volume");
+  const s = liveRecord(states.get(addressKey({ kind: "snapshot", uuid: SNAP })), "snapshot");
+  const g = liveRecord(states.get(addressKey({ kind: "groupsnapshot", uuid: GRP })), "groupsnapshot");
+  assert.ok(v && s && g);
+  assert.deepEqual(volumeFromHash(VOL, { ...volumeHash(v), _seq: String(v.seq) }), v);
+  assert.deepEqual(snapshotFromHash(SNAP, { ...snapshotHash(s), _seq: String(s.seq) }), s);
+  assert.deepEqual(groupFromHash(GRP, { ...groupHash(g), _seq: String(g.seq) }), g);
 });
 
-test("fold: given a volume reserved with or without limits, when modified, then the limits in force follow", () => {
-  const plain = foldRecord("volume", U, undefined, [volReserved("2026-01-03T00:00:00.000Z")]) ?? {};
-  assert.equal(plain["csi.mutable"], undefined, "a volume reserved without limits has none");
-  assert.deepEqual(volumeFromHash(U, plain).mutableParameters, {});
-  let h = foldRecord("volume", U, undefined, [volReserved("2026-01-03T00:00:00.000Z", { mutableParameters: { readIOPS: "5" } })]) ?? {};
-  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { readIOPS: "5" });
-  h = foldRecord("volume", U, h, [at("t", { type: "VolumeModified", uuid: U, mutableParameters: { writeIOPS: "100" } })]) ?? {};
-  assert.deepEqual(volumeFromHash(U, h).mutableParameters, { writeIOPS: "100" }, "a modification replaces the whole set");
-  assert.deepEqual(volumeView(volumeFromHash(U, h)).mutableParameters, { writeIOPS: "100" });
-  const k = keysFor("c1", "default");
-  assert.deepEqual(
-    mutationsFor(k, [at("t", { type: "VolumeModified", uuid: U, mutableParameters: {} })])[0]?.guard,
-    [k.record("volume", U), "_seq"],
-    "guarded like every volume event",
-  );
+test("hash: the layout of a volume record is ceph-csi's omap fields, as before the fold", () => {
+  const e = events();
+  const s = foldOne({ kind: "volume", uuid: VOL }, undefined, [e.volReserved({ source: { kind: "snapshot", uuid: SNAP } }), e.volCreated(), e.claimed("n1")]);
+  const v = liveRecord(s, "volume");
+  assert.ok(v);
+  assert.deepEqual(volumeHash(v), {
+    "csi.volname": "pvc",
+    "csi.pool": "default",
+    "csi.poolid": "1",
+    "csi.digest": "d",
+    "csi.created": T0,
+    "csi.imagename": `csi-vol-${VOL}`,
+    "csi.imageid": "1a",
+    "csi.size": "1048576",
+    "csi.parameters": "{}",
+    "csi.capabilities": "[]",
+    "csi.source": JSON.stringify({ kind: "snapshot", uuid: SNAP }),
+    "claim.n1": JSON.stringify({ nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false }),
+  });
+});
+
+test("plan: replayed in batches of any size, the writes leave exactly the projection of the fold", () => {
+  const evs = life();
+  for (let cut = 1; cut <= evs.length; cut++) {
+    for (let upTo = 1; upTo <= evs.length; upTo++) {
+      const part = evs.slice(0, upTo);
+      const model = new ProjectionModel();
+      replay(model, part, cut);
+      assert.deepEqual(diffProjection(projectionOf(k, fold(part).values()), live(model.dump())), [], `batches of ${cut}, up to ${upTo}`);
+    }
+  }
+});
+
+test("plan: a catch-up that reads its befores from Redis (not a cache) leaves the same", () => {
+  const evs = life();
+  for (let w = 0; w < evs.length; w++) {
+    const model = new ProjectionModel();
+    replay(model, evs.slice(0, w), 3);
+    // Catch up from the watermark w: record befores read from the model, names from the fold (their fields).
+    const rest = evs.slice(w);
+    const needed = beforesNeeded(rest, new Map());
+    const foldedSoFar = fold(evs.slice(0, w));
+    const known: States = new Map();
+    for (const a of needed) {
+      const s = a.kind === "name" ? foldedSoFar.get(addressKey(a)) : readFromModel(model, a);
+      if (s) known.set(addressKey(a), s);
+    }
+    replay(model, rest, 4, known);
+    assert.deepEqual(diffProjection(projectionOf(k, fold(evs).values()), live(model.dump())), [], `from ${w}`);
+  }
+});
+
+test("plan: applying again, or an older batch after newer ones, changes nothing (the guard)", () => {
+  const evs = life();
+  const model = new ProjectionModel();
+  const plans = replay(model, evs, 5);
+  const once = model.dump();
+  for (const p of plans) model.apply(p);
+  model.apply(plans[1] ?? []);
+  assert.deepEqual(model.dump(), once);
+});
+
+test("plan: Redis between the before and the after — a claim added then released leaves no node entry behind", () => {
+  const e = events();
+  const made = [e.volReserved(), e.volCreated()];
+  const claim = e.claimed("n1");
+  const release = e.unclaimed("n1");
+  const model = new ProjectionModel();
+  replay(model, made, 10);
+  const before = fold(made);
+  replay(model, [claim], 10, new Map(before)); // a writer applied the claim
+  // A catch-up planned from the state before the claim applies both as one write.
+  model.apply(planWrites(k, (key) => before.get(key), [claim, release]).mutations);
+  assert.equal(model.dump().has(k.nodeClaims("n1")), false);
+  assert.deepEqual(diffProjection(projectionOf(k, fold([...made, claim, release]).values()), live(model.dump())), []);
+});
+
+test("plan: only aggregates whose first event does not start them afresh need a before", () => {
+  const e = events();
+  const evs = [e.nameReserved("volume", "pvc", VOL), e.volReserved(), e.volCreated(), e.snapCreated(), e.nameReleased("snapshot", "snap", SNAP)];
+  assert.deepEqual(beforesNeeded(evs, new Map()), [
+    { kind: "snapshot", uuid: SNAP },
+    { kind: "name", of: "snapshot", name: "snap" },
+  ]);
+  assert.deepEqual(beforesNeeded(evs, new Map([[addressKey({ kind: "snapshot", uuid: SNAP }), undefined]])), [{ kind: "name", of: "snapshot", name: "snap" }]);
+});
+
+test("a reply and the projection agree: a snapshot completed from its reserved record shows its cut time both ways", () => {
+  const e = events();
+  const reserved = e.snapReserved({}, T0);
+  const model = new ProjectionModel();
+  replay(model, [reserved], 1);
+  // The writer read the reserved record under the lock, then appended SnapshotCreated ("complete").
+  const read = readFromModel(model, { kind: "snapshot", uuid: SNAP });
+  const created = e.snapCreated(T1);
+  const reply = liveRecord(foldOne({ kind: "snapshot", uuid: SNAP }, read, [created]), "snapshot");
+  model.apply(planWrites(k, () => read, [created]).mutations);
+  const stored = model.dump().get(k.record("snapshot", SNAP));
+  assert.ok(reply && stored && "hash" in stored);
+  assert.equal(reply.createdAt, T1);
+  assert.equal(stored.hash["csi.created"], T1);
+  assert.deepEqual(snapshotFromHash(SNAP, stored.hash), reply);
 });

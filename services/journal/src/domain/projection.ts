@@ -1,18 +1,29 @@
 /**
- * Event → record, and event → projection mutation. Pure.
+ * The Redis projection as a function of the fold (evolve.ts). Pure.
  *
- * `recordChange` says what one event does to its aggregate's record (the omap hash). It is the
- * one fold of the journal: the Redis projection applies it (as a guarded list of Redis commands,
- * `mutationsFor`) and the journal's replies apply it in memory (`foldRecord`) to the record they
- * read under the lock — so a reply and a later read show the same fields.
+ * What Redis holds for an aggregate is a function of its state alone: the record's hash
+ * (`toHash` of the kind, plus `_seq` and `_gone`), or a tombstone (`_seq`, `_gone=1`, 24 h TTL)
+ * once it ended; the index entries it belongs to (`memberships`); a request name's directory
+ * entry. `projectionOf(states)` is the whole projection of a fold — what a rebuild must leave —
+ * and `planWrites` turns the step from the states before some events to the states after them
+ * into guarded Redis writes, one per aggregate:
  *
- * The Lua applier runs a mutation only if its event's sequence is newer than the one the
- * aggregate last applied (its guard), so applying is idempotent and order-safe per aggregate:
- * the writer's inline apply, the catch-up replay and a full rebuild can all run at once.
+ *   - the record hash is written whole (DEL + HSET; a tombstone also gets its TTL), so the
+ *     write is right whatever state between `before` and `after` Redis holds;
+ *   - index entries of `after` are added; entries of `before` and of every state in between
+ *     that `after` lacks are removed;
+ *   - the guard: the Lua applier runs a write only if its sequence is newer than the one the
+ *     aggregate last applied (`_seq` of the hash, or the name's field in `.seq`), so the writer's
+ *     own apply, a catch-up and a rebuild can run at once, in any interleaving, and agree.
+ *
+ * The caller must know each aggregate's state before the events (what it read from Redis, or
+ * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
-import type { JournalEvent, Kind, StoredEvent } from "@csi/contracts";
+import type { Kind, StoredEvent } from "@csi/contracts";
+import { type Address, type Aggregate, addressKey, addressOf, evolve, type NameState, type RecordState, startsAfresh } from "./evolve.js";
 import { type Keys, KINDS } from "./kinds.js";
-import { aggregateSeq, type Hash } from "./records.js";
+import type { Stored } from "./projection-state.js";
+import { aggregateSeq, type Hash, isLive } from "./records.js";
 
 export type RedisOp = [string, ...(string | number)[]];
 
@@ -26,177 +37,146 @@ export interface Mutation {
 /** How long a deleted aggregate's tombstone (its last seq) is kept, so old replays cannot resurrect it. */
 export const TOMBSTONE_TTL_MS = 24 * 3600 * 1000;
 
-type Fields = Record<string, string | number>;
+/** An index entry: a sorted set (`z`, score 0, paged lexicographically) or a set (`s`). */
+type Member = { key: string; member: string; type: "z" | "s" };
 
-/** What one event does to its aggregate's record: a new record, fields set or removed, or the end. */
-export interface RecordChange {
-  kind: Kind;
-  uuid: string;
-  /** A new record (over the tombstone of an earlier one, if any), indexed under its kind. */
-  fresh?: boolean;
-  set?: Fields;
-  unset?: string[];
-  /** The aggregate ended: only a tombstone is left. */
-  end?: boolean;
+/** The index entries of a state: a live record is in its kind's index, a snapshot in its source's, a claim in its node's set. */
+export function memberships(k: Keys, s: Aggregate | undefined): Member[] {
+  if (!s || s.kind === "name" || !s.record) return [];
+  const out: Member[] = [{ key: k.index(s.kind), member: s.uuid, type: "z" }];
+  if (s.kind === "snapshot") out.push({ key: k.snapsOf(s.record.sourceUuid), member: s.uuid, type: "z" });
+  if (s.kind === "volume") for (const c of s.record.claims) out.push({ key: k.nodeClaims(c.nodeId), member: s.uuid, type: "s" });
+  return out;
 }
 
-type Reserved = Extract<JournalEvent, { type: "VolumeReserved" | "SnapshotReserved" }>;
+const memberId = (m: Member) => `${m.type}\u0000${m.key}\u0000${m.member}`;
 
-/** What every reservation records; the image id stays empty until the *Created event. */
-function reservedFields(e: Reserved): Fields {
-  return {
-    "csi.volname": e.name,
-    "csi.imagename": e.imageName,
-    "csi.imageid": "",
-    "csi.pool": e.pool,
-    "csi.poolid": e.poolId,
-    "csi.digest": e.digest,
-    "csi.created": e.time,
-  };
+/** The record hash of a live record state (without the guard's `_seq`). */
+function recordHash(s: RecordState): Hash | undefined {
+  if (!s.record) return undefined;
+  // The KINDS row of s.kind takes s.record's type.
+  const hash = (KINDS[s.kind].toHash as (r: typeof s.record) => Hash)(s.record);
+  return { ...hash, _gone: "0" };
 }
 
-export function recordChange(e: JournalEvent): RecordChange | undefined {
-  switch (e.type) {
-    case "VolumeReserved":
-      return {
-        kind: "volume",
-        uuid: e.uuid,
-        fresh: true,
-        set: {
-          ...reservedFields(e),
-          "csi.size": e.sizeBytes,
-          "csi.parameters": JSON.stringify(e.parameters),
-          "csi.capabilities": JSON.stringify(e.capabilities),
-          ...(e.source ? { "csi.source": JSON.stringify(e.source) } : {}),
-          ...(e.mutableParameters ? { "csi.mutable": JSON.stringify(e.mutableParameters) } : {}),
-        },
-      };
-    case "VolumeCreated":
-      return { kind: "volume", uuid: e.uuid, set: { "csi.imageid": e.imageId, "csi.size": e.sizeBytes } };
-    case "VolumeExpanded":
-      return { kind: "volume", uuid: e.uuid, set: { "csi.size": e.sizeBytes } };
-    case "VolumeModified":
-      return { kind: "volume", uuid: e.uuid, set: { "csi.mutable": JSON.stringify(e.mutableParameters) } };
-    case "VolumeClaimed": {
-      const claim = { nodeId: e.nodeId, accessMode: e.accessMode, accessType: e.accessType, readOnly: e.readOnly };
-      return { kind: "volume", uuid: e.uuid, set: { [`claim.${e.nodeId}`]: JSON.stringify(claim) } };
-    }
-    case "VolumeUnclaimed":
-      return { kind: "volume", uuid: e.uuid, unset: [`claim.${e.nodeId}`] };
-    case "SnapshotReserved":
-      return {
-        kind: "snapshot",
-        uuid: e.uuid,
-        fresh: true,
-        set: { ...reservedFields(e), "csi.size": 0, "csi.source": e.sourceUuid, ...(e.groupSnapshotUuid ? { "csi.group": e.groupSnapshotUuid } : {}) },
-      };
-    case "SnapshotCreated":
-      // A snapshot's creation time is when it was cut.
-      return { kind: "snapshot", uuid: e.uuid, set: { "csi.imageid": e.imageId, "csi.size": e.sizeBytes, "csi.created": e.time } };
-    case "GroupSnapshotReserved":
-      return {
-        kind: "groupsnapshot",
-        uuid: e.uuid,
-        fresh: true,
-        set: {
-          "csi.volname": e.name,
-          "csi.pool": e.pool,
-          "csi.poolid": e.poolId,
-          "csi.digest": e.digest,
-          "csi.created": e.time,
-          "csi.members": JSON.stringify(e.members),
-          "csi.ready": "",
-        },
-      };
-    case "GroupSnapshotCreated":
-      // A group's creation time is when its members were recorded (their SnapshotCreated share it).
-      return { kind: "groupsnapshot", uuid: e.uuid, set: { "csi.ready": "1", "csi.created": e.time } };
-    case "GroupSnapshotDeleted":
-      return { kind: "groupsnapshot", uuid: e.uuid, end: true };
-    case "VolumeDeleted":
-      return { kind: "volume", uuid: e.uuid, end: true };
-    case "SnapshotDeleted":
-      return { kind: "snapshot", uuid: e.uuid, end: true };
-    case "ReservationUndone":
-      return { kind: e.kind, uuid: e.uuid, end: true };
-    case "NameReserved":
-    case "NameReleased":
-    case "DeviceStateReported": // history only: device states live in the log, not in the omaps
-      return undefined;
-    default: {
-      const never: never = e;
-      throw new Error(`no record change for ${(never as { type: string }).type}`);
-    }
+/** A record state as read back from its Redis hash: live, a tombstone, or unknown. */
+export function stateFromHash<K extends Kind>(kind: K, uuid: string, h: Hash | undefined): RecordState<K> | undefined {
+  if (!h) return undefined;
+  const seq = aggregateSeq(h);
+  if (!isLive(h)) return { kind, uuid, seq } as RecordState<K>; // a tombstone (or a stray partial hash: nothing to read)
+  return { kind, uuid, seq, record: KINDS[kind].fromHash(uuid, h) } as RecordState<K>;
+}
+
+/** A request name as read back from its directory entry and its sequence field. */
+export function nameFromRedis(of: Kind, name: string, uuid: string | undefined, seq: number): NameState | undefined {
+  if (!uuid && !seq) return undefined;
+  return { kind: "name", of, name, seq, ...(uuid ? { uuid } : {}) };
+}
+
+/** The Redis write that takes an aggregate to `after`; `seen`: index entries of the states before it. */
+function writeOf(k: Keys, after: Aggregate, seen: Map<string, Member>): Mutation {
+  if (after.kind === "name") {
+    const dir = k.dir(after.of);
+    const field = k.dirField(after.of, after.name);
+    return { guard: [k.dirSeq(after.of), after.name], seq: after.seq, ops: [after.uuid ? ["HSET", dir, field, after.uuid] : ["HDEL", dir, field]] };
   }
+  const key = k.record(after.kind, after.uuid);
+  const ops: RedisOp[] = [["DEL", key]];
+  const hash = recordHash(after);
+  if (hash) ops.push(["HSET", key, ...Object.entries(hash).flat()]);
+  else ops.push(["HSET", key, "_gone", "1"], ["PEXPIRE", key, TOMBSTONE_TTL_MS]);
+  const keep = memberships(k, after);
+  const kept = new Set(keep.map(memberId));
+  const drop = [...seen.values()].filter((m) => !kept.has(memberId(m)));
+  // An ended record leaves its kind's index even if no state before it was known to be in it.
+  if (!hash && !seen.has(memberId({ key: k.index(after.kind), member: after.uuid, type: "z" }))) {
+    drop.push({ key: k.index(after.kind), member: after.uuid, type: "z" });
+  }
+  for (const m of drop) ops.push([m.type === "z" ? "ZREM" : "SREM", m.key, m.member]);
+  for (const m of keep) ops.push(m.type === "z" ? ["ZADD", m.key, 0, m.member] : ["SADD", m.key, m.member]);
+  return { guard: [key, "_seq"], seq: after.seq, ops };
+}
+
+/** Addresses of the aggregates `events` evolve whose state before them matters and is not `known`. */
+export function beforesNeeded(events: StoredEvent[], known: { has(key: string): boolean }): Address[] {
+  const out: Address[] = [];
+  const first = new Set<string>();
+  for (const { event } of events) {
+    const a = addressOf(event);
+    if (!a) continue;
+    const key = addressKey(a);
+    if (first.has(key)) continue;
+    first.add(key);
+    if (!known.has(key) && !startsAfresh(event)) out.push(a);
+  }
+  return out;
+}
+
+export interface Plan {
+  mutations: Mutation[];
+  /** The state after the events of every aggregate they evolve, by `addressKey`. */
+  after: Map<string, Aggregate | undefined>;
 }
 
 /**
- * The record of aggregate `kind`/`uuid` after `events` (others' events are skipped), starting from
- * `h` as read from the projection: what the projection will hold once it has applied them.
+ * The writes that take the projection from the states before `events` (`before(addressKey)`;
+ * undefined = none) to the states after them: one per aggregate that changed, in the order
+ * aggregates first appear.
  */
-export function foldRecord(kind: Kind, uuid: string, h: Hash | undefined, events: StoredEvent[]): Hash | undefined {
-  let cur = h;
-  for (const { seq, event } of events) {
-    const c = recordChange(event);
-    if (!c || c.kind !== kind || c.uuid !== uuid || seq <= aggregateSeq(cur)) continue;
-    if (c.end) {
-      cur = { _seq: String(seq), _gone: "1" };
+export function planWrites(k: Keys, before: (key: string) => Aggregate | undefined, events: StoredEvent[]): Plan {
+  const cur = new Map<string, Aggregate | undefined>();
+  const seen = new Map<string, Map<string, Member>>();
+  for (const e of events) {
+    const a = addressOf(e.event);
+    if (!a) continue;
+    const key = addressKey(a);
+    let members = seen.get(key);
+    if (!members) {
+      members = new Map();
+      seen.set(key, members);
+      cur.set(key, before(key));
+      for (const m of memberships(k, cur.get(key))) members.set(memberId(m), m);
+    }
+    const prev = cur.get(key);
+    const next = evolve(prev, e);
+    if (next === prev) continue;
+    cur.set(key, next);
+    for (const m of memberships(k, next)) members.set(memberId(m), m);
+  }
+  const mutations: Mutation[] = [];
+  for (const [key, members] of seen) {
+    const after = cur.get(key);
+    if (after && after !== before(key)) mutations.push(writeOf(k, after, members));
+  }
+  return { mutations, after: cur };
+}
+
+/** The whole projection of a fold: every key a rebuild from the log leaves (tombstones, which expire, left out). */
+export function projectionOf(k: Keys, states: Iterable<Aggregate>): Map<string, Stored> {
+  const hashes = new Map<string, Hash>();
+  const sets = new Map<string, Set<string>>();
+  const hset = (key: string, field: string, value: string) => {
+    const h = hashes.get(key) ?? {};
+    hashes.set(key, h);
+    h[field] = value;
+  };
+  for (const s of states) {
+    if (s.kind === "name") {
+      hset(k.dirSeq(s.of), s.name, String(s.seq));
+      if (s.uuid) hset(k.dir(s.of), k.dirField(s.of, s.name), s.uuid);
       continue;
     }
-    const next: Hash = { ...cur };
-    for (const f of c.unset ?? []) delete next[f];
-    for (const [f, v] of Object.entries(c.set ?? {})) next[f] = String(v);
-    if (c.fresh) next._gone = "0";
-    next._seq = String(seq);
-    cur = next;
+    const hash = recordHash(s);
+    if (!hash) continue;
+    hashes.set(k.record(s.kind, s.uuid), { ...hash, _seq: String(s.seq) });
+    for (const m of memberships(k, s)) {
+      const set = sets.get(m.key) ?? new Set<string>();
+      sets.set(m.key, set);
+      set.add(m.member);
+    }
   }
-  return cur;
-}
-
-/** The projection mutations of a batch of events (events that project nothing are skipped). */
-export function mutationsFor(k: Keys, events: StoredEvent[]): Mutation[] {
-  return events.flatMap((e) => mutationFor(k, e) ?? []);
-}
-
-function mutationFor(k: Keys, { seq, event: e }: StoredEvent): Mutation | undefined {
-  if (e.type === "NameReserved" || e.type === "NameReleased") {
-    const field = k.dirField(e.kind, e.name);
-    return {
-      guard: [k.dirSeq(e.kind), e.name],
-      seq,
-      // A release only removes the entry if it still points at the released uuid.
-      ops: [e.type === "NameReserved" ? ["HSET", k.dir(e.kind), field, e.uuid] : ["HDELIFEQ", k.dir(e.kind), field, e.uuid]],
-    };
-  }
-  const c = recordChange(e);
-  if (!c) return undefined;
-  const key = k.record(c.kind, c.uuid);
-  const ops: RedisOp[] = [];
-  if (c.end) {
-    // SNAPINDEXREM reads the record's source before DEL: it takes the uuid out of its source's index.
-    if (KINDS[c.kind].indexedBySource) ops.push(["SNAPINDEXREM", k.prefix, key, c.uuid]);
-    ops.push(["DEL", key], ["ZREM", k.index(c.kind), c.uuid], ["HSET", key, "_gone", "1"], ["PEXPIRE", key, TOMBSTONE_TTL_MS]);
-  } else {
-    if (c.fresh) ops.push(["PERSIST", key]);
-    if (c.unset?.length) ops.push(["HDEL", key, ...c.unset]);
-    const set = Object.entries({ ...c.set, ...(c.fresh ? { _gone: "0" } : {}) }).flat();
-    if (set.length) ops.push(["HSET", key, ...set]);
-    if (c.fresh) ops.push(["ZADD", k.index(c.kind), 0, c.uuid]);
-  }
-  ops.push(...sideOps(k, e));
-  return { guard: [key, "_seq"], seq, ops };
-}
-
-/** Indexes beside the record: snapshots by source volume, claims by node. */
-function sideOps(k: Keys, e: JournalEvent): RedisOp[] {
-  switch (e.type) {
-    case "SnapshotReserved":
-      return [["ZADD", k.snapsOf(e.sourceUuid), 0, e.uuid]];
-    case "VolumeClaimed":
-      return [["SADD", k.nodeClaims(e.nodeId), e.uuid]];
-    case "VolumeUnclaimed":
-      return [["SREM", k.nodeClaims(e.nodeId), e.uuid]];
-    default:
-      return [];
-  }
+  const out = new Map<string, Stored>();
+  for (const [key, hash] of hashes) out.set(key, { hash });
+  for (const [key, set] of sets) out.set(key, { members: [...set] });
+  return out;
 }

@@ -1,7 +1,8 @@
 /**
- * The journal's records: what the projection holds for one volume or snapshot, rebuilt from
- * events. Pure code: parsing the Redis hash shape (see kinds.ts for the key layout and
- * projection.ts for how events write it) and building the views replies carry.
+ * The journal's records: what the projection holds for one volume, snapshot or group snapshot,
+ * as evolve.ts folds them from events. Pure code: the Redis hash shape both ways (`toHash`
+ * writes it, `*FromHash` reads it back, one the inverse of the other; kinds.ts has the key
+ * layout, projection.ts the writes) and the views replies carry.
  */
 import {
   type Capability,
@@ -122,6 +123,40 @@ export function snapshotFromHash(uuid: string, h: Hash): SnapshotRecord {
 
 export function groupFromHash(uuid: string, h: Hash): GroupRecord {
   return { ...headFromHash(uuid, h), members: JSON.parse(h["csi.members"] ?? "[]"), ready: h["csi.ready"] === "1" };
+}
+
+type Fields = Record<string, string>;
+
+function headHash(r: RecordHead): Fields {
+  return { "csi.volname": r.name, "csi.pool": r.pool, "csi.poolid": String(r.poolId), "csi.digest": r.digest, "csi.created": r.createdAt };
+}
+
+function baseHash(r: RecordBase & { sizeBytes: number }): Fields {
+  return { ...headHash(r), "csi.imagename": r.imageName, "csi.imageid": r.imageId, "csi.size": String(r.sizeBytes) };
+}
+
+/** The claim as its hash field holds it (fields in this order). */
+const claimJson = (c: Claim) => JSON.stringify({ nodeId: c.nodeId, accessMode: c.accessMode, accessType: c.accessType, readOnly: c.readOnly });
+
+export function volumeHash(r: VolumeRecord): Fields {
+  const h: Fields = {
+    ...baseHash(r),
+    "csi.parameters": JSON.stringify(r.parameters),
+    "csi.capabilities": JSON.stringify(r.capabilities),
+  };
+  if (r.source) h["csi.source"] = JSON.stringify(r.source);
+  // No limits, no field (a volume without limits reads as one).
+  if (Object.keys(r.mutableParameters).length > 0) h["csi.mutable"] = JSON.stringify(r.mutableParameters);
+  for (const c of r.claims) h[`claim.${c.nodeId}`] = claimJson(c);
+  return h;
+}
+
+export function snapshotHash(r: SnapshotRecord): Fields {
+  return { ...baseHash(r), "csi.source": r.sourceUuid, ...(r.groupSnapshotUuid ? { "csi.group": r.groupSnapshotUuid } : {}) };
+}
+
+export function groupHash(r: GroupRecord): Fields {
+  return { ...headHash(r), "csi.members": JSON.stringify(r.members), "csi.ready": r.ready ? "1" : "" };
 }
 
 export function volumeView(r: VolumeRecord): VolumeView {

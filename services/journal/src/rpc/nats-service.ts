@@ -49,6 +49,10 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "groupsnapshot.get": (r) => j.groups.get(r),
     "pool.stat": (r) => j.poolStat(r),
     "volume.history": (r) => j.history(r),
+    "audit.replay": (r) => j.audit.replay(r),
+    "audit.verify": (r) => j.audit.verify(r),
+    "audit.gc": (r) => j.audit.gc(r),
+    "audit.rebuild": (r) => j.audit.rebuild(r),
   };
 }
 

@@ -1,0 +1,139 @@
+/**
+ * The replay scenario of `npm run bench`: a fresh stream of BENCH_REPLAY_EVENTS events (default
+ * 200,000: volumes created, claimed, expanded, some deleted — the journal's own event shapes,
+ * appended straight to JetStream in the setup), then, in this process against the real servers:
+ *   - rebuild: the projector's forced rebuild into an empty Redis (wipe, replay, complete mark);
+ *   - check:   the start-up check (the log folded in memory, compared with every Redis key);
+ *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis).
+ * Reported: events/s and CPU per event (this process, and nats-server + redis-server).
+ */
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
+import { createLogger } from "@csi/runtime";
+import { jetstream } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { startServer } from "../scripts/lib/local-servers.js";
+import { EventLog } from "../services/journal/src/adapters/event-log.js";
+import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
+import { Projector } from "../services/journal/src/app/projector.js";
+import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
+import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
+import { keysFor } from "../services/journal/src/domain/kinds.js";
+
+const EVENTS = Number(process.env.BENCH_REPLAY_EVENTS ?? 200_000);
+const CLUSTER = "replay";
+const MiB = 1024 * 1024;
+
+/** CPU seconds a process has used so far (utime + stime from /proc). */
+function cpuOf(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks (USER_HZ = 100)
+  } catch {
+    return 0;
+  }
+}
+
+const hex = (n: number, width: number) => n.toString(16).padStart(width, "0");
+const uuidOf = (i: number) => `${hex(i, 8)}-0000-4000-8000-${hex(i, 12)}`;
+
+/** The events of volume i: reserved and created; every 3rd claimed, every 5th expanded, every 7th deleted. */
+function* volumeLife(i: number): Generator<[string, EventBody]> {
+  const uuid = uuidOf(i);
+  const name = `pvc-${i}`;
+  const vol = subjects.volumeEvents(CLUSTER, uuid);
+  const nameSubject = subjects.nameEvents(CLUSTER, "vol", "default", name);
+  yield [nameSubject, { type: "NameReserved", kind: "volume", name, uuid }];
+  yield [
+    vol,
+    volumeReservedBody(uuid, name, {
+      digest: "0123456789abcdef0123456789abcdef",
+      parameters: { tier: "bench" },
+      capabilities: [{ accessType: "mount", accessMode: "SINGLE_NODE_WRITER", fsType: "ext4" }],
+    }),
+  ];
+  yield [vol, { type: "VolumeCreated", uuid, imageId: hex(i, 6), sizeBytes: MiB }];
+  if (i % 3 === 0)
+    yield [vol, { type: "VolumeClaimed", uuid, nodeId: `node-${i % 10}`, accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false }];
+  if (i % 5 === 0) yield [vol, { type: "VolumeExpanded", uuid, sizeBytes: 2 * MiB }];
+  if (i % 7 === 0) {
+    if (i % 3 === 0) yield [vol, { type: "VolumeUnclaimed", uuid, nodeId: `node-${i % 10}` }];
+    yield [vol, { type: "VolumeDeleted", uuid }];
+    yield [nameSubject, { type: "NameReleased", kind: "volume", name, uuid }];
+  }
+}
+
+function* logOf(n: number): Generator<[string, EventBody]> {
+  let made = 0;
+  for (let i = 1; made < n; i++) {
+    for (const e of volumeLife(i)) {
+      if (made++ >= n) return;
+      yield e;
+    }
+  }
+}
+
+/** Append `n` events of the bench's volumes straight to the stream (acks awaited 2,000 at a time). */
+export async function appendLog(nc: NatsConnection, n: number): Promise<void> {
+  const js = jetstream(nc);
+  const meta = { v: 1 as const, time: new Date().toISOString(), requestId: "bench", actor: { service: "bench", replica: "1" } };
+  let pending: Promise<unknown>[] = [];
+  for (const [subject, body] of logOf(n)) {
+    pending.push(js.publish(subject, JSON.stringify(JournalEvent.parse({ ...body, ...meta }))));
+    if (pending.length >= 2000) {
+      await Promise.all(pending);
+      pending = [];
+    }
+  }
+  await Promise.all(pending);
+}
+
+export async function replayScenario(dir: string): Promise<void> {
+  const nats = await startServer("nats", path.join(dir, "replay-nats"));
+  const redisServer = await startServer("redis", path.join(dir, "replay-redis"));
+  const nc = await connect({ servers: nats.url });
+  const redis = new Redis(redisServer.url, { enableAutoPipelining: true });
+  try {
+    const log = new EventLog(nc, { cluster: CLUSTER });
+    await log.ensureStream();
+    console.log(`\nreplay (${EVENTS} events of ${CLUSTER}'s log, appended straight to a fresh stream)`);
+    let t = performance.now();
+    await appendLog(nc, EVENTS);
+    const appendS = (performance.now() - t) / 1000;
+    console.log(`${"setup: append".padEnd(34)} ${(EVENTS / appendS).toFixed(0).padStart(7)} events/s`);
+
+    const store = new RedisStore(redis, keysFor(CLUSTER, "default"));
+    const projector = new Projector(log, store, createLogger("bench", "warn", 2), { batch: Number(process.env.JOURNAL_REPLAY_BATCH ?? 512) });
+    const measure = async (label: string, f: () => Promise<unknown>) => {
+      const cpu0 = process.cpuUsage();
+      const servers0 = cpuOf(nats.pid) + cpuOf(redisServer.pid);
+      t = performance.now();
+      await f();
+      const s = (performance.now() - t) / 1000;
+      const cpu = process.cpuUsage(cpu0);
+      const mine = (cpu.user + cpu.system) / EVENTS;
+      const servers = ((cpuOf(nats.pid) + cpuOf(redisServer.pid) - servers0) * 1e6) / EVENTS;
+      console.log(
+        `${label.padEnd(34)} ${(EVENTS / s).toFixed(0).padStart(7)} events/s   ${s.toFixed(2).padStart(6)} s   CPU/event: journal ${mine.toFixed(1)} µs, nats+redis ${servers.toFixed(1)} µs`,
+      );
+    };
+    await measure("rebuild (empty Redis)", () => projector.rebuild("bench"));
+    await measure("rebuild (forced, over the last)", () => projector.rebuild("bench"));
+    await measure("start-up check (fold + compare)", async () => {
+      const { differ } = await projector.compare();
+      if (differ.length) throw new Error(`the rebuilt projection differs from the log in ${differ.length} keys`);
+    });
+    await measure("replay --at <end> (fold only)", async () => {
+      const r = emptyReplay();
+      await log.read(1, async (b) => replayInto(r, b, { seq: Number.MAX_SAFE_INTEGER }), { batch: 4096 });
+    });
+    console.log(`keys in the projection: ${(await store.projectionKeys()).length}`);
+  } finally {
+    await nc.close();
+    redis.disconnect();
+    await Promise.all([nats.stop(), redisServer.stop()]);
+  }
+}

@@ -1,0 +1,90 @@
+/** Audit, pure: replay to a point, what verify finds, what gc may do. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { gcPlan, imageOwner, inspect, mayCollect, mayRemoveImage, pointOf, replayAt, replayEntries } from "./audit.js";
+import { addressKey, foldInto, type RecordState } from "./evolve.js";
+import { events, SNAP, T0, VOL } from "./fixtures.js";
+
+const T1 = "2026-01-01T00:00:05.000Z";
+const T2 = "2026-01-01T00:00:09.000Z";
+const img = (name: string) => ({ name, id: "1", sizeBytes: 1, readOnly: false });
+const now = Date.parse("2026-01-01T02:00:00.000Z");
+
+test("replay: up to a sequence, or the longest prefix not later than a time; entries by uuid", () => {
+  const e = events();
+  const log = [e.volReserved({}, T0), e.volCreated(T0), e.at({ type: "VolumeExpanded", uuid: VOL, sizeBytes: 2097152 }, T1), e.snapReserved({}, T2)];
+  const bySeq = replayAt(log, { seq: 2 });
+  assert.deepEqual(bySeq.upTo, { seq: 2, time: T0 });
+  assert.equal(replayEntries(bySeq.states, {})[0]?.volume?.sizeBytes, 1048576);
+  const byTime = replayAt(log, pointOf(T1));
+  assert.equal(byTime.upTo.seq, 3);
+  assert.deepEqual(
+    replayEntries(byTime.states, {}).map((x) => [x.kind, x.volume?.sizeBytes]),
+    [["volume", 2097152]],
+  );
+  const all = replayAt(log, { seq: 99 });
+  assert.deepEqual(
+    replayEntries(all.states, {}).map((x) => x.uuid),
+    [VOL, SNAP].sort(),
+  );
+  assert.deepEqual(
+    replayEntries(all.states, { after: [VOL, SNAP].sort()[0] }).map((x) => x.uuid),
+    [[VOL, SNAP].sort()[1]],
+  );
+  assert.deepEqual(replayAt(log, { seq: 0 }).upTo, { seq: 0 });
+});
+
+test("verify: leaked images, orphaned (old) reservations, missing images, drift, stale claims", () => {
+  const e = events();
+  const states = foldInto(new Map(), [
+    e.volReserved({}, "2026-01-01T00:00:00.000Z"), // reserved 2 h before `now`, no image: orphaned
+    e.snapReserved({}, "2026-01-01T01:59:00.000Z"), // reserved a minute ago: too young
+  ]);
+  const base = { states, drift: ["{c}:csi.volume.x"], heartbeats: new Map(), now, olderThanMs: 3600_000 };
+  const found = inspect({ ...base, images: new Map([["default", [img("stray")]]]) });
+  assert.deepEqual(
+    found.map((f) => f.type),
+    ["leakedImage", "orphanedReservation", "projectionDrift"],
+  );
+  // Made, claimed by a node silent for longer than 3 heartbeats, its image gone.
+  const made = foldInto(new Map(), [e.volReserved(), e.volCreated(), e.claimed("n1"), e.claimed("n2")]);
+  const hb = new Map([
+    ["n1", { time: new Date(now - 10_000).toISOString(), heartbeatMs: 1000 }],
+    ["n2", { time: new Date(now - 1_000).toISOString(), heartbeatMs: 1000 }],
+  ]);
+  const found2 = inspect({ ...base, states: made, drift: [], heartbeats: hb, images: new Map([["default", []]]) });
+  assert.deepEqual(
+    found2.map((f) => [f.type, "nodeId" in f ? f.nodeId : ""]),
+    [
+      ["missingImage", ""],
+      ["staleClaim", "n1"],
+    ],
+  );
+  assert.deepEqual(inspect({ ...base, states: made, drift: [], heartbeats: hb, images: new Map() }).length, 1, "pools not listed are not judged");
+});
+
+test("gc: plans only leaked images and orphaned reservations; re-checks refuse live owners, claims, young or imaged reservations", () => {
+  const e = events();
+  const plan = gcPlan([
+    { type: "leakedImage", pool: "default", imageName: `csi-vol-${VOL}`, imageId: "1", sizeBytes: 1 },
+    { type: "missingImage", kind: "volume", uuid: VOL, name: "n", pool: "default", imageName: "x" },
+    { type: "staleClaim", uuid: VOL, nodeId: "n1" },
+  ]);
+  assert.deepEqual(plan, [{ type: "removeLeakedImage", pool: "default", imageName: `csi-vol-${VOL}`, kind: "volume", uuid: VOL, outcome: "planned" }]);
+  assert.deepEqual(imageOwner(`csi-snap-${SNAP}`), { kind: "snapshot", uuid: SNAP });
+  assert.equal(imageOwner("left-by-hand"), undefined);
+  assert.equal(imageOwner(`csi-vol-${VOL}x`), undefined);
+
+  const live = foldInto(new Map(), [e.volReserved({}, T0), e.volCreated(), e.claimed()]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
+  assert.match(mayRemoveImage(live, img("x")) ?? "", /owns it now/);
+  assert.equal(mayRemoveImage(undefined, undefined), "the image is gone");
+  assert.equal(mayRemoveImage({ kind: "volume", uuid: VOL, seq: 9 }, img("x")), undefined, "an ended volume's image may go");
+
+  const o = { now, olderThanMs: 3600_000 };
+  const reserved = foldInto(new Map(), [e.volReserved({}, T0)]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
+  assert.equal(mayCollect(reserved, undefined, o), undefined);
+  assert.equal(mayCollect(reserved, img("x"), o), "its image exists now");
+  assert.equal(mayCollect(reserved, undefined, { now, olderThanMs: 3 * 3600_000 }), "it is younger than the threshold");
+  assert.equal(mayCollect(live, undefined, o), "its image was made");
+  assert.equal(mayCollect(undefined, undefined, o), "the reservation is gone");
+});

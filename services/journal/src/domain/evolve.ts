@@ -1,0 +1,241 @@
+/**
+ * The one fold (Emmett's decider `evolve`): `evolve(state, event) → state`. Pure, and the only
+ * code that turns events into volume, snapshot, group-snapshot, claim and request-name state.
+ * Everything else derives from what it returns:
+ *   - the Redis projection: `projection.ts` maps states to hashes (`toHash`) and plans each
+ *     write as the step from the state before to the state after (`planWrites`);
+ *   - the journal's replies: the record read under the lock, evolved by the events the
+ *     operation appended (`Aggregates.after`);
+ *   - point-in-time replay (`replay.ts`) and `verify` (`app/audit.ts`): the log folded alone.
+ * Decisions (domain/reservation.ts, claims.ts, group.ts) are pure functions of these states.
+ *
+ * State is kept per aggregate — one per event subject: a volume, a snapshot, a group snapshot,
+ * a request name. `addressOf(event)` says which one an event evolves. A state carries the
+ * stream sequence of the last event applied to it; an event at or below it changes nothing (so
+ * folding is idempotent and a partial view, e.g. a record read from Redis, can be evolved by
+ * any stretch of the log that follows it). States are never changed in place.
+ */
+import type { Claim, JournalEvent, Kind, StoredEvent } from "@csi/contracts";
+import type { GroupRecord, SnapshotRecord, VolumeRecord } from "./records.js";
+
+interface Records {
+  volume: VolumeRecord;
+  snapshot: SnapshotRecord;
+  groupsnapshot: GroupRecord;
+}
+
+/** A volume, snapshot or group snapshot: its record while it lives; none once it ended (a tombstone). */
+export type RecordState<K extends Kind = Kind> = { [P in K]: { kind: P; uuid: string; seq: number; record?: Records[P] } }[K];
+
+/** A request name of a kind: the uuid it points at, if any. */
+export interface NameState {
+  kind: "name";
+  of: Kind;
+  name: string;
+  seq: number;
+  uuid?: string;
+}
+
+export type Aggregate = RecordState | NameState;
+
+export type Address = { kind: Kind; uuid: string } | { kind: "name"; of: Kind; name: string };
+
+/** The aggregate an event evolves, or none (device history and pool events change no state). */
+export function addressOf(e: JournalEvent): Address | undefined {
+  switch (e.type) {
+    case "NameReserved":
+    case "NameReleased":
+      return { kind: "name", of: e.kind, name: e.name };
+    case "VolumeReserved":
+    case "VolumeCreated":
+    case "VolumeExpanded":
+    case "VolumeModified":
+    case "VolumeClaimed":
+    case "VolumeUnclaimed":
+    case "VolumeDeleted":
+      return { kind: "volume", uuid: e.uuid };
+    case "SnapshotReserved":
+    case "SnapshotCreated":
+    case "SnapshotDeleted":
+      return { kind: "snapshot", uuid: e.uuid };
+    case "GroupSnapshotReserved":
+    case "GroupSnapshotCreated":
+    case "GroupSnapshotDeleted":
+      return { kind: "groupsnapshot", uuid: e.uuid };
+    case "ReservationUndone":
+    case "ReservationCollected":
+      return { kind: e.kind, uuid: e.uuid };
+    case "DeviceStateReported": // history only: device states live in the log
+    case "ImageLeakCollected": // the image belonged to no aggregate
+      return undefined;
+    default: {
+      const never: never = e;
+      throw new Error(`no address for ${(never as { type: string }).type}`);
+    }
+  }
+}
+
+/** One string per aggregate (map keys of a fold). */
+export function addressKey(a: Address): string {
+  return a.kind === "name" ? `name:${a.of}:${a.name}` : `${a.kind}:${a.uuid}`;
+}
+
+export function addressOfState(s: Aggregate): Address {
+  return s.kind === "name" ? { kind: "name", of: s.of, name: s.name } : { kind: s.kind, uuid: s.uuid };
+}
+
+/** Whether evolving `e` ignores the state before it (it starts its aggregate afresh). */
+export function startsAfresh(e: JournalEvent): boolean {
+  return e.type === "NameReserved" || e.type === "VolumeReserved" || e.type === "SnapshotReserved" || e.type === "GroupSnapshotReserved";
+}
+
+export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggregate | undefined {
+  const { seq, event: e } = stored;
+  if (state && seq <= state.seq) return state; // applied already
+  switch (e.type) {
+    case "NameReserved":
+      return { kind: "name", of: e.kind, name: e.name, seq, uuid: e.uuid };
+    case "NameReleased": {
+      // A release frees the name only if it still points at the released uuid.
+      const keep = state?.kind === "name" && state.uuid !== undefined && state.uuid !== e.uuid ? { uuid: state.uuid } : {};
+      return { kind: "name", of: e.kind, name: e.name, seq, ...keep };
+    }
+    case "VolumeReserved":
+      return {
+        kind: "volume",
+        uuid: e.uuid,
+        seq,
+        record: {
+          ...reservedImage(e, seq),
+          sizeBytes: e.sizeBytes,
+          parameters: e.parameters,
+          capabilities: e.capabilities,
+          ...(e.source ? { source: e.source } : {}),
+          claims: [],
+          mutableParameters: e.mutableParameters ?? {},
+        },
+      };
+    case "VolumeCreated":
+      return onVolume(state, seq, (r) => ({ ...r, imageId: e.imageId, sizeBytes: e.sizeBytes }));
+    case "VolumeExpanded":
+      return onVolume(state, seq, (r) => ({ ...r, sizeBytes: e.sizeBytes }));
+    case "VolumeModified":
+      return onVolume(state, seq, (r) => ({ ...r, mutableParameters: e.mutableParameters }));
+    case "VolumeClaimed": {
+      const claim: Claim = { nodeId: e.nodeId, accessMode: e.accessMode, accessType: e.accessType, readOnly: e.readOnly };
+      return onVolume(state, seq, (r) => ({ ...r, claims: [...r.claims.filter((c) => c.nodeId !== e.nodeId), claim].sort(byNode) }));
+    }
+    case "VolumeUnclaimed":
+      return onVolume(state, seq, (r) => ({ ...r, claims: r.claims.filter((c) => c.nodeId !== e.nodeId) }));
+    case "SnapshotReserved":
+      return {
+        kind: "snapshot",
+        uuid: e.uuid,
+        seq,
+        record: {
+          ...reservedImage(e, seq),
+          sizeBytes: 0,
+          sourceUuid: e.sourceUuid,
+          ...(e.groupSnapshotUuid ? { groupSnapshotUuid: e.groupSnapshotUuid } : {}),
+        },
+      };
+    case "SnapshotCreated":
+      // A snapshot's creation time is when it was cut (recorded), also when a retry completes it.
+      return onSnapshot(state, seq, (r) => ({ ...r, imageId: e.imageId, sizeBytes: e.sizeBytes, createdAt: e.time }));
+    case "GroupSnapshotReserved":
+      return {
+        kind: "groupsnapshot",
+        uuid: e.uuid,
+        seq,
+        record: { uuid: e.uuid, name: e.name, pool: e.pool, poolId: e.poolId, digest: e.digest, createdAt: e.time, seq, members: e.members, ready: false },
+      };
+    case "GroupSnapshotCreated":
+      // A group's creation time is when its members were recorded (their SnapshotCreated share it).
+      return onGroup(state, seq, (r) => ({ ...r, ready: true, createdAt: e.time }));
+    case "VolumeDeleted":
+      return { kind: "volume", uuid: e.uuid, seq };
+    case "SnapshotDeleted":
+      return { kind: "snapshot", uuid: e.uuid, seq };
+    case "GroupSnapshotDeleted":
+      return { kind: "groupsnapshot", uuid: e.uuid, seq };
+    case "ReservationUndone":
+    case "ReservationCollected":
+      return { kind: e.kind, uuid: e.uuid, seq } as RecordState;
+    case "DeviceStateReported":
+    case "ImageLeakCollected":
+      return state;
+    default: {
+      const never: never = e;
+      throw new Error(`evolve: unknown event ${(never as { type: string }).type}`);
+    }
+  }
+}
+
+/** What a volume's or snapshot's reservation records: created at the reservation, no image id until its *Created. */
+function reservedImage(e: Extract<JournalEvent, { type: "VolumeReserved" | "SnapshotReserved" }>, seq: number) {
+  return { uuid: e.uuid, name: e.name, pool: e.pool, poolId: e.poolId, digest: e.digest, createdAt: e.time, seq, imageName: e.imageName, imageId: "" };
+}
+
+const byNode = (a: Claim, b: Claim) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0);
+
+/**
+ * A change of a live record of one kind. On an ended record only the sequence moves; on an
+ * aggregate never seen (a log that starts mid-way) nothing is known, so nothing is made up.
+ */
+function onRecord<K extends Kind>(kind: K, state: Aggregate | undefined, seq: number, change: (r: Records[K]) => Records[K]): Aggregate | undefined {
+  if (state?.kind !== kind) return state;
+  const s = state as RecordState<K> & { record?: Records[K] };
+  return (s.record ? { ...s, seq, record: { ...change(s.record), seq } } : { ...s, seq }) as Aggregate;
+}
+const onVolume = (s: Aggregate | undefined, seq: number, f: (r: VolumeRecord) => VolumeRecord) => onRecord("volume", s, seq, f);
+const onSnapshot = (s: Aggregate | undefined, seq: number, f: (r: SnapshotRecord) => SnapshotRecord) => onRecord("snapshot", s, seq, f);
+const onGroup = (s: Aggregate | undefined, seq: number, f: (r: GroupRecord) => GroupRecord) => onRecord("groupsnapshot", s, seq, f);
+
+/** The states of many aggregates: the accumulator of a fold (entries are replaced, never changed). */
+export type States = Map<string, Aggregate>;
+
+/** Fold `events` into `states`, each into its own aggregate. */
+export function foldInto(states: States, events: Iterable<StoredEvent>): States {
+  for (const e of events) {
+    const a = addressOf(e.event);
+    if (!a) continue;
+    const key = addressKey(a);
+    const next = evolve(states.get(key), e);
+    if (next) states.set(key, next);
+  }
+  return states;
+}
+
+/** One aggregate's state after `events` (others' events skipped), starting from `from`. */
+export function foldOne(address: Address, from: Aggregate | undefined, events: Iterable<StoredEvent>): Aggregate | undefined {
+  const key = addressKey(address);
+  let s = from;
+  for (const e of events) {
+    const a = addressOf(e.event);
+    if (a && addressKey(a) === key) s = evolve(s, e);
+  }
+  return s;
+}
+
+/** The record of a record state, if it lives. */
+export function liveRecord<K extends Kind>(s: Aggregate | undefined, kind: K): Records[K] | undefined {
+  return s?.kind === kind ? ((s as { record?: Records[K] }).record ?? undefined) : undefined;
+}
+
+/** Whether a state is an aggregate that ended (deleted, undone, collected). */
+export function isEnded(s: Aggregate | undefined): boolean {
+  return !!s && s.kind !== "name" && !s.record;
+}
+
+/** Whether an event ends its aggregate (what is left is a tombstone). */
+export function endsAggregate(e: StoredEvent): boolean {
+  return isEnded(evolve(undefined, e));
+}
+
+/** reserved: its image is not made (a group: not every member recorded); ready: usable; deleted: ended. */
+export function statusOf(s: RecordState): "reserved" | "ready" | "deleted" {
+  const r = s.record;
+  if (!r) return "deleted";
+  if ("members" in r) return r.ready ? "ready" : "reserved";
+  return r.imageId ? "ready" : "reserved";
+}
