@@ -3,7 +3,8 @@
  *
  *  - NATS_URL / REDIS_URL unset → start our own nats-server (JetStream) and redis-server on free
  *    ports with data under ./.data/ (stopped on exit); set → use those servers.
- *  - Starts the journal, the controller (unix://$PWD/run/csi-controller.sock) and one node-agent
+ *  - Starts a journal per cluster (one; CLUSTERS=2 for two; or those of CLUSTERS_FILE), the
+ *    controller (unix://$PWD/run/csi-controller.sock) and one node-agent
  *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
@@ -24,6 +25,7 @@ const starting = startStack({
   natsUrl: process.env.NATS_URL,
   redisUrl: process.env.REDIS_URL,
   nodeId: process.env.NODE_ID,
+  clusters: process.env.CLUSTERS,
   onLine: (line) => process.stdout.write(`${line}\n`),
   onStep: say,
   signal: abort.signal,
@@ -50,8 +52,8 @@ try {
     say("a service exited; stopping", { code });
     void stopAll(1);
   });
-  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId } = stack;
-  say("csi stack ready", { controller, node, nats, redis, nodeId });
+  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clusters } = stack;
+  say("csi stack ready", { controller, node, nats, redis, nodeId, clusters });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

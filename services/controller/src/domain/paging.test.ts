@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DriverError } from "@csi/contracts";
-import { absorb, beginPage, type Cursor, decodeCursor, encodeCursor, finishPage, fingerprint, miss, type Sized, startCursor } from "./paging.js";
+import { absorb, beginPage, type Cursor, decodeCursor, encodeCursor, fingerprint, finishPage, miss, type Sized, startCursor } from "./paging.js";
 
 const U1 = "00000000-0000-4000-8000-000000000001";
 const U2 = "ffffffff-ffff-4fff-bfff-fffffffffff2";
@@ -48,7 +48,12 @@ describe("token codec", () => {
   test("a token too long for CSI (many clusters failed part-way) is UNAVAILABLE, not a token past 128 bytes", () => {
     const over = ["a", "b", "c", "d", "e", "f"];
     assert.equal(
-      codeOf(() => encodeCursor(over, over.map(() => U1))),
+      codeOf(() =>
+        encodeCursor(
+          over,
+          over.map(() => U1),
+        ),
+      ),
       "Unavailable",
     );
   });
@@ -95,7 +100,12 @@ const uuid = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, "0
 
 describe("stitching a page", () => {
   test("given a page that fits whole with a next page, when absorbed, then the cluster moves on and asks for more", () => {
-    const { state, more } = absorb(beginPage(startCursor(["a", "b"])), 0, { entries: sized([uuid(1), uuid(2)]), nextToken: uuid(3) }, { max: 0, maxBytes: 1000 });
+    const { state, more } = absorb(
+      beginPage(startCursor(["a", "b"])),
+      0,
+      { entries: sized([uuid(1), uuid(2)]), nextToken: uuid(3) },
+      { max: 0, maxBytes: 1000 },
+    );
     assert.deepEqual(state.entries, [uuid(1), uuid(2)]);
     assert.deepEqual(state.cursor, [uuid(3), ""]);
     assert.equal(more, uuid(3));
