@@ -63,9 +63,21 @@ export function journalRouting(deps: RoutingDeps) {
     });
   };
 
-  /** A command of a fan-out: also bounded by `fanOutMs`, and cancelled by `signal` (the caller's or the fan-out's own). */
-  const fanOutCall = <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext, signal: AbortSignal = ctx.signal) =>
-    call(cluster, command, req, ctx, { withinMs: times.fanOutMs, signal });
+  /**
+   * A command of a fan-out: also bounded by `fanOutMs`, and cancelled by `signal` (the caller's or
+   * the fan-out's own). A cluster that has not answered within `fanOutMs` is UNAVAILABLE (the
+   * caller's own deadline stays DEADLINE_EXCEEDED).
+   */
+  const fanOutCall = async <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext, signal: AbortSignal = ctx.signal) => {
+    try {
+      return await call(cluster, command, req, ctx, { withinMs: times.fanOutMs, signal });
+    } catch (err) {
+      const callerLeft = !ctx.signal.aborted && (ctx.deadline === undefined || Date.now() < ctx.deadline);
+      if (err instanceof DriverError && err.code === "DeadlineExceeded" && callerLeft && !signal.aborted)
+        throw new DriverError("Unavailable", `cluster ${cluster} did not answer within ${times.fanOutMs} ms`, { cause: err });
+      throw err;
+    }
+  };
 
   /**
    * The cluster and parts of an id, or undefined when the id cannot name anything we have: it
