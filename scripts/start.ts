@@ -3,7 +3,8 @@
  *
  *  - NATS_URL / REDIS_URL unset → start our own nats-server (JetStream) and redis-server on free
  *    ports with data under ./.data/ (stopped on exit); set → use those servers.
- *  - Starts the journal, the controller (unix://$PWD/run/csi-controller.sock) and one node-agent
+ *  - Starts a journal per cluster (one; CLUSTERS=2 for two; or those of CLUSTERS_FILE), the
+ *    controller (unix://$PWD/run/csi-controller.sock) and one node-agent
  *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
  *  - Once ready, writes the endpoints to <runDir>/stack.json, where csictl finds the local stack
  *    (packages/cli/src/stack-file.ts); the file is removed on stop.
@@ -29,6 +30,7 @@ const starting = startStack({
   natsUrl: process.env.NATS_URL,
   redisUrl: process.env.REDIS_URL,
   nodeId: process.env.NODE_ID,
+  clusters: process.env.CLUSTERS,
   onLine: (line) => process.stdout.write(`${line}\n`),
   onStep: say,
   signal: abort.signal,
@@ -56,7 +58,7 @@ try {
     say("a service exited; stopping", { code });
     void stopAll(1);
   });
-  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile } = stack;
+  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters } = stack;
   const stackFile = writeStackFile(runDir, {
     pid: process.pid,
     startedAt: new Date().toISOString(),
@@ -68,7 +70,7 @@ try {
     clustersFile,
     dataDir,
   });
-  say("csi stack ready", { controller, node, nats, redis, nodeId, stackFile });
+  say("csi stack ready", { controller, node, nats, redis, nodeId, clusters, stackFile });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

@@ -149,3 +149,19 @@ test("an Aborted from the resend waits for the first replica when it turns out a
     r.close();
   }
 });
+
+test("quietMs: a replica that takes commands and never shows a sign of life (frozen) is Unavailable after quietMs; one that beats is waited for", async () => {
+  const frozen = await replicas("q1", { first: () => {}, stays: true }); // keeps taking every resend, answers nothing
+  const working = await replicas("q2", { first: (m) => void beatFor(m, 1_500).then(() => m.respond(refusal("NotFound"))), stays: true });
+  try {
+    const client = new JournalClient(nc, 30_000);
+    const started = performance.now();
+    assert.equal(await codeOf(client.call("q1", "volume.get", { uuid: UUID }, { quietMs: 600 })), "Unavailable");
+    const ms = performance.now() - started;
+    assert.ok(ms >= 550 && ms < 5_000, `Unavailable after ${Math.round(ms)} ms, not at the 30 s timeout`);
+    assert.equal(await codeOf(client.call("q2", "volume.get", { uuid: UUID }, { quietMs: 600 })), "NotFound", "beats are signs of life");
+  } finally {
+    frozen.close();
+    working.close();
+  }
+});

@@ -1,8 +1,10 @@
 /**
  * The whole CSI stack on this machine, as `npm start` runs it and as `npm run sanity` and
  * `npm run chaos` run it in a temporary directory: nats-server + redis-server (unless URLs are
- * given), one or more journal replicas, a controller (<runDir>/csi-controller.sock) and a
- * node-agent (<runDir>/csi-node.sock). Each service (and each server we started) can be killed
+ * given), one or more journal replicas per cluster of the clusters file, a controller
+ * (<runDir>/csi-controller.sock) and a node-agent (<runDir>/csi-node.sock). Without a clusters
+ * file it writes one (<runDir>/clusters.json): one cluster, or `clusters` of them
+ * (`CLUSTERS=2 npm start`), all on the one NATS and Redis. Each service (and each server we started) can be killed
  * and started again on the same socket, port and data (the chaos driver does).
  *
  *   const stack = await startStack({ dataDir, runDir, journalReplicas: 3 });   // rejects after stopping what it started
@@ -12,10 +14,10 @@
  * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
  * stack on them is refused (StackInUse) before it starts or writes anything.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { DEFAULT_CLUSTERS, TOPOLOGY_KEY } from "@csi/contracts";
+import { DEFAULT_CLUSTERS, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
 import { StackLock } from "./stack-lock.js";
@@ -28,7 +30,9 @@ export interface StackOptions {
   redisUrl?: string | undefined;
   /** CSI node id of the node-agent (default: hostname). */
   nodeId?: string | undefined;
-  /** How many journal replicas (one queue group; REPLICA_ID journal-1, journal-2, …). Default 1. */
+  /** How many local clusters to run when no clusters file is given (`CLUSTERS`, default 1). */
+  clusters?: string | undefined;
+  /** How many journal replicas per cluster (one queue group; REPLICA_ID journal-1, journal-2, …). Default 1. */
   journalReplicas?: number;
   /** Extra environment for the services. */
   env?: Record<string, string>;
@@ -44,7 +48,7 @@ export interface StackOptions {
 
 /** One service of the stack, which can be killed and started again with the same environment and arguments. */
 export interface StackService {
-  /** "journal-1", "controller", "node-agent". */
+  /** "journal-1" (or "journal-<cluster>-1" with several clusters), "controller", "node-agent". */
   readonly name: string;
   /** The process running now, if any. */
   readonly process: ServiceProcess | undefined;
@@ -65,6 +69,8 @@ export interface Stack {
   redisUrl: string;
   /** The clusters file the services run with. */
   clustersFile: string;
+  /** The clusters served (journals for each), the default first. */
+  clusters: string[];
   /** The processes running now. */
   readonly services: ServiceProcess[];
   journals: StackService[];
@@ -79,6 +85,9 @@ export interface Stack {
 }
 
 export async function startStack(opts: StackOptions): Promise<Stack> {
+  const givenFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE;
+  const count = clusterCount(opts.clusters);
+  if (givenFile && opts.clusters) throw new Error("set CLUSTERS or CLUSTERS_FILE, not both (a clusters file says how many clusters it has)");
   mkdirSync(opts.dataDir, { recursive: true });
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
@@ -110,7 +119,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const natsUrl = opts.natsUrl || (await server("nats"));
     const redisUrl = opts.redisUrl || (await server("redis"));
     const nodeId = opts.nodeId || os.hostname();
-    const clustersFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE ?? writeLocalClusters(opts.runDir, nodeId);
+    const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count);
+    const resolved = resolveClusters(JSON.parse(readFileSync(clustersFile, "utf8")), opts.dataDir);
+    const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
     const env = {
       NATS_URL: natsUrl,
       REDIS_URL: redisUrl,
@@ -136,14 +147,17 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       return s;
     };
     const replicas = Math.max(1, opts.journalReplicas ?? 1);
-    const journals = Array.from({ length: replicas }, (_, i) =>
-      service(replicas === 1 ? "journal" : `journal-${i + 1}`, () =>
-        spawnService("journal", replicas === 1 ? env : { REPLICA_ID: `journal-${i + 1}`, ...env }, common),
-      ),
+    // One cluster: "journal", or "journal-1", "journal-2"… for replicas; several: the cluster too ("journal-local-2", "journal-local-2-1").
+    const journals = clusters.flatMap((cluster) =>
+      Array.from({ length: replicas }, (_, i) => {
+        const name = ["journal", ...(clusters.length > 1 ? [cluster] : []), ...(replicas > 1 ? [String(i + 1)] : [])].join("-");
+        const replica: Record<string, string> = replicas > 1 ? { REPLICA_ID: name } : {};
+        return service(name, () => spawnService("journal", { ...replica, ...env, CLUSTER_ID: cluster }, common));
+      }),
     );
     const controller = service("controller", () => spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], ...common }));
     const nodeAgent = service("node-agent", () => spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }));
-    // The journals first: the controller's Probe wants a journal to answer.
+    // The journals first: the controller's Probe wants a journal of the default cluster to answer.
     await settleAll(journals.map((j) => j.start()));
     opts.signal?.throwIfAborted();
     await settleAll([controller.start(), nodeAgent.start()]);
@@ -155,6 +169,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       natsUrl,
       redisUrl,
       clustersFile: env.CLUSTERS_FILE,
+      clusters,
       get services() {
         return managed.flatMap((s) => (s.process && s.running ? [s.process] : []));
       },
@@ -219,13 +234,37 @@ function stackService(name: string, launch: () => Promise<ServiceProcess>, exite
   };
 }
 
+/** The most local clusters `CLUSTERS` may ask for. */
+export const MAX_LOCAL_CLUSTERS = 16;
+
+/** `CLUSTERS` (unset or empty = 1): a whole number from 1 to MAX_LOCAL_CLUSTERS. */
+export function clusterCount(v: string | undefined): number {
+  if (v === undefined || v === "") return 1;
+  if (!/^[0-9]{1,3}$/.test(v) || Number(v) < 1 || Number(v) > MAX_LOCAL_CLUSTERS)
+    throw new Error(`CLUSTERS must be a whole number from 1 to ${MAX_LOCAL_CLUSTERS}, got ${JSON.stringify(v.slice(0, 20))}`);
+  return Number(v);
+}
+
 /**
- * The built-in single cluster and pool, with the pool's topology set to this machine's node
- * segment: the pool's files live on this machine, so only its node-agent can attach them.
+ * The clusters file of a local stack: the built-in cluster (`local`) and, for `count` > 1,
+ * `local-2`, `local-3`… each with the built-in pool; every pool's topology is this machine's node
+ * segment (its files live here, so only this machine's node-agent can attach them). Pool
+ * directories default to `<dataDir>/pools/<cluster>/<pool>`: one per cluster.
  */
-export function writeLocalClusters(runDir: string, nodeId: string): string {
+export function localClusters(count: number, nodeId: string): typeof DEFAULT_CLUSTERS {
+  const [builtIn] = DEFAULT_CLUSTERS.clusters;
+  if (!builtIn) throw new Error("no built-in cluster");
+  const clusters = Array.from({ length: count }, (_, i) => ({
+    ...builtIn,
+    clusterID: i === 0 ? builtIn.clusterID : `${builtIn.clusterID}-${i + 1}`,
+    pools: builtIn.pools.map((p) => ({ ...p, topology: [{ [TOPOLOGY_KEY]: nodeId }] })),
+  }));
+  return { ...DEFAULT_CLUSTERS, clusters };
+}
+
+/** Writes localClusters(count, nodeId) to <runDir>/clusters.json. */
+export function writeLocalClusters(runDir: string, nodeId: string, count = 1): string {
   const file = path.join(runDir, "clusters.json");
-  const clusters = DEFAULT_CLUSTERS.clusters.map((c) => ({ ...c, pools: c.pools.map((p) => ({ ...p, topology: [{ [TOPOLOGY_KEY]: nodeId }] })) }));
-  writeFileSync(file, `${JSON.stringify({ ...DEFAULT_CLUSTERS, clusters }, null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify(localClusters(count, nodeId), null, 2)}\n`);
   return file;
 }

@@ -8,7 +8,9 @@
  * its reply. A command whose replica goes silent for `silenceMs` — no beat, no reply: it was
  * killed — is sent again, with the same request id, to the queue group, so another replica
  * finishes it (every command is idempotent by name or uuid). This goes on until the caller's
- * deadline; when no other replica is there, the call is Unavailable at once.
+ * deadline; when no other replica is there, the call is Unavailable at once. With `quietMs`, a
+ * call that has had no sign of life at all (no beat, no reply from any replica: the cluster's
+ * journals are frozen or cut off) is Unavailable after that long instead of at the deadline.
  */
 
 import {
@@ -55,12 +57,15 @@ export class JournalClient {
     this.#silenceMs = opts.silenceMs ?? DEFAULT_SILENCE_MS;
   }
 
-  /** Send one command; `timeoutMs` bounds the wait, `signal` ends it early (the caller went away). */
+  /**
+   * Send one command; `timeoutMs` bounds the wait, `signal` ends it early (the caller went away),
+   * `quietMs` bounds the wait for a first sign of life (a beat or a reply) from any replica.
+   */
   async call<C extends JournalCommand>(
     cluster: string,
     command: C,
     request: CommandRequest<C>,
-    opts: { timeoutMs?: number; signal?: AbortSignal } = {},
+    opts: { timeoutMs?: number; signal?: AbortSignal; quietMs?: number } = {},
   ): Promise<CommandResult<C>> {
     const parsed = journalContract[command].request.safeParse(request);
     if (!parsed.success) throw new DriverError("InvalidArgument", describeZodError(parsed.error));
@@ -70,7 +75,7 @@ export class JournalClient {
       const env = envelope.safeParse(JSON.parse(Buffer.from(data).toString("utf8")));
       if (!env.success) return { ok: false, err: new DriverError("Internal", `malformed journal reply: ${describeZodError(env.error)}`) };
       return env.data.ok ? { ok: true, value: env.data.result } : { ok: false, err: fromWireError(env.data.error) };
-    }).run(subjects.command(cluster, command), JSON.stringify(parsed.data), opts.timeoutMs ?? this.timeoutMs, opts.signal);
+    }).run(subjects.command(cluster, command), JSON.stringify(parsed.data), opts.timeoutMs ?? this.timeoutMs, opts.signal, opts.quietMs);
     if (!outcome.ok) throw outcome.err;
     return outcome.value as CommandResult<C>;
   }
@@ -85,13 +90,14 @@ export class JournalClient {
  *    command is sent again;
  *  - a reply ends the exchange — except an Aborted while an earlier attempt is still alive
  *    (the resend found the name locked by that very attempt): that one's reply is awaited;
- *  - no responders: Unavailable at once;
+ *  - no responders: Unavailable at once; no message at all within `quietMs` (if given): Unavailable;
  *  - the deadline: DeadlineExceeded (or the Aborted held back, if any).
  */
 class Exchange {
   readonly #live = new Map<number, NodeJS.Timeout | undefined>();
   #attempts = 0;
   #held?: Outcome;
+  #quiet?: NodeJS.Timeout;
   #settle?: (o: Outcome) => void;
   #sendAgain: () => void = () => {};
 
@@ -103,7 +109,7 @@ class Exchange {
     private readonly parse: (data: Uint8Array) => Outcome,
   ) {}
 
-  run(subject: string, payload: string, timeoutMs: number, signal?: AbortSignal): Promise<Outcome> {
+  run(subject: string, payload: string, timeoutMs: number, signal?: AbortSignal, quietMs?: number): Promise<Outcome> {
     return new Promise<Outcome>((resolve) => {
       let id: number;
       try {
@@ -115,12 +121,17 @@ class Exchange {
         () => this.#end(this.#held ?? this.#fail("DeadlineExceeded", `journal of cluster ${this.cluster} did not answer in time`)),
         timeoutMs,
       );
+      this.#quiet =
+        quietMs === undefined || quietMs >= timeoutMs
+          ? undefined
+          : setTimeout(() => this.#end(this.#fail("Unavailable", `no journal replica of cluster ${this.cluster} answered within ${quietMs} ms`)), quietMs);
       const onAbort = () =>
         this.#end({ ok: false, err: signal?.reason instanceof DriverError ? signal.reason : new DriverError("DeadlineExceeded", "the caller cancelled") });
       signal?.addEventListener("abort", onAbort, { once: true });
       this.#settle = (o) => {
         this.#settle = undefined;
         clearTimeout(deadline);
+        clearTimeout(this.#quiet);
         signal?.removeEventListener("abort", onAbort);
         for (const t of this.#live.values()) clearTimeout(t);
         this.#live.clear();
@@ -175,6 +186,7 @@ class Exchange {
   }
 
   #onMessage(msg: Msg, attempt: number): void {
+    clearTimeout(this.#quiet); // a sign of life (or a no-responders status, which ends the call anyway)
     if (msg.data.length === 0) {
       if (msg.headers?.code === 503) this.#gone(attempt, "no responders");
       else this.#watch(attempt); // a working beat

@@ -10,6 +10,10 @@ export const ControllerConfig = z.object({
   logLevel: z.string().default("info"),
   /** How long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED. */
   journalTimeoutMs: z.coerce.number().int().min(100).default(30_000),
+  /** No sign of life (a reply or a working beat) from any journal replica of the cluster for this long: UNAVAILABLE. */
+  journalQuietMs: z.coerce.number().int().min(100).default(2_000),
+  /** The most List and GetCapacity wait for one cluster when they ask every cluster. */
+  clusterFanOutTimeoutMs: z.coerce.number().int().min(100).default(2_000),
 });
 export type ControllerConfig = z.infer<typeof ControllerConfig>;
 
@@ -22,5 +26,7 @@ export function controllerConfig(argv: string[], env: NodeJS.ProcessEnv): Contro
     dataDir: env.DATA_DIR,
     logLevel: env.LOG_LEVEL,
     journalTimeoutMs: env.JOURNAL_TIMEOUT_MS,
+    journalQuietMs: env.JOURNAL_QUIET_MS,
+    clusterFanOutTimeoutMs: env.CLUSTER_FANOUT_TIMEOUT_MS,
   });
 }

@@ -27,6 +27,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
   const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1 });
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
   const nodes = new NodeDirectory(nc);
+  const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };
 
   /** Ready when NATS is up and a journal replica of the default cluster answers a service ping. */
   const ready = async () => {
@@ -45,8 +46,8 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
     services: {
       Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
       // Every request is checked against CSI's size limits before its handler sees it.
-      Controller: withCsiBounds(controllerHandlers({ clusters, journal, nodes, nodeWork: new NodeWorkSender(nc) })),
-      GroupController: withCsiBounds(groupControllerHandlers({ clusters, journal })),
+      Controller: withCsiBounds(controllerHandlers({ clusters, journal, times, nodes, nodeWork: new NodeWorkSender(nc) })),
+      GroupController: withCsiBounds(groupControllerHandlers({ clusters, journal, times })),
     },
   });
   return {

@@ -9,7 +9,6 @@ import {
   GiB,
   inForce,
   invalidArgument,
-  isUuid,
   MAX_PAGE_ENTRIES,
   MiB,
   type MutableParameters,
@@ -141,18 +140,6 @@ export function csiSnapshot(clusterID: string, s: SnapshotView): SnapshotMsg {
     // A member of a group snapshot names it (the group is in its members' pool, so it shares their pool id).
     group_snapshot_id: s.groupSnapshotUuid ? composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.groupSnapshotUuid }) : "",
   };
-}
-
-/** Paging over several clusters: `<clusterID>/<journal token>` (empty token = the cluster's start). */
-export function parsePageToken(token: string, clusters: string[]): { cluster: string; inner?: string } {
-  if (!token) return { cluster: clusters[0] ?? "" };
-  const slash = token.indexOf("/");
-  const cluster = token.slice(0, slash);
-  const inner = token.slice(slash + 1);
-  if (slash < 0 || !clusters.includes(cluster) || (inner !== "" && !isUuid(inner))) {
-    throw new DriverError("Aborted", `invalid starting_token ${quote(token)}`);
-  }
-  return inner ? { cluster, inner } : { cluster };
 }
 
 /** max_entries: negative is INVALID_ARGUMENT; past our page cap it is clamped (CSI lets a plugin return fewer, with a next_token). */

@@ -5,10 +5,8 @@
  */
 import { createHash } from "node:crypto";
 import {
-  type Clusters,
   DriverError,
   invalidArgument,
-  jsonBytes,
   MiB,
   notFound,
   parseMutableParameters,
@@ -17,26 +15,16 @@ import {
   type ResolvedCluster,
   type ResolvedPool,
   type SnapshotView,
-  takeWithin,
   unsupported,
   type VolumeView,
 } from "@csi/contracts";
-import { type Handlers, type JournalClient, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
+import { type CallContext, type Handlers, required, type TopologyRequirementMsg, toCapabilities, toCapability } from "@csi/runtime";
 import type { NodeWorkSender } from "../adapters/node-work.js";
 import type { NodeDirectory } from "../adapters/nodes.js";
-import {
-  capacityOf,
-  createLimits,
-  csiSnapshot,
-  csiVolume,
-  expansionOf,
-  LIST_REPLY_MAX_BYTES,
-  maxEntriesOf,
-  parsePageToken,
-  splitParameters,
-} from "../domain/csi.js";
+import { capacityOf, createLimits, csiSnapshot, csiVolume, expansionOf, LIST_REPLY_MAX_BYTES, maxEntriesOf, splitParameters } from "../domain/csi.js";
 import { choosePool, reaches } from "../domain/topology.js";
-import { journalRouting } from "./routing.js";
+import { errorFields, fromEach, type JournalPage, listAcross } from "./fan-out.js";
+import { journalRouting, type RoutingDeps } from "./routing.js";
 
 /** A node id in a JetStream message id (ids are deduplicated stream-wide, so each node's work needs its own). */
 const shortHash = (s: string) => createHash("sha256").update(s).digest("hex").slice(0, 16);
@@ -59,58 +47,34 @@ export const CONTROLLER_CAPABILITIES = [
   "MODIFY_VOLUME",
 ] as const;
 
-export function controllerHandlers(deps: {
-  clusters: Clusters;
-  journal: JournalClient;
-  nodes: NodeDirectory;
-  nodeWork: NodeWorkSender;
-}): Handlers<"Controller"> {
+export function controllerHandlers(deps: RoutingDeps & { nodes: NodeDirectory; nodeWork: NodeWorkSender }): Handlers<"Controller"> {
   const { clusters, nodes, nodeWork } = deps;
   const clusterIds = clusters.clusters.map((c) => c.clusterID);
-  const { call, locate, mustLocate, ref } = journalRouting(deps);
+  const { call, fanOutCall, locate, mustLocate, ref } = journalRouting(deps);
 
   /**
-   * One page of a list over the clusters `over`, in turn; the token (`<cluster>/<uuid>`) says
-   * where the previous page stopped. Journal pages (each cut by the journal to fit a NATS reply)
-   * are stitched until `max` entries (0 = no limit) or LIST_REPLY_MAX_BYTES; what is left is
-   * for next_token, which CSI lets a plugin return whatever max_entries says.
+   * One page of a list over the clusters `over` (rpc/fan-out.ts): every cluster asked at once,
+   * each bounded in time; one that fails is logged and keeps its position in the next_token.
    */
-  async function fanOut<V extends { uuid: string }, E>(
+  const listPage = <V extends { uuid: string }, E>(
+    what: string,
     over: string[],
-    token: string,
-    max: number,
-    fetch: (cluster: string, maxEntries: number, inner?: string) => Promise<{ entries: V[]; nextToken?: string }>,
+    req: { starting_token?: string; max_entries?: number },
+    ctx: CallContext,
+    fetch: (cluster: string, maxEntries: number, inner: string | undefined, signal: AbortSignal) => Promise<JournalPage<V>>,
     toEntry: (cluster: string, v: V) => E,
-  ): Promise<{ entries: E[]; next_token: string }> {
-    let { cluster, inner } = parsePageToken(token, over);
-    const entries: E[] = [];
-    let bytes = 0;
-    for (let i = over.indexOf(cluster); i < over.length; ) {
-      cluster = over[i] as string;
-      const page = await fetch(cluster, max > 0 ? max - entries.length : 0, inner);
-      const here = cluster;
-      const sized = page.entries.map((v) => {
-        const entry = toEntry(here, v);
-        return { uuid: v.uuid, entry, bytes: jsonBytes(entry) };
-      });
-      const { taken, cut } = takeWithin(sized, (s) => s.bytes, LIST_REPLY_MAX_BYTES - bytes, entries.length === 0);
-      for (const s of taken) {
-        entries.push(s.entry);
-        bytes += s.bytes;
-      }
-      if (cut) return { entries, next_token: `${cluster}/${taken.at(-1)?.uuid ?? inner ?? ""}` };
-      const full = max > 0 && entries.length >= max;
-      if (page.nextToken) {
-        if (full) return { entries, next_token: `${cluster}/${page.nextToken}` };
-        inner = page.nextToken;
-        continue;
-      }
-      i++;
-      inner = undefined;
-      if (full) return { entries, next_token: over[i] ? `${over[i]}/` : "" };
-    }
-    return { entries, next_token: "" };
-  }
+  ) =>
+    listAcross({
+      over,
+      token: String(req.starting_token ?? ""),
+      max: maxEntriesOf(req.max_entries),
+      maxBytes: LIST_REPLY_MAX_BYTES,
+      fetch,
+      toEntry,
+      signal: ctx.signal,
+      onMissing: (cluster, err) =>
+        ctx.log.warn({ cluster, ...errorFields(err) }, `${what} answered without cluster ${cluster}: its entries are left for next_token`),
+    });
 
   const volumeEntry = (cluster: string, v: VolumeView) => ({
     volume: csiVolume(clusters.get(cluster) as ResolvedCluster, v),
@@ -260,29 +224,40 @@ export function controllerHandlers(deps: {
     },
 
     ListVolumes: async (req, ctx) =>
-      fanOut(
+      listPage(
+        "ListVolumes",
         clusterIds,
-        String(req.starting_token ?? ""),
-        maxEntriesOf(req.max_entries),
-        (cluster, maxEntries, inner) => call(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx),
+        req,
+        ctx,
+        (cluster, maxEntries, inner, signal) => fanOutCall(cluster, "volume.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx, signal),
         volumeEntry,
       ),
 
     GetCapacity: async (req, ctx) => {
       const params = splitParameters(req.parameters);
-      const cluster = clusters.get(params.clusterID ?? clusters.defaultCluster);
-      if (!cluster) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
+      if (params.clusterID && !clusters.get(params.clusterID)) throw invalidArgument(`unknown clusterID ${quote(params.clusterID)}`);
       const none = { available_capacity: "0", maximum_volume_size: null, minimum_volume_size: null };
       if (req.volume_capabilities?.length) {
         for (const c of toCapabilities(req.volume_capabilities)) if (unsupported(c)) return none;
       }
+      // The `clusterID` parameter selects one cluster; without it, every cluster that has the `pool` asked for (if any).
+      const over = params.clusterID ? [clusters.get(params.clusterID) as ResolvedCluster] : clusters.clusters;
+      const named = params.pool;
+      const withPool = named ? over.filter((c) => c.pools.some((p) => p.name === named)) : over;
+      if (!withPool.length) throw invalidArgument(`unknown pool ${quote(named)} in ${params.clusterID ? `cluster ${params.clusterID}` : "every cluster"}`);
       const topology = req.accessible_topology?.segments;
-      const chosen = choosePool(poolCandidates(cluster, params.pool), { requisite: topology ? [topology] : [], preferred: [] });
-      if (chosen.kind === "none") return none; // no pool is reachable from that topology: nothing to offer there
-      const s = await call(cluster.clusterID, "pool.stat", { pool: chosen.pool.name }, ctx);
+      const targets = withPool.flatMap((cluster) => {
+        const chosen = choosePool(poolCandidates(cluster, named), { requisite: topology ? [topology] : [], preferred: [] });
+        return chosen.kind === "none" ? [] : [{ cluster: cluster.clusterID, pool: chosen.pool.name }];
+      });
+      if (!targets.length) return none; // no pool is reachable from that topology: nothing to offer there
+      const { healthy, failed } = await fromEach(targets, (t) => fanOutCall(t.cluster, "pool.stat", { pool: t.pool }, ctx));
+      for (const f of failed) ctx.log.warn({ cluster: f.item.cluster, ...errorFields(f.err) }, `GetCapacity answered without cluster ${f.item.cluster}`);
+      if (!healthy.length) throw (failed[0] as { err: unknown }).err; // not one cluster answered: its error (UNAVAILABLE when down)
+      const stats = healthy.map((h) => h.value);
       return {
-        available_capacity: String(s.freeBytes),
-        maximum_volume_size: { value: String(Math.min(s.maxImageBytes, s.freeBytes)) },
+        available_capacity: String(stats.reduce((n, s) => n + s.freeBytes, 0)),
+        maximum_volume_size: { value: String(Math.max(...stats.map((s) => Math.min(s.maxImageBytes, s.freeBytes)))) },
         minimum_volume_size: { value: String(MiB) },
       };
     },
@@ -346,7 +321,6 @@ export function controllerHandlers(deps: {
     },
 
     ListSnapshots: async (req, ctx) => {
-      const max = maxEntriesOf(req.max_entries);
       if (req.snapshot_id || req.source_volume_id) {
         const snap = req.snapshot_id ? locate(req.snapshot_id) : undefined;
         const src = req.source_volume_id ? locate(req.source_volume_id) : undefined;
@@ -356,22 +330,24 @@ export function controllerHandlers(deps: {
         // A snapshot is in its source's pool: an id whose pool part differs names nothing.
         const inPools = (s: SnapshotView) => (!snap || s.poolId === snap.parts.poolID) && (!src || s.poolId === src.parts.poolID);
         const filter = { ...(snap ? { snapshotUuid: snap.parts.uuid } : {}), ...(src ? { sourceUuid: src.parts.uuid } : {}) };
-        return fanOut(
+        return listPage(
+          "ListSnapshots",
           [cluster],
-          String(req.starting_token ?? ""),
-          max,
-          async (c, maxEntries, inner) => {
-            const page = await call(c, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}), ...filter }, ctx);
+          req,
+          ctx,
+          async (c, maxEntries, inner, signal) => {
+            const page = await fanOutCall(c, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}), ...filter }, ctx, signal);
             return { ...page, entries: page.entries.filter(inPools) };
           },
           snapshotEntry,
         );
       }
-      return fanOut(
+      return listPage(
+        "ListSnapshots",
         clusterIds,
-        String(req.starting_token ?? ""),
-        max,
-        (cluster, maxEntries, inner) => call(cluster, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx),
+        req,
+        ctx,
+        (cluster, maxEntries, inner, signal) => fanOutCall(cluster, "snapshot.list", { maxEntries, ...(inner ? { startingToken: inner } : {}) }, ctx, signal),
         snapshotEntry,
       );
     },

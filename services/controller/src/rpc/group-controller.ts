@@ -3,15 +3,15 @@
  * A group is taken in one cluster (its journal locks every source volume and cuts them all);
  * arguments are checked before existence, as for the Controller service.
  */
-import { type Clusters, DriverError, invalidArgument, notFound, quote } from "@csi/contracts";
-import { type CallContext, type Handlers, type JournalClient, required } from "@csi/runtime";
+import { DriverError, invalidArgument, notFound, quote } from "@csi/contracts";
+import { type CallContext, type Handlers, required } from "@csi/runtime";
 import { splitParameters } from "../domain/csi.js";
 import { csiGroupSnapshot } from "../domain/group-csi.js";
-import { journalRouting } from "./routing.js";
+import { journalRouting, type RoutingDeps } from "./routing.js";
 
 export const GROUP_CONTROLLER_CAPABILITIES = ["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"] as const;
 
-export function groupControllerHandlers(deps: { clusters: Clusters; journal: JournalClient }): Handlers<"GroupController"> {
+export function groupControllerHandlers(deps: RoutingDeps): Handlers<"GroupController"> {
   const { call, locate, mustLocate, ref } = journalRouting(deps);
 
   /** A group snapshot as the id names it: undefined when it does not exist or is in another pool than the id says (no aliases). */
