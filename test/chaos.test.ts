@@ -178,11 +178,13 @@ test("figures: recovery is the first dependent success after a fault; failover c
   const kill: FaultRecord = { kind: "journal-kill", at: 1000, restoredAt: 1500, target: "journal-1", journalsUp: 2 };
   assert.equal(recoveryMs(kill, ops), 300);
   assert.equal(recoveryMs({ ...kill, kind: "node-agent-kill" }, ops), 900, "node faults wait for a node operation");
-  const [f] = journalFailovers([kill, { ...kill, at: 900, journalsUp: 1 }], ops);
+  const [f] = journalFailovers([kill, { ...kill, at: 3000, restoredAt: 3500, journalsUp: 1 }], ops);
   assert.deepEqual([f?.ms, f?.creates, f?.failed], [4000, 3, 1]);
   const flush: FaultRecord = { kind: "redis-flush", at: 200, restoredAt: 210, target: "redis" };
   assert.equal(journalFailovers([flush, kill], ops)[0]?.during, flush, "a kill 790 ms after a flush lands in its recovery");
   assert.equal(journalFailovers([{ ...flush, at: -2000, restoredAt: -1990 }, kill], ops)[0]?.during, undefined, "3 s later it stands alone");
+  const lateFault: FaultRecord = { kind: "nats-restart", at: -500, restoredAt: 100, target: "nats-server" };
+  assert.equal(journalFailovers([lateFault, kill], ops)[0]?.creates, 2, "the create that started during the nats restart measures that restart: left out");
 });
 
 test("table: columns padded, numbers right-aligned", () => {

@@ -263,7 +263,11 @@ describe("CLUSTERS=2 npm start", () => {
     const runDir = path.join(dir, "run");
     const childEnv: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, CLUSTERS: "2" };
     for (const k of ["NATS_URL", "REDIS_URL", "CLUSTERS_FILE"]) delete childEnv[k];
-    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], { cwd: ROOT, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+      cwd: ROOT,
+      env: childEnv,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const exited = new Promise<number | null>((resolve) => child.once("exit", (c) => resolve(c)));
     t.after(async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
@@ -295,7 +299,12 @@ describe("CLUSTERS=2 npm start", () => {
     try {
       const ids: string[] = [];
       for (const clusterID of ["local", "local-2"]) {
-        const v = await c.CreateVolume({ name: `start-${clusterID}`, volume_capabilities: [mountCap], capacity_range: { required_bytes: String(MiB) }, parameters: { clusterID } });
+        const v = await c.CreateVolume({
+          name: `start-${clusterID}`,
+          volume_capabilities: [mountCap],
+          capacity_range: { required_bytes: String(MiB) },
+          parameters: { clusterID },
+        });
         assert.equal(v.volume?.volume_context.clusterID, clusterID);
         ids.push(v.volume?.volume_id as string);
       }

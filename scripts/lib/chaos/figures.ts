@@ -19,7 +19,10 @@ export function recoveryMs(f: FaultRecord, ops: readonly OpRecord[]): number | u
 
 export interface Failover {
   fault: FaultRecord;
-  /** Until the creates that were in flight at the kill, and those started within `windowMs` after it, had all answered. */
+  /**
+   * Until the creates that were in flight at the kill, and those started within `windowMs` after
+   * it, had all answered (a create that started before an earlier fault was restored is left out).
+   */
   ms: number;
   /** How many creates that counts, and how many of them failed. */
   creates: number;
@@ -37,7 +40,9 @@ export function journalFailovers(faults: readonly FaultRecord[], ops: readonly O
   return faults
     .filter((f) => f.kind === "journal-kill" && (f.journalsUp ?? 0) >= 2)
     .flatMap((f) => {
-      const creates = ops.filter((o) => o.phase === "run" && CREATE_OPS.has(o.kind) && o.end > f.at && o.start < f.at + windowMs);
+      // Creates that started while an earlier fault was still in effect measure that fault too: left out.
+      const calmSince = Math.max(0, ...faults.filter((g) => g !== f && g.at <= f.at).map((g) => g.restoredAt ?? g.at));
+      const creates = ops.filter((o) => o.phase === "run" && CREATE_OPS.has(o.kind) && o.end > f.at && o.start < f.at + windowMs && o.start >= calmSince);
       if (creates.length === 0) return [];
       const during = faults.find((g) => g !== f && g.at <= f.at && (g.restoredAt ?? g.at) > f.at - windowMs);
       return [

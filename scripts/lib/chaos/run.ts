@@ -31,6 +31,9 @@ import { nodeStateFileOf, observe } from "./observe.js";
 import type { ChaosOptions } from "./options.js";
 import { type OpRecord, Workload } from "./workload.js";
 
+/** Calm before a journal kill, so that its failover is not measured together with the fault before it. */
+const FAILOVER_CALM_MS = 1500;
+
 export interface ChaosResult {
   options: ChaosOptions;
   invariants: Invariant[];
@@ -121,6 +124,8 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const injector = (async () => {
       for (const [i, kind] of plan.entries()) {
         while (started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
+        // A journal kill is measured alone (the 2 s failover bound): the system has been calm for a moment.
+        if (kind === "journal-kill") await sleep(Math.max(0, (faults.at(-1)?.restoredAt ?? 0) + FAILOVER_CALM_MS - clock()));
         if (signal?.aborted) return;
         try {
           faults.push(
