@@ -4,7 +4,7 @@
  * other failure (a nats-server restarting, a timeout) is Unavailable, so the caller — a CO in
  * the end — retries instead of being told that a node or an event does not exist.
  */
-import { DriverError } from "@csi/contracts";
+import { DriverError, NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 
 /** JetStream's API error codes that mean "there is none": no message found, no such stream (nothing was ever written). */
@@ -30,4 +30,14 @@ export function lastMessageOf(jsm: JetStreamManager | Promise<JetStreamManager>,
       },
     ),
   );
+}
+
+/**
+ * A node's registration (its last heartbeat) in the CSI_NODES stream: undefined when it never
+ * registered (or the last one is not valid for it); Unavailable when the stream cannot be read.
+ */
+export async function nodeRegistration(jsm: JetStreamManager | Promise<JetStreamManager>, nodeId: string): Promise<NodeRegistration | undefined> {
+  const msg = await lastMessageOf(jsm, NODES_STREAM, nodeSubjects.registration(nodeId));
+  const parsed = msg ? NodeRegistration.safeParse(msg.json()) : undefined;
+  return parsed?.success && parsed.data.nodeId === nodeId ? parsed.data : undefined;
 }

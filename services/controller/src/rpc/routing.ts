@@ -68,7 +68,13 @@ export function journalRouting(deps: RoutingDeps) {
    * the fan-out's own). A cluster that has not answered within `fanOutMs` is UNAVAILABLE (the
    * caller's own deadline stays DEADLINE_EXCEEDED).
    */
-  const fanOutCall = async <C extends JournalCommand>(cluster: string, command: C, req: CommandRequest<C>, ctx: CallContext, signal: AbortSignal = ctx.signal) => {
+  const fanOutCall = async <C extends JournalCommand>(
+    cluster: string,
+    command: C,
+    req: CommandRequest<C>,
+    ctx: CallContext,
+    signal: AbortSignal = ctx.signal,
+  ) => {
     try {
       return await call(cluster, command, req, ctx, { withinMs: times.fanOutMs, signal });
     } catch (err) {

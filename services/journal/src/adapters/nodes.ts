@@ -1,18 +1,12 @@
 /** The last heartbeat of nodes (their registrations in CSI_NODES, kept one per node): what `verify` judges claims by. */
-import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { nodeRegistration } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Heartbeat } from "../domain/audit.js";
 
+/** Unavailable when the stream cannot be read: a node is never judged silent because NATS was. */
 export async function lastHeartbeats(nc: NatsConnection, nodeIds: string[]): Promise<Map<string, Heartbeat | undefined>> {
-  const jsm = await jetstreamManager(nc);
-  const out = new Map<string, Heartbeat | undefined>();
-  await Promise.all(
-    nodeIds.map(async (nodeId) => {
-      const msg = await jsm.streams.getMessage(NODES_STREAM, { last_by_subj: nodeSubjects.registration(nodeId) }).catch(() => null);
-      const reg = msg ? NodeRegistration.safeParse(msg.json()) : undefined;
-      out.set(nodeId, reg?.success && reg.data.nodeId === nodeId ? { time: reg.data.time, heartbeatMs: reg.data.heartbeatMs } : undefined);
-    }),
-  );
-  return out;
+  const jsm = jetstreamManager(nc);
+  const regs = await Promise.all(nodeIds.map((nodeId) => nodeRegistration(jsm, nodeId)));
+  return new Map(nodeIds.map((nodeId, i) => [nodeId, regs[i] ? { time: regs[i].time, heartbeatMs: regs[i].heartbeatMs } : undefined]));
 }
