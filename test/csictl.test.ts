@@ -3,14 +3,16 @@
  * `npm start` stack, found through the stack's run/stack.json. Help on every command, usage
  * errors (exit 2, one line, no stack trace), unreachable servers (exit 3), the volume round trip,
  * a volume's history with its node's device reports, --follow, FLUSHALL + rebuild restoring the
- * projection key by key, clusters (replicas, lag) and nodes (healthy/expected).
+ * projection key by key, clusters (replicas, lag) and nodes (healthy/expected), replay --at
+ * between two steps, verify / gc (dry run, --apply) of a planted leaked image.
  *
  * The journal's periodic catch-up is off (CATCHUP_EVERY_MS=0), so the projection's watermark
  * moves only with a rebuild and the lag `clusters` shows is exact.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { access, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { keysFor, RedisStore } from "@csi/journal/operator";
@@ -58,7 +60,7 @@ function assertOneLine(r: Run, code: number, message: RegExp) {
   assert.doesNotMatch(r.stderr, /\n\s+at |Error:/, "no stack trace");
 }
 
-let stack: { natsUrl: string; redisUrl: string; nodeId: string; clustersFile: string };
+let stack: { natsUrl: string; redisUrl: string; nodeId: string; clustersFile: string; dataDir: string };
 
 before(async () => {
   const s = await runStack(cleanups, { CATCHUP_EVERY_MS: "0" });
@@ -327,5 +329,89 @@ describe("volumes, history, rebuild, clusters, nodes on a running stack", () => 
     const human = await csictl(["nodes"]);
     assert.equal(human.code, 0);
     assert.match(human.stdout, /^1\/1 healthy/m);
+  });
+});
+
+describe("replay, verify, gc on a running stack", () => {
+  type Cluster = { logSeq: number };
+  const logSeq = async () => ((await json<Cluster[]>("clusters"))[0] as Cluster).logSeq;
+  type Replay = { upTo: { seq: number }; entries: { uuid: string; status: string; volume?: { sizeBytes: number } }[] };
+
+  test("replay --at a sequence between create and expand shows the earlier size, for the volume and for the cluster", async () => {
+    const { volume } = await json<{ volume: { volume_id: string } }>("volume", "create", "csictl-replay", "--size", "4Mi");
+    const id = volume.volume_id;
+    const afterCreate = await logSeq();
+    await json("volume", "expand", id, "--size", "8Mi");
+    const then = await json<Replay>("replay", "--at", String(afterCreate), id);
+    assert.equal(then.upTo.seq, afterCreate);
+    assert.deepEqual(
+      then.entries.map((e) => [e.status, e.volume?.sizeBytes]),
+      [["ready", 4 * MiB]],
+    );
+    const now = await json<Replay>("replay", "--at", String(await logSeq()), id);
+    assert.equal(now.entries[0]?.volume?.sizeBytes, 8 * MiB);
+    assert.deepEqual((await json<Replay>("replay", "--at", "2000-01-01T00:00:00Z", id)).entries, [], "before it existed");
+    const byTime = await json<Replay>("replay", "--at", new Date().toISOString());
+    assert.equal(byTime.entries.find((e) => e.volume?.sizeBytes === 8 * MiB && id.endsWith(e.uuid))?.status, "ready", "the cluster by time");
+
+    const cluster = await csictl(["replay", "--at", String(afterCreate)]);
+    assert.equal(cluster.code, 0, cluster.stderr);
+    assert.match(cluster.stdout, new RegExp(`^cluster local at sequence ${afterCreate} \\(.*\\): \\d+ live aggregates$`, "m"));
+    assert.match(cluster.stdout, /^KIND\s+ID\s+NAME\s+STATUS\s+SIZE\s+NODES\s+SEQ$/m);
+    assert.match(cluster.stdout, new RegExp(`^volume\\s+${id}\\s+csictl-replay\\s+ready\\s+4 MiB\\s`, "m"));
+    assertOneLine(await csictl(["replay", "--at", "yesterday", id]), 2, /--at must be a stream sequence or an ISO time/);
+    assertOneLine(await csictl(["replay", id]), 2, /required option '--at <point>'/);
+    assertOneLine(await csictl(["replay", "--at", "1", "csictl-replay"]), 2, /not a request name/);
+  });
+
+  test("verify finds a planted leaked image (exit 1); gc lists it and leaves it; gc --apply removes it; verify is clean (exit 0)", async () => {
+    const poolDir = path.join(stack.dataDir, "pools", "local", "default");
+    const image = `csi-vol-${randomUUID()}`;
+    const file = path.join(poolDir, `${image}.img`);
+    await writeFile(file, Buffer.alloc(4096));
+    cleanups.push(() => rm(file, { force: true }));
+    type Verify = { ok: boolean; counts: Record<string, number>; findings: { type: string; imageName?: string }[] };
+    const found = await csictl(["--json", "verify"]);
+    assert.equal(found.code, 1, found.stderr);
+    const v = JSON.parse(found.stdout) as Verify;
+    assert.equal(v.ok, false);
+    assert.deepEqual(v.counts, { leakedImages: 1, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 });
+    assert.deepEqual(
+      v.findings.map((f) => [f.type, f.imageName]),
+      [["leakedImage", image]],
+    );
+    const human = await csictl(["verify"]);
+    assert.equal(human.code, 1);
+    assert.match(human.stdout, new RegExp(`^leakedImage\\s+default/${image}\\s+4 KiB, no reservation owns it$`, "m"));
+    assert.match(human.stdout, /^LEAKED IMAGES\s+1$/m);
+    assert.match(human.stdout, /^1 found$/m);
+
+    type Gc = { apply: boolean; actions: { type: string; imageName: string; outcome: string }[] };
+    const dry = await json<Gc>("gc", "--older-than", "1h");
+    assert.deepEqual([dry.apply, dry.actions.map((a) => [a.type, a.imageName, a.outcome])], [false, [["removeLeakedImage", image, "planned"]]]);
+    const dryHuman = await csictl(["gc"]);
+    assert.equal(dryHuman.code, 0);
+    assert.match(dryHuman.stdout, new RegExp(`^removeLeakedImage\\s+default/${image}\\s+volume ${image.slice(8)}\\s+planned\\s+-$`, "m"));
+    assert.match(dryHuman.stdout, /1 planned \(dry run: nothing touched; --apply to act\)/);
+    await access(file); // a dry run leaves it
+
+    const applied = await csictl(["gc", "--apply", "--request-id", "gc-cli"]);
+    assert.equal(applied.code, 0, applied.stderr);
+    assert.match(applied.stdout, new RegExp(`^removeLeakedImage\\s+default/${image}\\s+volume ${image.slice(8)}\\s+done\\s+\\d+$`, "m"));
+    assert.match(applied.stdout, /request gc-cli: 1 done/);
+    await assert.rejects(access(file), "removed");
+
+    const clean = await csictl(["verify"]);
+    assert.equal(clean.code, 0, clean.stdout);
+    assert.match(clean.stdout, /^clean$/m);
+    assertOneLine(await csictl(["gc", "--older-than", "soon"]), 2, /not a duration: "soon"/);
+  });
+
+  test("--help of replay, verify and gc exits 0", async () => {
+    for (const c of ["replay", "verify", "gc"]) {
+      const r = await csictl([c, "--help"]);
+      assert.equal(r.code, 0);
+      assert.ok(r.stdout.startsWith(`Usage: csictl ${c} `), r.stdout);
+    }
   });
 });

@@ -50,7 +50,7 @@ const requestIdOption = () => new Option("--request-id <id>", "request id sent a
 
 export function buildProgram(): Command {
   const program = new Command("csictl")
-    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, rebuild, clusters, nodes.")
+    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, replay, verify, gc, rebuild, clusters, nodes.")
     .version(VERSION)
     .exitOverride()
     .configureOutput({
@@ -158,6 +158,30 @@ export function buildProgram(): Command {
     .command("rebuild")
     .description("drop the cluster's Redis projection and rebuild it from the event log (journals keep serving)")
     .action(act(async (s) => (await import("./commands/rebuild.js")).rebuild(s)));
+
+  const audit = () => import("./commands/audit.js");
+  program
+    .command("replay")
+    .description("the state of the cluster (its live volumes and snapshots) or of one volume/snapshot at a point of the log, built from the log alone")
+    .argument("[id]", "a CSI volume or snapshot id, or a uuid (with --cluster); none: the whole cluster")
+    .requiredOption("--at <point>", "a stream sequence (the state after that event) or an ISO time (the state after the last event not later)")
+    .action(act(async (s, id, o) => (await audit()).replay(s, id, o)));
+
+  program
+    .command("verify")
+    .description("log vs Redis projection vs pools: leaked images, orphaned reservations, missing images, drift, stale claims (exit 1 if any)")
+    .option("--older-than <duration>", "a reservation without an image counts as orphaned after this, e.g. 10m, 2h, 1d (default: 10m)")
+    .option("--max-findings <n>", "list at most n findings (the counts are complete; default 100)")
+    .action(act(async (s, o) => (await audit()).verify(s, o)));
+
+  program
+    .command("gc")
+    .description("clean what verify finds (leaked images, orphaned reservations): a dry run unless --apply; every action is an event in the log")
+    .option("--apply", "act: remove the images and collect the reservations (default: only list what would be done)")
+    .option("--older-than <duration>", "only reservations older than this, e.g. 10m, 2h, 1d (default: 10m)")
+    .option("--max-actions <n>", "at most n actions in one run (default 1000)")
+    .addOption(requestIdOption())
+    .action(act(async (s, o) => (await audit()).gc(s, o)));
 
   program
     .command("clusters")

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { composeVolumeId, NodeRegistration } from "@csi/contracts";
 import { CliError, EXIT } from "../errors.js";
+import { findingRow, formatDuration, gcRow, parseDuration, parseLogPoint, replayRow } from "./audit.js";
 import { ago, clusterHealth, nodeHealth } from "./health.js";
 import { formatBytes, parseSize } from "./sizes.js";
 import { csiIdOf, parseTarget } from "./target.js";
@@ -170,5 +171,68 @@ describe("health", () => {
     assert.equal(ago(125_000), "2m ago");
     assert.equal(ago(Number.POSITIVE_INFINITY), "never");
     assert.equal(ago(-5), "in the future");
+  });
+});
+
+describe("audit: --at, --older-than, rows", () => {
+  test("parseLogPoint: digits are a sequence, an ISO date or time is kept as typed; anything else is a usage error", () => {
+    assert.equal(parseLogPoint("0"), 0);
+    assert.equal(parseLogPoint(" 1234 "), 1234);
+    assert.equal(parseLogPoint("2026-11-22T09:30:00Z"), "2026-11-22T09:30:00Z");
+    assert.equal(parseLogPoint("2026-11-22"), "2026-11-22");
+    for (const bad of ["", "-1", "yesterday", "2026-13-45T00:00:00Z", "12:00", "99999999999999999999"]) usage(() => parseLogPoint(bad), /--at/);
+  });
+  test("parseDuration / formatDuration: units, sums, plain ms; round trip", () => {
+    const cases: [string, number][] = [
+      ["90s", 90_000],
+      ["10m", 600_000],
+      ["2h", 7_200_000],
+      ["1d", 86_400_000],
+      ["1h30m", 5_400_000],
+      ["500ms", 500],
+      ["1.5h", 5_400_000],
+      ["0", 0],
+      ["250", 250],
+    ];
+    for (const [text, ms] of cases) assert.equal(parseDuration(text), ms, text);
+    for (const bad of ["", "soon", "10 minutes", "h", "-5m", "1h-", "m10"]) usage(() => parseDuration(bad), /not a duration/);
+    usage(() => parseDuration("4000d"), /longer than 10 years/);
+    for (const ms of [0, 500, 90_000, 5_400_000, 86_400_000 + 1000]) assert.equal(parseDuration(formatDuration(ms)), ms);
+    assert.equal(formatDuration(5_400_000), "1h30m");
+  });
+  test("rows: a replayed volume by its CSI id with size and nodes; findings and gc actions say what and why", () => {
+    const volume = {
+      uuid: UUID,
+      name: "pvc-1",
+      pool: "default",
+      poolId: 0,
+      imageName: `csi-vol-${UUID}`,
+      imageId: "1",
+      sizeBytes: 4 * 2 ** 20,
+      parameters: {},
+      capabilities: [],
+      createdAt: "2026-01-01T00:00:00.000Z",
+      claims: [{ nodeId: "n1", accessMode: "SINGLE_NODE_WRITER" as const, accessType: "mount" as const, readOnly: false }],
+      mutableParameters: {},
+    };
+    assert.deepEqual(replayRow("local", { kind: "volume", uuid: UUID, status: "ready", seq: 7, volume }), [
+      "volume",
+      composeVolumeId({ clusterID: "local", poolID: 0, uuid: UUID }),
+      "pvc-1",
+      "ready",
+      "4 MiB",
+      "n1",
+      7,
+    ]);
+    assert.deepEqual(findingRow({ type: "leakedImage", pool: "default", imageName: "x", imageId: "9", sizeBytes: 4096 }), [
+      "leakedImage",
+      "default/x",
+      "4 KiB, no reservation owns it",
+    ]);
+    assert.match(findingRow({ type: "staleClaim", uuid: UUID, nodeId: "n9" })[2] as string, /claimed by n9, last heartbeat never/);
+    assert.deepEqual(
+      gcRow({ type: "collectReservation", pool: "p", imageName: "i", kind: "snapshot", uuid: UUID, outcome: "skipped", reason: "has an image now" }),
+      ["collectReservation", "p/i", `snapshot ${UUID}`, "skipped (has an image now)", undefined],
+    );
   });
 });
