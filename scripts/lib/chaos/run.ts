@@ -33,6 +33,8 @@ import { type OpRecord, Workload } from "./workload.js";
 
 /** Calm before a journal kill, so that its failover is not measured together with the fault before it. */
 const FAILOVER_CALM_MS = 1500;
+/** How many due faults the operations may run ahead of. */
+const FAULTS_BEHIND = 3;
 
 export interface ChaosResult {
   options: ChaosOptions;
@@ -147,8 +149,9 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     })();
     const worker = async () => {
       while (started < opts.ops && !signal?.aborted) {
-        // Faults keep pace with the operations (one may be under way); the last ops wait for every fault.
-        while (!signal?.aborted && (faults.length < dueBy(started) - 1 || (started >= opts.ops * 0.95 && faults.length < plan.length))) await sleep(20);
+        // Faults keep pace with the operations (a few may be under way or waiting for calm, so that
+        // operations are in flight when a journal is killed); the last ops wait for every fault.
+        while (!signal?.aborted && (faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faults.length < plan.length))) await sleep(20);
         started++;
         if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
         await workload.run(workload.choose());
