@@ -151,7 +151,8 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
       while (started < opts.ops && !signal?.aborted) {
         // Faults keep pace with the operations (a few may be under way or waiting for calm, so that
         // operations are in flight when a journal is killed); the last ops wait for every fault.
-        while (!signal?.aborted && (faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faults.length < plan.length))) await sleep(20);
+        while (!signal?.aborted && (faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faults.length < plan.length)))
+          await sleep(20);
         started++;
         if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
         await workload.run(workload.choose());
