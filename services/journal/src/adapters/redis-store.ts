@@ -295,7 +295,30 @@ export class RedisStore {
   async hashes(keys: string[]): Promise<(Hash | undefined)[]> {
     if (keys.length === 0) return [];
     const res = await this.#pipeline(keys, (p, k) => p.hgetall(k));
-    return res.map((h) => (!h || Object.keys(h).length === 0 ? undefined : (h as Hash)));
+    return res.map(toHash);
+  }
+
+  /**
+   * The hashes, read in the same round trip as the projection's `complete` mark: undefined when
+   * the projection is not complete (flushed, being rebuilt), so the caller waits and reads again.
+   */
+  async completeHashes(keys: string[]): Promise<(Hash | undefined)[] | undefined> {
+    const [complete, ...res] = await this.#pipeline([this.keys.projection, ...keys], (p, k, i) => (i === 0 ? p.hget(k, "complete") : p.hgetall(k)));
+    return complete === "1" ? res.map(toHash) : undefined;
+  }
+
+  /**
+   * Up to `count` members of a lexicographic index after `after` (exclusive; all when 0), read with
+   * the projection's `complete` mark in the same round trip: undefined when it is not complete.
+   */
+  async completeIndexPage(key: string, after: string | undefined, count: number): Promise<string[] | undefined> {
+    const min = after ? `(${after}` : "-";
+    const p = this.#r.pipeline().hget(this.keys.projection, "complete");
+    if (count > 0) p.zrangebylex(key, min, "+", "LIMIT", 0, count);
+    else p.zrangebylex(key, min, "+");
+    const [[, complete] = [], [err, members] = []] = (await this.#call(() => p.exec())) ?? [];
+    if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
+    return complete === "1" ? (members as string[]) : undefined;
   }
 
   /**
@@ -331,12 +354,6 @@ export class RedisStore {
     return out;
   }
 
-  /** Up to `count` members of a lexicographic index after `after` (exclusive). */
-  async indexPage(key: string, after: string | undefined, count: number): Promise<string[]> {
-    const min = after ? `(${after}` : "-";
-    return count > 0 ? this.#call(() => this.#r.zrangebylex(key, min, "+", "LIMIT", 0, count)) : this.#call(() => this.#r.zrangebylex(key, min, "+"));
-  }
-
   async #call<T>(f: () => Promise<T>): Promise<T> {
     try {
       return await f();
@@ -344,4 +361,9 @@ export class RedisStore {
       throw new DriverError("Unavailable", "redis unavailable", { cause: err });
     }
   }
+}
+
+/** An HGETALL reply as a hash; an empty one (no such key) or a failed one is undefined. */
+function toHash(h: unknown): Hash | undefined {
+  return !h || Object.keys(h).length === 0 ? undefined : (h as Hash);
 }

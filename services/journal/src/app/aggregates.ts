@@ -158,8 +158,11 @@ export class Aggregates {
 
   /** Read hashes; if the projection is gone or half built, wait for its rebuild first. */
   async read(keys: string[]): Promise<(Hash | undefined)[]> {
-    await this.d.projector.ready();
-    return this.d.store.hashes(keys);
+    for (;;) {
+      const got = await this.d.store.completeHashes(keys); // one round trip when the projection is complete
+      if (got) return got;
+      await this.d.projector.ready(); // bounded: Unavailable past REBUILD_WAIT_MS
+    }
   }
 
   /**
@@ -169,8 +172,11 @@ export class Aggregates {
   async page(index: string, token: string | undefined, askedEntries: number, kind: Kind) {
     const maxEntries = askedEntries > 0 ? Math.min(askedEntries, MAX_PAGE_ENTRIES) : MAX_PAGE_ENTRIES;
     if (token !== undefined && !isUuid(token)) throw new DriverError("Aborted", `invalid starting token ${quote(token)}`);
-    await this.d.projector.ready();
-    const uuids = await this.d.store.indexPage(index, token, maxEntries + 1);
+    let uuids = await this.d.store.completeIndexPage(index, token, maxEntries + 1); // with the `complete` mark: one round trip
+    while (!uuids) {
+      await this.d.projector.ready(); // bounded: Unavailable past REBUILD_WAIT_MS
+      uuids = await this.d.store.completeIndexPage(index, token, maxEntries + 1);
+    }
     const next = nextToken(uuids, maxEntries);
     const page = next ? uuids.slice(0, maxEntries) : uuids;
     const hashes = await this.d.store.hashes(page.map((u) => this.keys.record(kind, u)));
