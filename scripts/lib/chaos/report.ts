@@ -31,7 +31,7 @@ export function formatReport(r: ChaosResult): string {
   }
   out.push(
     "",
-    "(orphans are counted as found: there is no gc yet, so nothing sweeps them before the check)",
+    "(orphans are counted as found: the run does not call `csictl gc` before the check)",
     "",
     formatTable(
       ["fault", "injected", "slowest recovery", "no op after"],
