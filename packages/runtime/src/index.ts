@@ -1,3 +1,4 @@
+export * from "./config.js";
 export * from "./csi.js";
 export * from "./csi-messages.js";
 export * from "./journal-client.js";

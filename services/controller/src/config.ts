@@ -1,5 +1,5 @@
 /** The controller's configuration, parsed once from the environment and the command line. */
-import { parseArgs } from "node:util";
+import { loadConfig, type Settings } from "@csi/runtime";
 import { z } from "zod";
 
 export const ControllerConfig = z.object({
@@ -17,16 +17,18 @@ export const ControllerConfig = z.object({
 });
 export type ControllerConfig = z.infer<typeof ControllerConfig>;
 
+/** Where each setting comes from: the one table the deploy manifests are checked against. */
+export const CONTROLLER_SETTINGS = {
+  natsUrl: { env: "NATS_URL" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
+  clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
+  dataDir: { env: "DATA_DIR" },
+  logLevel: { env: "LOG_LEVEL" },
+  journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS" },
+  journalQuietMs: { env: "JOURNAL_QUIET_MS" },
+  clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS" },
+} as const satisfies Settings<z.input<typeof ControllerConfig>>;
+
 export function controllerConfig(argv: string[], env: NodeJS.ProcessEnv): ControllerConfig {
-  const { values } = parseArgs({ args: argv, options: { endpoint: { type: "string" }, "clusters-file": { type: "string" } }, strict: true });
-  return ControllerConfig.parse({
-    natsUrl: env.NATS_URL,
-    endpoint: values.endpoint ?? env.CSI_ENDPOINT,
-    clustersFile: values["clusters-file"] ?? env.CLUSTERS_FILE,
-    dataDir: env.DATA_DIR,
-    logLevel: env.LOG_LEVEL,
-    journalTimeoutMs: env.JOURNAL_TIMEOUT_MS,
-    journalQuietMs: env.JOURNAL_QUIET_MS,
-    clusterFanOutTimeoutMs: env.CLUSTER_FANOUT_TIMEOUT_MS,
-  });
+  return loadConfig(ControllerConfig, CONTROLLER_SETTINGS, argv, env);
 }

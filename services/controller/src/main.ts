@@ -1,7 +1,7 @@
 #!/usr/bin/env -S npx tsx
 /** The controller process: `csi-controller --endpoint unix:///path/csi-controller.sock`. */
-import { createLogger, runMain } from "@csi/runtime";
+import { configOrExit, createLogger, runMain } from "@csi/runtime";
 import { controllerConfig, startController } from "./index.js";
 
-const cfg = controllerConfig(process.argv.slice(2), process.env);
+const cfg = configOrExit("controller", () => controllerConfig(process.argv.slice(2), process.env));
 await runMain("controller", createLogger("controller", cfg.logLevel), (log) => startController(cfg, log));

@@ -1,5 +1,5 @@
 /** The journal's configuration, parsed once from the environment and the command line. */
-import { parseArgs } from "node:util";
+import { loadConfig, type Settings } from "@csi/runtime";
 import { z } from "zod";
 
 /** Redis lock TTL: a killed holder's locks are free within it (renewed every TTL/3 by a live holder). */
@@ -34,25 +34,27 @@ export const JournalConfig = z.object({
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
+/** Where each setting comes from: the one table the deploy manifests are checked against. */
+export const JOURNAL_SETTINGS = {
+  natsUrl: { env: "NATS_URL" },
+  redisUrl: { env: "REDIS_URL" },
+  cluster: { env: "CLUSTER_ID", flag: "cluster" },
+  clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
+  dataDir: { env: "DATA_DIR" },
+  logLevel: { env: "LOG_LEVEL" },
+  replica: { env: "REPLICA_ID" },
+  streamReplicas: { env: "STREAM_REPLICAS" },
+  lockTtlMs: { env: "LOCK_TTL_MS" },
+  lockWaitMs: { env: "LOCK_WAIT_MS" },
+  catchUpEveryMs: { env: "CATCHUP_EVERY_MS" },
+  beatEveryMs: { env: "JOURNAL_BEAT_MS" },
+  crashAfter: { env: "JOURNAL_CRASH_AFTER" },
+  freezeAfter: { env: "JOURNAL_FREEZE_AFTER" },
+  testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS" },
+  replayBatch: { env: "JOURNAL_REPLAY_BATCH" },
+  rebuildWaitMs: { env: "REBUILD_WAIT_MS" },
+} as const satisfies Settings<z.input<typeof JournalConfig>>;
+
 export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalConfig {
-  const { values } = parseArgs({ args: argv, options: { cluster: { type: "string" }, "clusters-file": { type: "string" } }, strict: true });
-  return JournalConfig.parse({
-    natsUrl: env.NATS_URL,
-    redisUrl: env.REDIS_URL,
-    cluster: values.cluster ?? env.CLUSTER_ID,
-    clustersFile: values["clusters-file"] ?? env.CLUSTERS_FILE,
-    dataDir: env.DATA_DIR,
-    logLevel: env.LOG_LEVEL,
-    replica: env.REPLICA_ID,
-    streamReplicas: env.STREAM_REPLICAS,
-    lockTtlMs: env.LOCK_TTL_MS,
-    lockWaitMs: env.LOCK_WAIT_MS,
-    catchUpEveryMs: env.CATCHUP_EVERY_MS,
-    beatEveryMs: env.JOURNAL_BEAT_MS,
-    crashAfter: env.JOURNAL_CRASH_AFTER,
-    freezeAfter: env.JOURNAL_FREEZE_AFTER,
-    testHoldCopyMs: env.JOURNAL_TEST_HOLD_COPY_MS,
-    replayBatch: env.JOURNAL_REPLAY_BATCH,
-    rebuildWaitMs: env.REBUILD_WAIT_MS,
-  });
+  return loadConfig(JournalConfig, JOURNAL_SETTINGS, argv, env);
 }

@@ -1,7 +1,7 @@
 /** The node-agent's configuration, parsed once from the environment and the command line. */
 import os from "node:os";
 import path from "node:path";
-import { parseArgs } from "node:util";
+import { loadConfig, type Settings } from "@csi/runtime";
 import { z } from "zod";
 import { parseForbiddenRoots } from "./domain/paths.js";
 
@@ -45,22 +45,24 @@ export const NodeAgentConfig = z.object({
 });
 export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
+/** Where each setting comes from: the one table the deploy manifests are checked against. */
+export const NODE_AGENT_SETTINGS = {
+  natsUrl: { env: "NATS_URL" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
+  nodeId: { env: "NODE_ID", flag: "nodeid" },
+  dataDir: { env: "DATA_DIR" },
+  clustersFile: { env: "CLUSTERS_FILE" },
+  stateDir: { env: "NODE_STATE_DIR" },
+  logLevel: { env: "LOG_LEVEL" },
+  maxVolumes: { env: "MAX_VOLUMES_PER_NODE" },
+  heartbeatMs: { env: "HEARTBEAT_MS" },
+  ioLimitsCgroup: { env: "IO_LIMITS_CGROUP" },
+  forbiddenRoots: { env: "NODE_FORBIDDEN_ROOTS" },
+  opTimeoutMs: { env: "NODE_OP_TIMEOUT_MS" },
+  crashAfter: { env: "NODE_CRASH_AFTER" },
+  stallBefore: { env: "NODE_STALL_BEFORE" },
+} as const satisfies Settings<z.input<typeof NodeAgentConfig>>;
+
 export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAgentConfig {
-  const { values } = parseArgs({ args: argv, options: { endpoint: { type: "string" }, nodeid: { type: "string" } }, strict: true });
-  return NodeAgentConfig.parse({
-    natsUrl: env.NATS_URL,
-    endpoint: values.endpoint ?? env.CSI_ENDPOINT,
-    nodeId: values.nodeid ?? env.NODE_ID,
-    dataDir: env.DATA_DIR,
-    clustersFile: env.CLUSTERS_FILE,
-    stateDir: env.NODE_STATE_DIR,
-    logLevel: env.LOG_LEVEL,
-    maxVolumes: env.MAX_VOLUMES_PER_NODE,
-    heartbeatMs: env.HEARTBEAT_MS,
-    ioLimitsCgroup: env.IO_LIMITS_CGROUP,
-    forbiddenRoots: env.NODE_FORBIDDEN_ROOTS,
-    opTimeoutMs: env.NODE_OP_TIMEOUT_MS,
-    crashAfter: env.NODE_CRASH_AFTER,
-    stallBefore: env.NODE_STALL_BEFORE,
-  });
+  return loadConfig(NodeAgentConfig, NODE_AGENT_SETTINGS, argv, env);
 }
