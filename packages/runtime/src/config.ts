@@ -5,7 +5,7 @@
  * manifests' env names and args against it.
  */
 import { parseArgs } from "node:util";
-import type { z } from "zod";
+import { z } from "zod";
 
 export interface Setting {
   /** Environment variable, e.g. NATS_URL. */
@@ -80,3 +80,61 @@ export function configOrExit<T>(service: string, load: () => T): T {
     process.exit(2);
   }
 }
+
+/**
+ * Settings every service shares. NATS access: a URL plus, as the operator chooses, user/password or
+ * an nkeys/JWT credentials file, and TLS files (docs/security.md).
+ */
+export const natsAccessShape = {
+  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  natsUser: z.string().optional(),
+  natsPassword: z.string().optional(),
+  natsCreds: z.string().optional(),
+  natsTlsCa: z.string().optional(),
+  natsTlsCert: z.string().optional(),
+  natsTlsKey: z.string().optional(),
+};
+export const NATS_ACCESS_SETTINGS = {
+  natsUrl: { env: "NATS_URL" },
+  natsUser: { env: "NATS_USER" },
+  natsPassword: { env: "NATS_PASSWORD", secret: true },
+  natsCreds: { env: "NATS_CREDS" },
+  natsTlsCa: { env: "NATS_TLS_CA" },
+  natsTlsCert: { env: "NATS_TLS_CERT" },
+  natsTlsKey: { env: "NATS_TLS_KEY" },
+} as const;
+
+/** Redis access (the journal): URL (rediss:// for TLS) plus an ACL user/password and a CA file. */
+export const redisAccessShape = {
+  redisUrl: z.string().default("redis://127.0.0.1:6379"),
+  redisUsername: z.string().optional(),
+  redisPassword: z.string().optional(),
+  redisTlsCa: z.string().optional(),
+};
+export const REDIS_ACCESS_SETTINGS = {
+  redisUrl: { env: "REDIS_URL" },
+  redisUsername: { env: "REDIS_USERNAME" },
+  redisPassword: { env: "REDIS_PASSWORD", secret: true },
+  redisTlsCa: { env: "REDIS_TLS_CA" },
+} as const;
+
+/**
+ * Operations: the HTTP listener for /metrics, /healthz and /readyz ("host:port", port 0 = any free
+ * one, "off" = none), a file written once the service is ready, and how long SIGTERM waits for
+ * in-flight work before exiting.
+ */
+export function opsShape(defaultMetricsPort: number) {
+  return {
+    metricsAddr: z.string().default(`0.0.0.0:${defaultMetricsPort}`),
+    readyFile: z.string().optional(),
+    shutdownGraceMs: z.coerce.number().int().min(0).default(20_000),
+  };
+}
+export const OPS_SETTINGS = {
+  metricsAddr: { env: "METRICS_ADDR", flag: "metrics-addr" },
+  readyFile: { env: "READY_FILE" },
+  shutdownGraceMs: { env: "SHUTDOWN_GRACE_MS" },
+} as const;
+
+/** Default metrics/health ports: controller, node-agent, journal (9808 is the livenessprobe sidecar's). */
+export const METRICS_PORTS = { controller: 9810, "node-agent": 9811, journal: 9812 } as const;

@@ -1,13 +1,14 @@
 /** The controller's configuration, parsed once from the environment and the command line. */
-import { loadConfig, type Settings } from "@csi/runtime";
+import { loadConfig, METRICS_PORTS, NATS_ACCESS_SETTINGS, natsAccessShape, OPS_SETTINGS, opsShape, type Settings } from "@csi/runtime";
 import { z } from "zod";
 
 export const ControllerConfig = z.object({
-  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  ...natsAccessShape,
   endpoint: z.string().default("unix:///run/csi/csi-controller.sock"),
   clustersFile: z.string().optional(),
   dataDir: z.string().default(".data"),
   logLevel: z.string().default("info"),
+  ...opsShape(METRICS_PORTS.controller),
   /** How long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED. */
   journalTimeoutMs: z.coerce.number().int().min(100).default(30_000),
   /** No sign of life (a reply or a working beat) from any journal replica of the cluster for this long: UNAVAILABLE. */
@@ -19,11 +20,12 @@ export type ControllerConfig = z.infer<typeof ControllerConfig>;
 
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const CONTROLLER_SETTINGS = {
-  natsUrl: { env: "NATS_URL" },
+  ...NATS_ACCESS_SETTINGS,
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
   clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
   dataDir: { env: "DATA_DIR" },
   logLevel: { env: "LOG_LEVEL" },
+  ...OPS_SETTINGS,
   journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS" },
   journalQuietMs: { env: "JOURNAL_QUIET_MS" },
   clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS" },

@@ -1,17 +1,28 @@
 /** The journal's configuration, parsed once from the environment and the command line. */
-import { loadConfig, type Settings } from "@csi/runtime";
+import {
+  loadConfig,
+  METRICS_PORTS,
+  NATS_ACCESS_SETTINGS,
+  natsAccessShape,
+  OPS_SETTINGS,
+  opsShape,
+  REDIS_ACCESS_SETTINGS,
+  redisAccessShape,
+  type Settings,
+} from "@csi/runtime";
 import { z } from "zod";
 
 /** Redis lock TTL: a killed holder's locks are free within it (renewed every TTL/3 by a live holder). */
 export const DEFAULT_LOCK_TTL_MS = 1_000;
 
 export const JournalConfig = z.object({
-  natsUrl: z.string().default("nats://127.0.0.1:4222"),
-  redisUrl: z.string().default("redis://127.0.0.1:6379"),
+  ...natsAccessShape,
+  ...redisAccessShape,
   cluster: z.string().optional(),
   clustersFile: z.string().optional(),
   dataDir: z.string().default(".data"),
   logLevel: z.string().default("info"),
+  ...opsShape(METRICS_PORTS.journal),
   replica: z.string().optional(),
   streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
   /** Short, renewed every TTL/3 by a live holder: a killed holder's locks are free within it (docs/journal.md, "Failover"). */
@@ -36,12 +47,13 @@ export type JournalConfig = z.infer<typeof JournalConfig>;
 
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const JOURNAL_SETTINGS = {
-  natsUrl: { env: "NATS_URL" },
-  redisUrl: { env: "REDIS_URL" },
+  ...NATS_ACCESS_SETTINGS,
+  ...REDIS_ACCESS_SETTINGS,
   cluster: { env: "CLUSTER_ID", flag: "cluster" },
   clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
   dataDir: { env: "DATA_DIR" },
   logLevel: { env: "LOG_LEVEL" },
+  ...OPS_SETTINGS,
   replica: { env: "REPLICA_ID" },
   streamReplicas: { env: "STREAM_REPLICAS" },
   lockTtlMs: { env: "LOCK_TTL_MS" },

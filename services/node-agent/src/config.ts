@@ -1,12 +1,12 @@
 /** The node-agent's configuration, parsed once from the environment and the command line. */
 import os from "node:os";
 import path from "node:path";
-import { loadConfig, type Settings } from "@csi/runtime";
+import { loadConfig, METRICS_PORTS, NATS_ACCESS_SETTINGS, natsAccessShape, OPS_SETTINGS, opsShape, type Settings } from "@csi/runtime";
 import { z } from "zod";
 import { parseForbiddenRoots } from "./domain/paths.js";
 
 export const NodeAgentConfig = z.object({
-  natsUrl: z.string().default("nats://127.0.0.1:4222"),
+  ...natsAccessShape,
   endpoint: z.string().default("unix:///run/csi/csi-node.sock"),
   nodeId: z.string().min(1).max(128).default(os.hostname()),
   dataDir: z.string().default(".data"),
@@ -14,6 +14,7 @@ export const NodeAgentConfig = z.object({
   /** Where the node keeps its state file (default <dataDir>/node/<nodeId>). */
   stateDir: z.string().optional(),
   logLevel: z.string().default("info"),
+  ...opsShape(METRICS_PORTS["node-agent"]),
   maxVolumes: z.coerce.number().int().min(0).default(64),
   heartbeatMs: z.coerce.number().int().min(100).default(10_000),
   /** The cgroup whose tasks' I/O to the volumes' devices is limited (absolute, under /sys/fs/cgroup); unset = kubepods when present. */
@@ -47,13 +48,14 @@ export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const NODE_AGENT_SETTINGS = {
-  natsUrl: { env: "NATS_URL" },
+  ...NATS_ACCESS_SETTINGS,
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
   nodeId: { env: "NODE_ID", flag: "nodeid" },
   dataDir: { env: "DATA_DIR" },
   clustersFile: { env: "CLUSTERS_FILE" },
   stateDir: { env: "NODE_STATE_DIR" },
   logLevel: { env: "LOG_LEVEL" },
+  ...OPS_SETTINGS,
   maxVolumes: { env: "MAX_VOLUMES_PER_NODE" },
   heartbeatMs: { env: "HEARTBEAT_MS" },
   ioLimitsCgroup: { env: "IO_LIMITS_CGROUP" },
