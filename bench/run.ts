@@ -1,15 +1,20 @@
 /**
- * `npm run bench`: throughput and latency figures (never asserted by a test).
+ * `npm run bench`: throughput, latency and CPU per operation (never asserted by a test).
  *
- * Two scenarios against fresh nats-server / redis-server processes, one journal process and one
- * controller process: N distinct-name creates then N deletes at concurrency 1, 16 and 64, and a
- * storm of 200 concurrent creates of one name (counting the images made: must be 1)
- *   1. through the journal's NATS commands;
- *   2. through the controller's CSI gRPC socket (CreateVolume / DeleteVolume).
- *   3. replay: rebuild, start-up check and point-in-time replay of a log of 200k events (bench/replay.ts).
- * Env: BENCH_N (default 2000), BENCH_CONCURRENCY (default "1,16,64"), BENCH_JOURNALS (journal
- * replicas in the queue group, default 1), BENCH_ONLY ("ops", "replay"; default both),
- * BENCH_REPLAY_EVENTS (default 200000).
+ * Against fresh nats-server / redis-server processes, one journal process and one controller
+ * process, with their data where `npm start` keeps its own (the repo's .data; BENCH_DIR elsewhere):
+ *   0. floors: a bare grpc-js call, a NATS request, a JetStream publish+ack, a Redis PING;
+ *   1. N distinct-name creates then N deletes at concurrency 1, 16, 64 through the journal's NATS
+ *      commands, and a storm of 200 concurrent creates of one name (images made: must be 1);
+ *   2. the same through the controller's CSI gRPC socket (CreateVolume / DeleteVolume);
+ *   3. scale: create/delete, ControllerGetVolume and a ListVolumes page with 100 and then 100,000
+ *      volumes in the journal; Redis memory and JetStream bytes per volume (bench/scale.ts);
+ *   4. replay: rebuild, start-up check and point-in-time replay of 200k events (bench/replay.ts).
+ * Every answer is checked; a scenario with errors is reported as FAILED and the bench exits 1.
+ * CPU ms per operation is read from /proc for every process (bench = this load generator).
+ * Env: BENCH_N (default 2000), BENCH_CONCURRENCY ("1,16,64"), BENCH_JOURNALS (replicas, 1),
+ * BENCH_ONLY ("floors,ops,scale,replay"), BENCH_SCALE (100000), BENCH_REPLAY_EVENTS (200000),
+ * BENCH_DIR, BENCH_PROFILE=<dir> (CPU profiles of journal and controller).
  */
 import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
@@ -17,78 +22,65 @@ import os from "node:os";
 import path from "node:path";
 import { csiClient, JournalClient } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
-import { startServer } from "../scripts/lib/local-servers.js";
+import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
 import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
+import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
+import { type Figures, measure, row } from "./lib/measure.js";
+import { type Floors, measureFloors } from "./lib/primitives.js";
 import { replayScenario } from "./replay.js";
+import { scaleScenario } from "./scale.js";
 
 const N = Number(process.env.BENCH_N ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,16,64").split(",").map(Number);
 const REPLICAS = Number(process.env.BENCH_JOURNALS ?? 1);
-const ONLY = (process.env.BENCH_ONLY ?? "ops,replay").split(",");
+const ONLY = (process.env.BENCH_ONLY ?? "floors,ops,scale,replay").split(",");
 const MiB = 1024 * 1024;
 
-export interface Figures {
-  ops: number;
-  seconds: number;
-  opsPerSec: number;
-  p50: number;
-  p99: number;
-  errors: number;
+const failures: string[] = [];
+
+/** Print a measured step: figures, CPU ms per op of each process, and the latency ratio to its floor. */
+export function report(label: string, f: Figures, cpu: Record<string, number>, floorMs?: number): void {
+  const ratio = floorMs ? `   p50 = ${(f.p50 / floorMs).toFixed(1)}× floor` : "";
+  console.log(`${row(label, f)}${ratio}\n${"".padEnd(32)}cpu ms/op: ${cpuLine(cpu)}`);
+  if (f.errors > 0) {
+    failures.push(`${label}: ${f.errors} errors (${f.firstErrors.join("; ")})`);
+    console.log(`${"".padEnd(32)}FAILED: ${f.firstErrors.join("; ")}`);
+  }
 }
 
-/** Run `n` calls of `op(i)` with `concurrency` in flight; latencies in ms. */
-export async function measure(n: number, concurrency: number, op: (i: number) => Promise<unknown>): Promise<Figures> {
-  const lat: number[] = [];
-  let next = 0;
-  let errors = 0;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < n) {
-        const i = next++;
-        const t = performance.now();
-        try {
-          await op(i);
-        } catch {
-          errors++;
-        }
-        lat.push(performance.now() - t);
-      }
-    }),
-  );
-  const seconds = (performance.now() - started) / 1000;
-  lat.sort((a, b) => a - b);
-  const pct = (p: number) => lat[Math.min(lat.length - 1, Math.floor((p / 100) * lat.length))] ?? 0;
-  return { ops: n, seconds, opsPerSec: n / seconds, p50: pct(50), p99: pct(99), errors };
+export function check(ok: boolean, what: string): void {
+  if (!ok) throw new Error(`wrong answer: ${what}`);
 }
 
-export function row(label: string, f: Figures): string {
-  return `${label.padEnd(34)} ${f.opsPerSec.toFixed(0).padStart(7)} ops/s   p50 ${f.p50.toFixed(2).padStart(6)} ms   p99 ${f.p99.toFixed(2).padStart(6)} ms   errors ${f.errors}`;
+interface Scenario {
+  create(name: string): Promise<string>;
+  remove(id: string): Promise<unknown>;
+  countImages(): Promise<number>;
 }
 
-const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
-
-async function scenario(
-  label: string,
-  create: (name: string) => Promise<string>,
-  remove: (id: string) => Promise<unknown>,
-  countImages: () => Promise<number>,
-) {
+async function scenario(label: string, s: Scenario, procs: Processes, floorMs: number | undefined) {
   console.log(`\n${label} (N=${N})`);
   for (const c of LEVELS) {
     const ids: string[] = [];
     const tag = randomUUID().slice(0, 8);
+    let cpu = cpuMeter(procs);
     const created = await measure(N, c, async (i) => {
-      ids[i] = await create(`bench-${tag}-${i}`);
+      ids[i] = await s.create(`bench-${tag}-${i}`);
     });
-    console.log(row(`create  c=${c}`, created));
-    console.log(row(`delete  c=${c}`, await measure(N, c, (i) => remove(ids[i] as string))));
+    report(`create  c=${c}`, created, cpu.perOp(N), c === 1 ? floorMs : undefined);
+    cpu = cpuMeter(procs);
+    const deleted = await measure(N, c, (i) => s.remove(ids[i] as string));
+    report(`delete  c=${c}`, deleted, cpu.perOp(N));
   }
-  const before = await countImages();
+  const before = await s.countImages();
   const stormName = `storm-${randomUUID().slice(0, 8)}`;
-  const storm = await measure(200, 200, () => create(stormName));
-  console.log(row("storm: 200 x one name, c=200", storm), `  images created: ${(await countImages()) - before}`);
+  const ids = new Set<string>();
+  const cpu = cpuMeter(procs);
+  const storm = await measure(200, 200, async () => ids.add(await s.create(stormName)));
+  report("storm: 200 × one name, c=200", storm, cpu.perOp(200));
+  const made = (await s.countImages()) - before;
+  console.log(`${"".padEnd(32)}images created: ${made}, distinct volumes answered: ${ids.size}`);
+  if (made !== 1 || ids.size !== 1) failures.push(`storm: ${made} images, ${ids.size} distinct answers (must be 1 and 1)`);
 }
 
 /** What the disk under the pool charges for one file create (it varies a lot on shared VMs). */
@@ -106,49 +98,108 @@ async function fileCreateMicros(dir: string): Promise<number> {
   return us;
 }
 
-async function main(dir: string) {
-  const nats = await startServer("nats", path.join(dir, "nats"));
-  const redis = await startServer("redis", path.join(dir, "redis"));
+const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
+export const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
+
+/** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE. */
+export async function startServices(dir: string, nats: LocalServer, redis: LocalServer, replicas = 1) {
   const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
-  const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0" };
-  const journals = await Promise.all(Array.from({ length: REPLICAS }, () => spawnService("journal", base)));
+  const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0", METRICS_ADDR: "off" };
+  const nodeArgs = process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
+  const journals = await Promise.all(Array.from({ length: replicas }, () => spawnService("journal", base, { nodeArgs, readyTimeoutMs: 600_000 })));
   const sock = `unix://${path.join(dir, "controller.sock")}`;
-  const controller = await spawnService("controller", base, { args: ["--endpoint", sock] });
-  const nc = await connect({ servers: nats.url });
-  const client = new JournalClient(nc, 30_000);
-  const ctrl = csiClient(sock, "Controller");
+  const controller = await spawnService("controller", base, { args: ["--endpoint", sock], nodeArgs });
   const poolDir = path.join(dir, "pools", "bench", "default");
-  const countImages = async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length;
+  return {
+    journals,
+    controller,
+    sock,
+    countImages: async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length,
+    stop: () => Promise.all([...journals.map((j) => j.stop()), controller.stop()]),
+  };
+}
+
+async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, floors: Floors | undefined) {
+  const svc = await startServices(dir, nats, redis, REPLICAS);
+  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
+  const client = new JournalClient(nc, 30_000);
+  const ctrl = csiClient(svc.sock, "Controller");
+  const procs: Processes = {
+    bench: process.pid,
+    ctl: svc.controller.child.pid,
+    ...Object.fromEntries(svc.journals.map((j, i) => [svc.journals.length > 1 ? `jrn${i + 1}` : "jrn", j.child.pid])),
+    nats: nats.pid,
+    redis: redis.pid,
+  };
+  // The floor of each path: its serial chain of bare calls at c=1 (p50): lock+read and
+  // apply+unlock in Redis, the reservation and the created event acked by JetStream.
+  const journalFloor = floors && floors.nats.p50 + 2 * floors.jetstream.p50 + 2 * floors.redis.p50;
   try {
-    console.log(
-      `${REPLICAS} journal process(es), one controller process, nats-server and redis-server on this machine (${os.cpus().length} cores); file pool in ${os.tmpdir()}`,
-    );
     console.log(`this disk right now: ${(await fileCreateMicros(dir)).toFixed(0)} µs to create, size and close one file (the pool's per-create cost)`);
     await scenario(
       "journal commands over NATS",
-      async (name) => (await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap })).uuid,
-      (uuid) => client.call("bench", "volume.delete", { requestId: uuid, uuid }),
-      countImages,
+      {
+        create: async (name) => {
+          const v = await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap });
+          check(v.name === name && v.sizeBytes === MiB, `volume.create ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+          return v.uuid;
+        },
+        remove: async (uuid) => check((await client.call("bench", "volume.delete", { requestId: uuid, uuid })).deleted === true, `volume.delete ${uuid}`),
+        countImages: svc.countImages,
+      },
+      procs,
+      journalFloor,
     );
     await scenario(
       "CSI CreateVolume/DeleteVolume through the controller's gRPC socket",
-      async (name) =>
-        (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume?.volume_id ?? "",
-      (id) => ctrl.DeleteVolume({ volume_id: id }),
-      countImages,
+      {
+        create: async (name) => {
+          const v = (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume;
+          check(!!v?.volume_id && Number(v.capacity_bytes) === MiB, `CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+          return v?.volume_id ?? "";
+        },
+        remove: (id) => ctrl.DeleteVolume({ volume_id: id }),
+        countImages: svc.countImages,
+      },
+      procs,
+      journalFloor && floors && journalFloor + floors.grpc.p50,
     );
   } finally {
     ctrl.close();
     await nc.close();
-    await Promise.all([...journals.map((j) => j.stop()), controller.stop()]);
-    await Promise.all([nats.stop(), redis.stop()]);
+    await svc.stop();
   }
 }
 
-const dir = await mkdtemp(path.join(os.tmpdir(), "csi-bench-"));
-try {
-  if (ONLY.includes("ops")) await main(dir);
+async function main(dir: string) {
+  console.log(
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; data (JetStream, Redis AOF, file pool) in ${dir}`,
+  );
+  const nats = await startServer("nats", path.join(dir, "nats"));
+  const redis = await startServer("redis", path.join(dir, "redis"));
+  try {
+    const floors = ONLY.includes("floors") || ONLY.includes("ops") ? await measureFloors(nats, redis, N) : undefined;
+    if (ONLY.includes("ops")) await opsScenarios(dir, nats, redis, floors);
+  } finally {
+    await Promise.all([nats.stop(), redis.stop()]);
+  }
+  if (ONLY.includes("scale")) await scaleScenario(dir, report);
   if (ONLY.includes("replay")) await replayScenario(dir);
+}
+
+// Where `npm start` keeps its data (the repo's .data): file creation costs differ a lot between
+// directories on this VM (~1 ms under /tmp, ~35 µs under /work); BENCH_DIR picks another.
+const benchRoot = process.env.BENCH_DIR ?? path.resolve(import.meta.dirname, "..", ".data");
+await mkdir(benchRoot, { recursive: true });
+const dir = await mkdtemp(path.join(benchRoot, "bench-"));
+try {
+  await main(dir);
+} catch (err) {
+  failures.push((err as Error).message);
 } finally {
   await rm(dir, { recursive: true, force: true });
+}
+if (failures.length > 0) {
+  console.log(`\nBENCH FAILED:\n  ${failures.join("\n  ")}`);
+  process.exit(1);
 }

@@ -32,10 +32,12 @@ export async function spawnService(
     onLine?: (line: string) => void;
     /** Not ready in this long: SIGKILL it and reject (default: wait for ever). */
     readyTimeoutMs?: number;
+    /** Options for node itself, before the loader (e.g. --cpu-prof). */
+    nodeArgs?: string[];
   } = {},
 ): Promise<ServiceProcess> {
   // One process (node with the tsx loader), so SIGKILL hits the service itself.
-  const child = spawn(process.execPath, ["--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), "--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: "info", ...env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -24,7 +24,7 @@ export interface RunningController {
 
 export async function startController(cfg: ControllerConfig, logger: Logger): Promise<RunningController> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1 });
+  const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1, noAsyncTraces: true });
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
   const nodes = new NodeDirectory(nc);
   const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };

@@ -51,7 +51,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     pools.set(p.name, pool);
   }
 
-  const nc = await connect({ servers: cfg.natsUrl, name: `csi-journal-${clusterID}`, maxReconnectAttempts: -1 });
+  const nc = await connect({ servers: cfg.natsUrl, name: `csi-journal-${clusterID}`, maxReconnectAttempts: -1, noAsyncTraces: true });
   const redis = new Redis(cfg.redisUrl, { maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
 

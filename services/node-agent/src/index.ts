@@ -26,7 +26,7 @@ export const NODE_AGENT_VERSION = "0.1.0";
 export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
+  const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1, noAsyncTraces: true });
   const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);

@@ -71,18 +71,23 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
       return;
     }
     const ac = new AbortController();
-    call.on("cancelled", () => ac.abort(new DriverError("DeadlineExceeded", "call cancelled")));
-    clog.debug({ request: redactSecrets(call.request) }, "request");
+    let answered = false;
+    // grpc-js reports "cancelled" for answered calls too: only a call still running is aborted.
+    call.on("cancelled", () => answered || ac.abort(new DriverError("DeadlineExceeded", "call cancelled")));
+    const debug = clog.isLevelEnabled("debug"); // redacting a request costs: only when it is logged
+    if (debug) clog.debug({ request: redactSecrets(call.request) }, "request");
     const dl = call.getDeadline();
     const deadline = dl instanceof Date ? dl.getTime() : Number.isFinite(dl) ? Number(dl) : undefined;
     handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
       (response) => {
+        answered = true;
         const ms = performance.now() - started;
         if (ms > slowMs) clog.warn({ ms: Math.round(ms) }, "slow call");
-        clog.debug({ response: redactSecrets(response), ms }, "response");
+        if (debug) clog.debug({ response: redactSecrets(response), ms }, "response");
         callback(null, response);
       },
       (err: unknown) => {
+        answered = true;
         const st = statusOf(err);
         const ms = performance.now() - started;
         if (st.code === GrpcCode.INTERNAL) clog.error({ err, ms }, "call failed");

@@ -127,9 +127,13 @@ export class EventLog {
     return { id: info.created, last: info.state.last_seq };
   }
 
-  /** Stamp, validate and append one event; returns its stream sequence. */
+  /**
+   * Stamp and append one event; returns its stream sequence. The body is a typed EventBody built
+   * by this process (the commands it came from were validated on arrival), so it is not parsed
+   * again here; what is read back from the log is.
+   */
   async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
-    const event = JournalEvent.parse({ ...a.body, v: 1, ...meta });
+    const event = { ...a.body, v: 1, ...meta } as JournalEvent;
     try {
       const opts = a.expectedSeq === undefined ? {} : { expect: { lastSubjectSequence: a.expectedSeq } };
       const ack = await this.#js.publish(a.subject, JSON.stringify(event), opts);

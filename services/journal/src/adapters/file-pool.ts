@@ -168,14 +168,16 @@ export class FilePool implements PoolBackend {
   }
 
   /** Delete the image and the temp files of its interrupted builds (see the top of this file). */
-  async deleteImage(name: string): Promise<void> {
+  async deleteImage(name: string, { copied = true }: { copied?: boolean } = {}): Promise<void> {
     const file = this.imagePath(name);
     try {
       await unlink(file);
     } catch (err) {
       if (errno(err) !== "ENOENT") fail(err, `delete image "${name}"`);
     }
-    await this.#sweep((entry) => tempOf(entry) === name);
+    // Interrupted copies of this image: one readdir of the pool, so only when a copy built it
+    // (a plain create never makes temp files; a delete must not cost O(images in the pool)).
+    if (copied) await this.#sweep((entry) => tempOf(entry) === name);
   }
 
   async snapshotImage(source: string, snapName: string): Promise<ImageInfo> {

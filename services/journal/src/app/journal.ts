@@ -242,7 +242,7 @@ export class Journal {
           [k.dirSeq(kind), r.name],
         ],
       });
-      await this.#a.poolOf(r.pool)?.deleteImage(r.imageName);
+      await this.#a.poolOf(r.pool)?.deleteImage(r.imageName, { copied: kind === "snapshot" || "source" in r });
       const list: Append[] = [{ subject: this.#a.recordSubject(kind, uuid), body: { type: KINDS[kind].deleted, uuid }, expectedSeq: r.seq }];
       if (second.fields[0] === uuid) {
         list.push({

@@ -39,8 +39,11 @@ export interface PoolBackend {
    * (snapshot) image → InvalidArgument.
    */
   resizeImage(name: string, sizeBytes: number): Promise<ImageInfo>;
-  /** Delete; a missing image is success. */
-  deleteImage(name: string): Promise<void>;
+  /**
+   * Delete; a missing image is success. `copied: false` says the image was never built by a copy
+   * (a plain create), so no interrupted copy can have left temp files of it to clean up.
+   */
+  deleteImage(name: string, opts?: { copied?: boolean }): Promise<void>;
   /**
    * Read-only point-in-time copy of `source` named `snapName` (reflink when the filesystem has
    * it, otherwise a sparse copy). Idempotent if snapName exists. Missing source → NotFound.
