@@ -13,6 +13,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { startServer } from "../scripts/lib/local-servers.js";
+import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { cpuMeter } from "./lib/cpu.js";
 import { type Figures, measure } from "./lib/measure.js";
@@ -28,6 +29,7 @@ const uuidOf = (i: number) => `${hex(i, 8)}-0000-4000-8000-${hex(i, 12)}`;
 
 /** Volumes [from, to) as the journal records a create: NameReserved, VolumeReserved, VolumeCreated. */
 async function seed(nc: NatsConnection, from: number, to: number): Promise<void> {
+  await new EventLog(nc, { cluster: CLUSTER }).ensureStream();
   const js = jetstream(nc);
   const meta = { v: 1 as const, time: new Date().toISOString(), requestId: "bench-seed", actor: { service: "bench", replica: "1" } };
   let pending: Promise<unknown>[] = [];

@@ -6,6 +6,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { AckedPublisher } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -18,6 +19,8 @@ export interface Floors {
   grpc: Figures;
   nats: Figures;
   jetstream: Figures;
+  /** The same JetStream publish + ack through the runtime's AckedPublisher (what the journal uses). */
+  ackedPublish: Figures;
   redis: Figures;
 }
 
@@ -71,6 +74,7 @@ export async function measureFloors(nats: LocalServer, redis: LocalServer, n: nu
   const jsm = await jetstreamManager(nc);
   await jsm.streams.add({ name: "FLOOR", subjects: ["floor.js.>"] });
   const js = jetstream(nc);
+  const acked = new AckedPublisher(nc);
   const r = new Redis(redis.url);
   const g = await bareGrpc();
   const payload = new Uint8Array(100);
@@ -78,6 +82,7 @@ export async function measureFloors(nats: LocalServer, redis: LocalServer, n: nu
     grpc: g.call,
     nats: () => nc.request("floor.echo", payload),
     jetstream: () => js.publish("floor.js.x", payload),
+    ackedPublish: () => acked.publish("floor.js.x", payload),
     redis: () => r.ping(),
   };
   console.log("\nfloors: one bare call of each part (no application code)");

@@ -3,6 +3,7 @@ export * from "./csi.js";
 export * from "./csi-messages.js";
 export * from "./journal-client.js";
 export * from "./keyed-mutex.js";
+export * from "./nats/acked-publish.js";
 export * from "./nats/durable-queue.js";
 export * from "./nats/last-message.js";
 export * from "./process.js";

@@ -6,17 +6,8 @@
  */
 
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
-import { lastMessageOf, reachingNats } from "@csi/runtime";
-import {
-  DeliverPolicy,
-  JetStreamApiError,
-  type JetStreamClient,
-  type JetStreamManager,
-  jetstream,
-  jetstreamManager,
-  RetentionPolicy,
-  StorageType,
-} from "@nats-io/jetstream";
+import { AckedPublisher, lastMessageOf, PublishRefused, reachingNats } from "@csi/runtime";
+import { DeliverPolicy, type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LogInfo } from "../domain/projection-state.js";
 
@@ -67,6 +58,7 @@ export class EventLog {
   readonly stream: string;
   #js: JetStreamClient;
   #jsm?: JetStreamManager;
+  readonly #publisher: AckedPublisher;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -74,6 +66,7 @@ export class EventLog {
   ) {
     this.stream = subjects.streamName(opts.cluster);
     this.#js = jetstream(nc);
+    this.#publisher = new AckedPublisher(nc);
   }
 
   async #manager(): Promise<JetStreamManager> {
@@ -135,11 +128,11 @@ export class EventLog {
   async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
     const event = { ...a.body, v: 1, ...meta } as JournalEvent;
     try {
-      const opts = a.expectedSeq === undefined ? {} : { expect: { lastSubjectSequence: a.expectedSeq } };
-      const ack = await this.#js.publish(a.subject, JSON.stringify(event), opts);
-      return { seq: ack.seq, subject: a.subject, event };
+      const opts = a.expectedSeq === undefined ? {} : { expectedLastSubjectSequence: a.expectedSeq };
+      const seq = await this.#publisher.publish(a.subject, JSON.stringify(event), opts);
+      return { seq, subject: a.subject, event };
     } catch (err) {
-      if (err instanceof JetStreamApiError && err.code === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
+      if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
       throw new DriverError("Unavailable", "event log unavailable", { cause: err });
     }
   }
