@@ -17,16 +17,16 @@
  * BENCH_DIR, BENCH_PROFILE=<dir> (CPU profiles of journal and controller).
  */
 import { randomUUID } from "node:crypto";
-import { mkdir, mkdtemp, open, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { csiClient, JournalClient } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
-import { spawnService, writeClustersFile } from "../scripts/lib/processes.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
-import { type Figures, measure, row } from "./lib/measure.js";
+import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { type Floors, measureFloors } from "./lib/primitives.js";
+import { startServices } from "./lib/services.js";
 import { replayScenario } from "./replay.js";
 import { scaleScenario } from "./scale.js";
 
@@ -46,10 +46,6 @@ export function report(label: string, f: Figures, cpu: Record<string, number>, f
     failures.push(`${label}: ${f.errors} errors (${f.firstErrors.join("; ")})`);
     console.log(`${"".padEnd(32)}FAILED: ${f.firstErrors.join("; ")}`);
   }
-}
-
-export function check(ok: boolean, what: string): void {
-  if (!ok) throw new Error(`wrong answer: ${what}`);
 }
 
 interface Scenario {
@@ -99,25 +95,6 @@ async function fileCreateMicros(dir: string): Promise<number> {
 }
 
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-export const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };
-
-/** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE. */
-export async function startServices(dir: string, nats: LocalServer, redis: LocalServer, replicas = 1) {
-  const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
-  const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0", METRICS_ADDR: "off" };
-  const nodeArgs = process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
-  const journals = await Promise.all(Array.from({ length: replicas }, () => spawnService("journal", base, { nodeArgs, readyTimeoutMs: 600_000 })));
-  const sock = `unix://${path.join(dir, "controller.sock")}`;
-  const controller = await spawnService("controller", base, { args: ["--endpoint", sock], nodeArgs });
-  const poolDir = path.join(dir, "pools", "bench", "default");
-  return {
-    journals,
-    controller,
-    sock,
-    countImages: async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length,
-    stop: () => Promise.all([...journals.map((j) => j.stop()), controller.stop()]),
-  };
-}
 
 async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, floors: Floors | undefined) {
   const svc = await startServices(dir, nats, redis, REPLICAS);

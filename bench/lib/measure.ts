@@ -42,3 +42,11 @@ export async function measure(n: number, concurrency: number, op: (i: number) =>
 export function row(label: string, f: Figures): string {
   return `${label.padEnd(30)} ${f.opsPerSec.toFixed(0).padStart(7)} ops/s   p50 ${f.p50.toFixed(2).padStart(6)} ms   p99 ${f.p99.toFixed(2).padStart(6)} ms   errors ${f.errors}`;
 }
+
+/** A wrong answer fails the step (a bench that measured an error path must say so). */
+export function check(ok: boolean, what: string): void {
+  if (!ok) throw new Error(`wrong answer: ${what}`);
+}
+
+/** The capability every bench volume asks for. */
+export const csiCap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4" } };

@@ -1,0 +1,23 @@
+/** The services a bench scenario talks to: journal replica(s) and a controller, spawned as `npm start` would. */
+import { readdir } from "node:fs/promises";
+import path from "node:path";
+import type { LocalServer } from "../../scripts/lib/local-servers.js";
+import { spawnService, writeClustersFile } from "../../scripts/lib/processes.js";
+
+/** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE. */
+export async function startServices(dir: string, nats: LocalServer, redis: LocalServer, replicas = 1, env: Record<string, string> = {}) {
+  const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
+  const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, CATCHUP_EVERY_MS: "0", METRICS_ADDR: "off", ...env };
+  const nodeArgs = process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
+  const journals = await Promise.all(Array.from({ length: replicas }, () => spawnService("journal", base, { nodeArgs, readyTimeoutMs: 600_000 })));
+  const sock = `unix://${path.join(dir, "controller.sock")}`;
+  const controller = await spawnService("controller", base, { args: ["--endpoint", sock], nodeArgs });
+  const poolDir = path.join(dir, "pools", "bench", "default");
+  return {
+    journals,
+    controller,
+    sock,
+    countImages: async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length,
+    stop: () => Promise.all([...journals.map((j) => j.stop()), controller.stop()]),
+  };
+}
