@@ -67,15 +67,15 @@ export class JournalClient {
     request: CommandRequest<C>,
     opts: { timeoutMs?: number; signal?: AbortSignal; quietMs?: number } = {},
   ): Promise<CommandResult<C>> {
-    const parsed = journalContract[command].request.safeParse(request);
-    if (!parsed.success) throw new DriverError("InvalidArgument", describeZodError(parsed.error));
+    // The request is typed (CommandRequest<C>) and the journal validates every command on arrival,
+    // so it is not parsed here as well; the reply, from another process, is.
     opts.signal?.throwIfAborted();
     const envelope = envelopes[command] as ReturnType<typeof replyEnvelope>;
     const outcome = await new Exchange(this.nc, this.#inbox, cluster, this.#silenceMs, (data) => {
       const env = envelope.safeParse(JSON.parse(Buffer.from(data).toString("utf8")));
       if (!env.success) return { ok: false, err: new DriverError("Internal", `malformed journal reply: ${describeZodError(env.error)}`) };
       return env.data.ok ? { ok: true, value: env.data.result } : { ok: false, err: fromWireError(env.data.error) };
-    }).run(subjects.command(cluster, command), JSON.stringify(parsed.data), opts.timeoutMs ?? this.timeoutMs, opts.signal, opts.quietMs);
+    }).run(subjects.command(cluster, command), JSON.stringify(request), opts.timeoutMs ?? this.timeoutMs, opts.signal, opts.quietMs);
     if (!outcome.ok) throw outcome.err;
     return outcome.value as CommandResult<C>;
   }
