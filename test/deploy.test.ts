@@ -62,7 +62,7 @@ function resourcesOf(dir: string): K8sObject[] {
 const baseDocs = () => resourcesOf(path.join(K8S, "base"));
 const compose = () => parseYaml(read("docker-compose.yml"), "docker-compose.yml")[0] as unknown as Compose;
 const nomadJobs = () => filesUnder(path.join(ROOT, "deploy/nomad"), /\.nomad\.json$/).map((f) => JSON.parse(readFileSync(f, "utf8")) as NomadJob);
-const kubectl = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8" }).status === 0;
+const kubectl = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8", timeout: 30_000 }).status === 0;
 const overlays = readdirSync(path.join(K8S, "overlays")).map((o) => path.join(K8S, "overlays", o));
 
 /** A deep copy of documents with one change, for the failing half. */
@@ -117,7 +117,7 @@ describe("deployment files agree with the code", () => {
 
   for (const dir of overlays)
     test(`kubernetes ${rel(dir)} as kustomize builds it`, { skip: kubectl ? false : "kubectl is not on the PATH" }, () => {
-      const out = spawnSync("kubectl", ["kustomize", dir], { encoding: "utf8" });
+      const out = spawnSync("kubectl", ["kustomize", dir], { encoding: "utf8", timeout: 60_000 });
       assert.equal(out.status, 0, out.stderr);
       const docs = parseYaml(out.stdout, rel(dir));
       assert.deepEqual(checkKubernetes(docs, CLUSTERS), []);
