@@ -4,7 +4,7 @@
  * registrations are read from the CSI_NODES stream.
  */
 import { subjects } from "@csi/contracts";
-import { csiIdentity, JournalClient, loadClusters, startCsiServer, withCsiBounds } from "@csi/runtime";
+import { closeWithin, csiIdentity, drainAll, JournalClient, loadClusters, startCsiServer, withCsiBounds } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeWorkSender } from "./adapters/node-work.js";
@@ -52,9 +52,17 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
   });
   return {
     address: server.address,
+    /**
+     * Graceful stop (docs/operations.md): refuse new gRPC calls (the CO retries UNAVAILABLE, on a
+     * new process or another replica), let those in flight finish within the grace period (their
+     * journal commands need NATS, so it is drained only after), cut the rest, remove the socket.
+     */
     stop: async () => {
-      await server.close();
-      await nc.drain().catch(() => {});
+      await drainAll(logger, cfg.shutdownGraceMs, [server]);
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
     },
   };
 }

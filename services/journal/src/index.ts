@@ -3,7 +3,7 @@
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
 import { type Clusters, DeviceReport, DriverError, type JournalEvent, nodeQueues } from "@csi/contracts";
-import { consumeQueue, loadClusters, replicaId } from "@csi/runtime";
+import { closeWithin, consumeQueue, drainAll, loadClusters, replicaId } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -78,7 +78,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs });
   // Device reports from node-agents wait in a durable queue until a journal appends them.
-  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log);
+  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log, "device reports");
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
@@ -88,12 +88,23 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     journal,
     projector,
     clusters,
+    /**
+     * Graceful stop (docs/operations.md): leave the queue group and stop pulling device reports,
+     * finish the commands and the report in flight (their replies sent) within the grace period,
+     * then drain NATS and quit Redis. A command cut at the bound is resent by its caller to another
+     * replica after its silence (docs/journal.md, "Failover"), as after a crash.
+     */
     stop: async () => {
       clearInterval(timer);
-      await reports.stop();
-      await svc.stop().catch(() => {});
-      await nc.drain().catch(() => {});
-      redis.disconnect();
+      await drainAll(log, cfg.shutdownGraceMs, [svc, reports]);
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
+      await closeWithin(
+        () => redis.quit(),
+        () => redis.disconnect(),
+      );
     },
   };
 }

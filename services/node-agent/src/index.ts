@@ -5,7 +5,7 @@
  */
 import path from "node:path";
 import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
-import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
+import { closeWithin, consumeQueue, csiIdentity, drainAll, loadClusters, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
@@ -64,7 +64,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log);
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, "node work");
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
@@ -77,13 +77,24 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   return {
     address: server.address,
     service: svc,
+    /**
+     * Graceful stop (docs/operations.md): stop pulling node work (what is not acknowledged is
+     * delivered again to the next agent of this node) and refuse new gRPC calls; the node steps
+     * in flight finish within the grace period (each has its own deadline too), the rest is cut
+     * (the healer of the next start puts the node right); then the reports are flushed.
+     */
     stop: async () => {
       heartbeat.stop();
-      await work.stop();
-      await server.close();
-      await reporter.flush();
+      await drainAll(log, cfg.shutdownGraceMs, [work, server]);
+      await closeWithin(
+        () => reporter.flush(),
+        () => {},
+      );
       reporter.stop();
-      await nc.drain().catch(() => {});
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
     },
   };
 }

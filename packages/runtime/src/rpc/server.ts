@@ -9,7 +9,10 @@
  *  - the caller's deadline and cancellation reach the handler as `ctx.deadline` and `ctx.signal`:
  *    the controller stops waiting for the journal when either ends the call (the journal's own
  *    operation still finishes or fails on its own and releases its locks), so nothing waits for
- *    a caller that has gone.
+ *    a caller that has gone;
+ *  - a graceful stop (`RunningServer` is a Drainable): refuse new calls (GOAWAY; a CO retries
+ *    UNAVAILABLE), let the calls in flight finish, cut them at the bound (forceShutdown: the
+ *    caller sees UNAVAILABLE/CANCELLED), and remove the unix socket.
  */
 import { randomUUID } from "node:crypto";
 import { unlink } from "node:fs/promises";
@@ -17,6 +20,7 @@ import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } f
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { type CsiService, csiServices, type Methods, type RequestOf, type ResponseOf } from "../csi.js";
+import { type Drainable, InFlight } from "../drain.js";
 import { parseEndpoint } from "./endpoint.js";
 import { redactSecrets } from "./redact.js";
 
@@ -42,9 +46,8 @@ export interface CsiServerOptions {
   slowCallMs?: number;
 }
 
-export interface RunningServer {
+export interface RunningServer extends Drainable {
   address: string;
-  close(): Promise<void>;
 }
 
 export function statusOf(err: unknown): { code: number; details: string } {
@@ -59,7 +62,7 @@ export function statusOf(err: unknown): { code: number; details: string } {
  */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 
-function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
+function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number, calls: InFlight): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
     const started = performance.now();
     const given = call.metadata.get("x-request-id")[0];
@@ -75,7 +78,7 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
     clog.debug({ request: redactSecrets(call.request) }, "request");
     const dl = call.getDeadline();
     const deadline = dl instanceof Date ? dl.getTime() : Number.isFinite(dl) ? Number(dl) : undefined;
-    handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
+    const reply = handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
       (response) => {
         const ms = performance.now() - started;
         if (ms > slowMs) clog.warn({ ms: Math.round(ms) }, "slow call");
@@ -90,6 +93,7 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
         callback({ code: st.code, details: st.details });
       },
     );
+    void calls.run(() => reply);
   };
 }
 
@@ -97,13 +101,14 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   const ep = parseEndpoint(opts.endpoint);
   const defs = csiServices();
   const server = new grpc.Server({ "grpc.max_receive_message_length": 4 * 1024 * 1024 });
+  const calls = new InFlight();
   for (const [name, handlers] of Object.entries(opts.services)) {
     if (!handlers) continue;
     const def = defs[name as CsiService];
     const impl: grpc.UntypedServiceImplementation = {};
     for (const method of Object.keys(def)) {
       const handler = (handlers as Record<string, AnyHandler | undefined>)[method];
-      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000);
+      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000, calls);
     }
     server.addService(def, impl);
   }
@@ -113,11 +118,22 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   );
   const address = ep.socketPath ? ep.grpcAddress : ep.grpcAddress.replace(/:0$/, `:${port}`);
   opts.log.info({ endpoint: address }, "CSI gRPC endpoint listening");
+  const removeSocket = async () => {
+    if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+  };
   return {
     address,
-    close: async () => {
+    what: "gRPC calls",
+    inFlight: () => calls.size,
+    // tryShutdown closes the listeners at once (a new connection is refused) and sends GOAWAY on
+    // the open ones (a new call on them is refused); its callback comes when the last call is done.
+    drain: async () => {
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
-      if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+      await removeSocket();
+    },
+    force: () => {
+      server.forceShutdown();
+      void removeSocket();
     },
   };
 }
