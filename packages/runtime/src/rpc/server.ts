@@ -5,7 +5,8 @@
  *  - one middleware chain per call: a request id (from the `x-request-id` metadata when it is a
  *    sane one, else new) in a pino child logger, the request logged with secrets stripped, slow
  *    calls warned, thrown errors mapped through the error table (a DriverError keeps its
- *    message; anything else becomes INTERNAL "internal error" and its stack stays in our log);
+ *    message; anything else becomes INTERNAL "internal error" and its stack stays in our log),
+ *    and every finished call told to the `observe` hook (the RPC metrics: method, code, seconds);
  *  - the caller's deadline and cancellation reach the handler as `ctx.deadline` and `ctx.signal`:
  *    the controller stops waiting for the journal when either ends the call (the journal's own
  *    operation still finishes or fails on its own and releases its locks), so nothing waits for
@@ -15,12 +16,14 @@
  *    caller sees UNAVAILABLE/CANCELLED), and remove the unix socket.
  */
 import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
 import { unlink } from "node:fs/promises";
 import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } from "@csi/contracts";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { type CsiService, csiServices, type Methods, type RequestOf, type ResponseOf } from "../csi.js";
 import { type Drainable, InFlight } from "../drain.js";
+import type { RpcObserver } from "../ops/metrics.js";
 import { parseEndpoint } from "./endpoint.js";
 import { redactSecrets } from "./redact.js";
 
@@ -44,10 +47,14 @@ export interface CsiServerOptions {
   log: Logger;
   services: { Identity: Handlers<"Identity">; Controller?: Handlers<"Controller">; Node?: Handlers<"Node">; GroupController?: Handlers<"GroupController"> };
   slowCallMs?: number;
+  /** Told of every finished call (method, gRPC code, seconds): the RPC metrics (ops/metrics.ts, grpcServerMetrics). */
+  observe?: RpcObserver;
 }
 
 export interface RunningServer extends Drainable {
   address: string;
+  /** True from the bind until the drain starts (readiness: "socket"). */
+  readonly listening: boolean;
 }
 
 export function statusOf(err: unknown): { code: number; details: string } {
@@ -62,9 +69,20 @@ export function statusOf(err: unknown): { code: number; details: string } {
  */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 
-function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number, calls: InFlight): grpc.handleUnaryCall<unknown, unknown> {
-  return (call, callback) => {
+function wrap(
+  method: string,
+  handler: AnyHandler | undefined,
+  log: Logger,
+  slowMs: number,
+  calls: InFlight,
+  observe?: RpcObserver,
+): grpc.handleUnaryCall<unknown, unknown> {
+  return (call, done) => {
     const started = performance.now();
+    const callback: grpc.sendUnaryData<unknown> = (err, value) => {
+      observe?.(method, err ? (err.code ?? GrpcCode.UNKNOWN) : GrpcCode.OK, (performance.now() - started) / 1000);
+      done(err, value);
+    };
     const given = call.metadata.get("x-request-id")[0];
     const requestId = typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
     const clog = log.child({ requestId, method });
@@ -108,7 +126,7 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
     const impl: grpc.UntypedServiceImplementation = {};
     for (const method of Object.keys(def)) {
       const handler = (handlers as Record<string, AnyHandler | undefined>)[method];
-      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000, calls);
+      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000, calls, opts.observe);
     }
     server.addService(def, impl);
   }
@@ -121,17 +139,23 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   const removeSocket = async () => {
     if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
   };
+  let listening = true;
   return {
     address,
+    get listening() {
+      return listening && (!ep.socketPath || existsSync(ep.socketPath));
+    },
     what: "gRPC calls",
     inFlight: () => calls.size,
     // tryShutdown closes the listeners at once (a new connection is refused) and sends GOAWAY on
     // the open ones (a new call on them is refused); its callback comes when the last call is done.
     drain: async () => {
+      listening = false;
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       await removeSocket();
     },
     force: () => {
+      listening = false;
       server.forceShutdown();
       void removeSocket();
     },

@@ -82,8 +82,12 @@ export async function serveJournal(
   journal: Journal,
   logger: Logger,
   version: string,
-  opts: { beatEveryMs: number },
-): Promise<Drainable> {
+  opts: {
+    beatEveryMs: number;
+    /** Told of every answered command: its name, "ok" or the error's name, seconds from request to reply (the metrics). */
+    observe?: (command: JournalCommand, outcome: string, seconds: number) => void;
+  },
+): Promise<Drainable & { readonly serving: boolean }> {
   // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
   const svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
     name: subjects.journalServiceName(cluster),
@@ -118,7 +122,8 @@ export async function serveJournal(
           requestId = (parsed.data as { requestId?: string }).requestId;
           return handlers[command](parsed.data as never);
         };
-        const send = (body: string) => {
+        const send = (body: string, outcome: string) => {
+          opts.observe?.(command, outcome, (performance.now() - started) / 1000);
           try {
             msg.respond(body);
           } catch (e) {
@@ -130,7 +135,7 @@ export async function serveJournal(
           const wire = toWireError(e);
           if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
           else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
-          send(JSON.stringify({ ok: false, error: wire }));
+          send(JSON.stringify({ ok: false, error: wire }), wire.code);
         };
         void commands.run(() =>
           reply().then((result) => {
@@ -140,7 +145,7 @@ export async function serveJournal(
             const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
             if (bytes > limit)
               return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
-            send(body);
+            send(body, "ok");
             logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
           }, refuse),
         );
@@ -148,6 +153,10 @@ export async function serveJournal(
     });
   }
   return {
+    /** The command endpoints are subscribed (readiness: "commands"). */
+    get serving() {
+      return !svc.isStopped;
+    },
     what: "journal commands",
     inFlight: () => commands.size,
     drain: async () => {
