@@ -19,10 +19,10 @@ import { readStackFile, stackFilePath } from "@csi/cli/stack-file";
 import { keysFor } from "@csi/journal";
 import { Redis } from "ioredis";
 import { loopsUnder, whyNoDevices } from "./support/machine.js";
-import { has, readyz, readyzUntil, type Sample, sampleValue, scrape } from "./support/metrics.js";
+import { has, readyz, readyzUntil, registeredNames, type Sample, sampleValue, scrape, scrapeText } from "./support/metrics.js";
 import { blockCap, CLUSTER, codeOf, MiB, NodeStack } from "./support/node-stack.js";
 import { cleanupsOf, runStack } from "./support/npm-start.js";
-import { type ServiceProcess, spawnJournal, writeClustersFile } from "./support/processes.js";
+import { ROOT, type ServiceProcess, spawnJournal, writeClustersFile } from "./support/processes.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 const ABORTED = 10;
@@ -151,6 +151,26 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
     await s.node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
     await s.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: s.nodeId });
     await s.ctrl.DeleteVolume({ volume_id: v.id });
+  });
+
+  test("the Grafana dashboard (deploy/grafana) uses exactly the series the services register", async () => {
+    const urls = s.metricsUrls();
+    const texts = await Promise.all([scrapeText(urls.controller), scrapeText(urls.journal), scrapeText(urls.agent)]);
+    const registered = new Set(texts.flatMap((t) => [...registeredNames(t)]));
+    const dashboard = JSON.parse(readFileSync(path.join(ROOT, "deploy/grafana/csi-driver.json"), "utf8")) as { panels: { targets?: { expr: string }[] }[] };
+    const exprs = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
+    assert.ok(exprs.length > 10);
+    const used = new Set<string>();
+    for (const expr of exprs) {
+      const names = expr.match(/\b(?:csi|process|nodejs)_[a-zA-Z0-9_]+\b/g) ?? [];
+      assert.ok(names.length > 0, `no series in ${expr}`);
+      for (const n of names) {
+        assert.ok(registered.has(n), `${n} (in ${expr}) is not a series any service registers`);
+        used.add(n.replace(/_(bucket|sum|count)$/, ""));
+      }
+    }
+    const ours = [...registered].filter((n) => n.startsWith("csi_") && !/_(bucket|sum|count)$/.test(n));
+    for (const n of ours) assert.ok(used.has(n), `${n} is on no panel of the dashboard`);
   });
 
   test("each service is ready and says why: /readyz names its checks", async () => {

@@ -30,11 +30,26 @@ export function parseMetrics(text: string): Sample[] {
   return samples;
 }
 
-export async function scrape(url: string | undefined): Promise<Sample[]> {
+/** Every series name the registry declares (its `# TYPE` lines), with and without samples; a histogram's _bucket/_sum/_count too. */
+export function registeredNames(text: string): Set<string> {
+  const names = new Set<string>();
+  for (const m of text.matchAll(/^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)$/gm)) {
+    const [, name, type] = m as unknown as [string, string, string];
+    names.add(name);
+    if (type === "histogram" || type === "summary") for (const end of ["_bucket", "_sum", "_count"]) names.add(name + end);
+  }
+  return names;
+}
+
+export async function scrapeText(url: string | undefined): Promise<string> {
   if (!url) throw new Error("the service has no metrics URL (not ready, or METRICS_ADDR=off)");
   const res = await fetch(`${url}/metrics`);
   if (res.status !== 200) throw new Error(`${url}/metrics answered ${res.status}`);
-  return parseMetrics(await res.text());
+  return res.text();
+}
+
+export async function scrape(url: string | undefined): Promise<Sample[]> {
+  return parseMetrics(await scrapeText(url));
 }
 
 /** The value of the sample `name` whose labels include `labels` (0 when there is none: a counter not yet incremented). */
