@@ -14,7 +14,7 @@
  * Readiness: "redis" (the connection is ready and answers PING) and "commands" (the command
  * endpoints are subscribed); "nats" comes from watchNats.
  */
-import { CALL_SECONDS, Counter, Gauge, Histogram, type Ops, WAIT_SECONDS, within } from "@csi/runtime";
+import { CALL_SECONDS, type Counter, counter, Gauge, type Histogram, histogram, type Ops, WAIT_SECONDS, within } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { EventLog } from "./adapters/event-log.js";
 
@@ -28,33 +28,11 @@ export class JournalMetrics {
   readonly #appended: Counter<"type">;
 
   constructor(private readonly ops: Ops) {
-    const registers = [ops.registry];
-    this.#commandSeconds = new Histogram({
-      name: "csi_journal_command_seconds",
-      help: "Journal commands: time from request to reply, by command and outcome (ok or the error name)",
-      labelNames: ["command", "outcome"],
-      buckets: CALL_SECONDS,
-      registers,
-    });
-    this.#aborted = new Counter({
-      name: "csi_journal_aborted_total",
-      help: "Journal commands answered ABORTED (a lock held by another operation, or fenced off), by command",
-      labelNames: ["command"],
-      registers,
-    });
-    this.#lockWait = new Histogram({
-      name: "csi_journal_lock_wait_seconds",
-      help: "Time an operation waited for its locks, by outcome (acquired, or busy: given up, ABORTED)",
-      labelNames: ["outcome"],
-      buckets: WAIT_SECONDS,
-      registers,
-    });
-    this.#appended = new Counter({
-      name: "csi_journal_events_appended_total",
-      help: "Events appended to the event log, by event type",
-      labelNames: ["type"],
-      registers,
-    });
+    const r = ops.registry;
+    this.#commandSeconds = histogram(r, "csi_journal_command_seconds", "Journal commands, request to reply", ["command", "outcome"], CALL_SECONDS);
+    this.#aborted = counter(r, "csi_journal_aborted_total", "Journal commands answered ABORTED", ["command"]);
+    this.#lockWait = histogram(r, "csi_journal_lock_wait_seconds", "Waits for an operation's locks (acquired, or busy: ABORTED)", ["outcome"], WAIT_SECONDS);
+    this.#appended = counter(r, "csi_journal_events_appended_total", "Events appended to the event log", ["type"]);
   }
 
   /** serveJournal's observer: one finished command. */
@@ -108,11 +86,7 @@ export class JournalMetrics {
         this.set(redis.status === "ready" ? 1 : 0);
       },
     });
-    const reconnects = new Counter({
-      name: "csi_redis_reconnects_total",
-      help: "Times the Redis connection became ready again after it was lost",
-      registers: [this.ops.registry],
-    });
+    const reconnects = counter(this.ops.registry, "csi_redis_reconnects_total", "Times the Redis connection became ready again after it was lost");
     let readyBefore = redis.status === "ready";
     redis.on("ready", () => {
       if (readyBefore) reconnects.inc();

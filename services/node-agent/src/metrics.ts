@@ -11,7 +11,7 @@
  * Readiness: "registration" (its registration was published and reads back) and "socket" (the
  * CSI endpoint listens); "nats" comes from watchNats.
  */
-import { Counter, type Ops, outcomeOf } from "@csi/runtime";
+import { type Counter, counter, type Ops, outcomeOf } from "@csi/runtime";
 import type { HealResult, NodeService } from "./app/node-service.js";
 import type { Reporter } from "./app/reporter.js";
 
@@ -25,25 +25,12 @@ export class NodeMetrics {
   readonly #heal: Counter<"kind" | "outcome">;
 
   constructor(private readonly ops: Ops) {
-    const registers = [ops.registry];
-    this.#operations = new Counter({
-      name: "csi_node_operations_total",
-      help: "Node operations (stage, unstage, publish, unpublish, expand) finished, by outcome: ok or the error name",
-      labelNames: ["operation", "outcome"],
-      registers,
-    });
-    this.#steps = new Counter({
-      name: "csi_node_device_steps_total",
-      help: "Device steps done on this node (attached, staged, published, unpublished, unstaged, detached, healed, limited, failed)",
-      labelNames: ["step"],
-      registers,
-    });
-    this.#heal = new Counter({
-      name: "csi_node_heal_actions_total",
-      help: "The healer's repairs, by kind (attach, mount-staging, publish, conflict, unmount, detach) and outcome (ok, failed)",
-      labelNames: ["kind", "outcome"],
-      registers,
-    });
+    this.#operations = counter(ops.registry, "csi_node_operations_total", "Node operations finished, by outcome (ok or the error name)", [
+      "operation",
+      "outcome",
+    ]);
+    this.#steps = counter(ops.registry, "csi_node_device_steps_total", "Device steps done on this node (the device-state reports)", ["step"]);
+    this.#heal = counter(ops.registry, "csi_node_heal_actions_total", "The healer's repairs, by kind and outcome (ok, failed)", ["kind", "outcome"]);
   }
 
   /** Count every operation of `svc` as it ends (the instance's methods are wrapped). */

@@ -20,6 +20,16 @@ export const CALL_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 /** Buckets of short waits (a lock, bounded by LOCK_WAIT_MS). */
 export const WAIT_SECONDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
+/** A counter in `registry` (labels: the bounded ones named). */
+export function counter<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[] = []): Counter<L> {
+  return new Counter({ name, help, labelNames, registers: [registry] });
+}
+
+/** A histogram in `registry` with these buckets (seconds). */
+export function histogram<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], buckets: number[]): Histogram<L> {
+  return new Histogram({ name, help, labelNames, buckets, registers: [registry] });
+}
+
 /** A service's metrics registry and readiness checks; runMain serves them (ops/listener.ts). */
 export class Ops {
   readonly registry = new Registry();
@@ -48,20 +58,9 @@ export type RpcObserver = (method: string, code: number, seconds: number) => voi
 
 /** csi_grpc_server_handled_total and csi_grpc_server_handling_seconds, by service, method and code. */
 export function grpcServerMetrics(registry: Registry): RpcObserver {
-  const labelNames = ["service", "method", "code"] as const;
-  const handled = new Counter({
-    name: "csi_grpc_server_handled_total",
-    help: "CSI gRPC calls completed, by service, method and gRPC code",
-    labelNames,
-    registers: [registry],
-  });
-  const seconds = new Histogram({
-    name: "csi_grpc_server_handling_seconds",
-    help: "Duration of CSI gRPC calls, by service, method and gRPC code",
-    labelNames,
-    buckets: CALL_SECONDS,
-    registers: [registry],
-  });
+  const labels = ["service", "method", "code"] as const;
+  const handled = counter(registry, "csi_grpc_server_handled_total", "CSI gRPC calls completed, by service, method and gRPC code", labels);
+  const seconds = histogram(registry, "csi_grpc_server_handling_seconds", "Duration of CSI gRPC calls, by service, method and gRPC code", labels, CALL_SECONDS);
   return (fullMethod, code, s) => {
     const dot = fullMethod.indexOf(".");
     const labels = { service: fullMethod.slice(0, dot), method: fullMethod.slice(dot + 1), code: grpcCodeName(code) };
