@@ -6,8 +6,11 @@
  *  - Starts a journal per cluster (one; CLUSTERS=2 for two; or those of CLUSTERS_FILE), the
  *    controller (unix://$PWD/run/csi-controller.sock) and one node-agent
  *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
- *  - Once ready, writes the endpoints to <runDir>/stack.json, where csictl finds the local stack
- *    (packages/cli/src/stack-file.ts); the file is removed on stop.
+ *  - A service counts as started once it has written its READY_FILE (<runDir>/<name>.ready.json:
+ *    its readiness checks passed), so the stack comes up at any LOG_LEVEL. Each service's
+ *    /metrics, /healthz and /readyz listen on 127.0.0.1 at a free port.
+ *  - Once ready, writes the endpoints and each service's metrics URL to <runDir>/stack.json, where
+ *    csictl finds the local stack (packages/cli/src/stack-file.ts); the file is removed on stop.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
  *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
@@ -59,6 +62,7 @@ try {
     void stopAll(1);
   });
   const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters } = stack;
+  const metrics = stack.metricsUrls();
   const stackFile = writeStackFile(runDir, {
     pid: process.pid,
     startedAt: new Date().toISOString(),
@@ -69,8 +73,9 @@ try {
     redisUrl: redis,
     clustersFile,
     dataDir,
+    metrics,
   });
-  say("csi stack ready", { controller, node, nats, redis, nodeId, clusters, stackFile });
+  say("csi stack ready", { controller, node, nats, redis, nodeId, clusters, metrics, stackFile });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

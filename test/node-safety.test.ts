@@ -17,7 +17,9 @@ import { csiClient } from "@csi/runtime";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { hasControlCharacter } from "../services/node-agent/src/domain/paths.js";
 import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
+import { readyzUntil } from "./support/metrics.js";
 import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
+import { freePort } from "./support/servers.js";
 
 const skip = whyNoDevices();
 const [OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, FAILED_PRECONDITION] = [0, 3, 4, 5, 9];
@@ -208,14 +210,22 @@ describe("the node-agent only touches what is its own", { skip }, () => {
     assert.equal(await ready(), true);
     const jsm = await jetstreamManager(s.nc);
     const original = (await jsm.streams.info(NODES_STREAM)).config;
-    // A damaged nodes stream: publishes are acknowledged, but nothing is kept to be read.
+    // A damaged nodes stream: publishes are acknowledged, but nothing is kept to be read. The agent
+    // never becomes ready (no READY_FILE), so it is not waited for: its /readyz (on a port of our
+    // choosing) says when it has started, and names the failing check.
+    const ops = `http://127.0.0.1:${await freePort()}`;
     await s.restartAgent({
       meanwhile: async () => {
         await jsm.streams.delete(NODES_STREAM);
         await jsm.streams.add({ name: NODES_STREAM, subjects: [nodeSubjects.wildcard], storage: StorageType.File, retention: RetentionPolicy.Interest });
       },
+      env: { METRICS_ADDR: ops.slice("http://".length) },
+      waitReady: false,
     });
     try {
+      const r = await readyzUntil(ops, (x) => x.body.failing !== "starting", 30_000);
+      assert.equal(r.status, 503);
+      assert.equal(r.body.failing, "registration", JSON.stringify(r.body));
       assert.equal(await ready(), false);
       assert.ok(
         s.agent.logs.some((l) => /"level":50/.test(l) && /registration/.test(l)),

@@ -1,10 +1,15 @@
 /**
  * Run the real service processes (tsx + the service's main.ts) the way an operator would, with
- * the environment a test gives them. Waits for the service's "ready" log line; stop = SIGTERM,
+ * the environment a test gives them. A service is ready when it has written its READY_FILE
+ * (runtime ops/listener.ts: after its start, once its readiness checks pass) — not when it logs a
+ * line, so any LOG_LEVEL works. Each gets METRICS_ADDR=127.0.0.1:0 (any free port: many processes
+ * on one machine) and its own READY_FILE unless the environment names them. stop = SIGTERM,
  * kill = SIGKILL.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { writeFile } from "node:fs/promises";
+import { readFileSync, rmSync } from "node:fs";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
 
 export const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -13,21 +18,41 @@ export interface ServiceProcess {
   child: ChildProcess;
   /** Every log line so far (pino JSON). */
   logs: string[];
+  /** Where the service writes its READY_FILE. */
+  readyFile: string;
+  /** Its ops listener (/metrics, /healthz, /readyz), from the READY_FILE: http://127.0.0.1:port; unset before ready or with METRICS_ADDR=off. */
+  readonly metricsUrl: string | undefined;
   stop(): Promise<number | null>;
   kill(): Promise<void>;
   exited: Promise<number | null>;
 }
 
-export function serviceMain(service: "journal" | "controller" | "node-agent"): string {
+export type ServiceName = "journal" | "controller" | "node-agent";
+
+export function serviceMain(service: ServiceName): string {
   return path.join(ROOT, "services", service, "src", "main.ts");
 }
 
+/** What a READY_FILE says, if it is there, complete, and written by process `pid`. */
+export function readReadyFile(file: string, pid: number | undefined): { service: string; pid: number; metrics?: string } | undefined {
+  try {
+    const r = JSON.parse(readFileSync(file, "utf8")) as { service?: unknown; pid?: unknown; metrics?: unknown };
+    if (r.pid !== pid || typeof r.service !== "string") return undefined;
+    return { service: r.service, pid: r.pid as number, ...(typeof r.metrics === "string" ? { metrics: r.metrics } : {}) };
+  } catch {
+    return undefined;
+  }
+}
+
+/** How often a starting service's READY_FILE is looked for. */
+const READY_POLL_MS = 25;
+
 export async function spawnService(
-  service: "journal" | "controller" | "node-agent",
+  service: ServiceName,
   env: Record<string, string>,
   opts: {
     args?: string[];
-    readyLine?: RegExp;
+    /** Wait until the service is ready (default); false: return at once (`ready` still settles). */
     waitReady?: boolean;
     onLine?: (line: string) => void;
     /** Not ready in this long: SIGKILL it and reject (default: wait for ever). */
@@ -35,53 +60,81 @@ export async function spawnService(
     /** Options for node itself, before the loader (e.g. --cpu-prof). */
     nodeArgs?: string[];
   } = {},
-): Promise<ServiceProcess> {
+): Promise<ServiceProcess & { ready: Promise<void> }> {
+  const own = env.READY_FILE ? undefined : await mkdtemp(path.join(os.tmpdir(), `csi-${service}-`));
+  const readyFile = env.READY_FILE ?? path.join(own as string, "ready.json");
+  rmSync(readyFile, { force: true });
   // One process (node with the tsx loader), so SIGKILL hits the service itself.
   const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), "--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
     cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: "info", ...env },
+    env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
   });
   const logs: string[] = [];
   let buf = "";
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const ready = opts.readyLine ?? /serving|listening/;
-  let readied: () => void = () => {};
-  const readyOrExit = Promise.race([exited, new Promise<void>((r) => (readied = r))]);
-  const readyP = new Promise<void>((resolve, reject) => {
-    const onData = (b: Buffer) => {
-      buf += b.toString();
-      let i = buf.indexOf("\n");
-      while (i >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        logs.push(line);
-        opts.onLine?.(line);
-        if (ready.test(line)) {
-          resolve();
-          readied();
-        }
-        i = buf.indexOf("\n");
-      }
-    };
-    child.stdout?.on("data", onData);
-    child.stderr?.on("data", onData);
-    exited.then((code) => reject(new Error(`${service} exited (${code}) before ready:\n${logs.join("\n")}`)));
-    if (opts.readyTimeoutMs !== undefined) {
-      const timer = setTimeout(() => {
-        reject(new Error(`${service} not ready in ${opts.readyTimeoutMs} ms:\n${logs.slice(-20).join("\n")}`));
-        child.kill("SIGKILL");
-      }, opts.readyTimeoutMs);
-      readyOrExit.finally(() => clearTimeout(timer));
+  let metricsUrl: string | undefined;
+  const exited = new Promise<number | null>((resolve) =>
+    child.once("exit", (code) => {
+      if (own) rmSync(own, { recursive: true, force: true });
+      resolve(code);
+    }),
+  );
+  const onData = (b: Buffer) => {
+    buf += b.toString();
+    let i = buf.indexOf("\n");
+    while (i >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      logs.push(line);
+      opts.onLine?.(line);
+      i = buf.indexOf("\n");
     }
+  };
+  child.stdout?.on("data", onData);
+  child.stderr?.on("data", onData);
+  const ready = new Promise<void>((resolve, reject) => {
+    let done = false;
+    const finish = (err?: Error) => {
+      if (done) return;
+      done = true;
+      clearInterval(poll);
+      clearTimeout(timer);
+      if (err) reject(err);
+      else resolve();
+    };
+    const poll = setInterval(() => {
+      const r = readReadyFile(readyFile, child.pid);
+      if (!r) return;
+      metricsUrl = r.metrics;
+      finish();
+    }, READY_POLL_MS);
+    exited.then((code) => finish(new Error(`${service} exited (${code}) before ready:\n${logs.join("\n")}`)));
+    const timer =
+      opts.readyTimeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            finish(new Error(`${service} not ready in ${opts.readyTimeoutMs} ms:\n${logs.slice(-20).join("\n")}`));
+            child.kill("SIGKILL");
+          }, opts.readyTimeoutMs);
   });
-  if (opts.waitReady !== false) await readyP;
-  else readyP.catch(() => {});
+  if (opts.waitReady !== false) await ready;
+  else ready.catch(() => {});
   const signal = async (sig: NodeJS.Signals) => {
     if (child.exitCode === null && child.signalCode === null) child.kill(sig);
     return exited;
   };
-  return { child, logs, exited, stop: () => signal("SIGTERM"), kill: async () => void (await signal("SIGKILL")) };
+  return {
+    child,
+    logs,
+    readyFile,
+    get metricsUrl() {
+      return metricsUrl;
+    },
+    ready,
+    exited,
+    stop: () => signal("SIGTERM"),
+    kill: async () => void (await signal("SIGKILL")),
+  };
 }
 
 /** A journal of one cluster as the tests run it: on the given servers, with periodic catch-up off (tests see every catch-up they cause). */

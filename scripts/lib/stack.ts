@@ -13,6 +13,10 @@
  *
  * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
  * stack on them is refused (StackInUse) before it starts or writes anything.
+ *
+ * A service is started when it is ready: it writes its READY_FILE (<runDir>/<name>.ready.json)
+ * once its readiness checks pass, whatever its LOG_LEVEL; its ops listener (/metrics, /healthz,
+ * /readyz) is on 127.0.0.1 at a free port, named in that file (`stack.metricsUrls()`).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -53,6 +57,8 @@ export interface StackService {
   /** The process running now, if any. */
   readonly process: ServiceProcess | undefined;
   readonly running: boolean;
+  /** The ops listener of the process running now (http://127.0.0.1:port), once it is ready. */
+  readonly metricsUrl: string | undefined;
   /** SIGKILL (a crash); waits for the exit. */
   kill(): Promise<void>;
   /** SIGTERM, then SIGKILL after a grace period; waits for the exit. */
@@ -76,6 +82,8 @@ export interface Stack {
   journals: StackService[];
   controller: StackService;
   nodeAgent: StackService;
+  /** Each running service's ops listener (/metrics, /healthz, /readyz), by service name. */
+  metricsUrls(): Record<string, string>;
   /** The servers this stack started (absent when given by URL). */
   servers: { nats?: LocalServer; redis?: LocalServer };
   /** Settles with the exit code of the first service that exits by itself (not through kill/stop above). */
@@ -133,6 +141,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
     const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
     const common = { onLine: opts.onLine, ...(opts.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: opts.readyTimeoutMs }) };
+    const readyFile = (name: string) => ({ READY_FILE: path.join(opts.runDir, `${name}.ready.json`) });
     const service = (name: string, launch: () => Promise<ServiceProcess>) => {
       const s = stackService(
         name,
@@ -152,11 +161,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       Array.from({ length: replicas }, (_, i) => {
         const name = ["journal", ...(clusters.length > 1 ? [cluster] : []), ...(replicas > 1 ? [String(i + 1)] : [])].join("-");
         const replica: Record<string, string> = replicas > 1 ? { REPLICA_ID: name } : {};
-        return service(name, () => spawnService("journal", { ...replica, ...env, CLUSTER_ID: cluster }, common));
+        return service(name, () => spawnService("journal", { ...replica, ...env, CLUSTER_ID: cluster, ...readyFile(name) }, common));
       }),
     );
-    const controller = service("controller", () => spawnService("controller", env, { args: ["--endpoint", controllerEndpoint], ...common }));
-    const nodeAgent = service("node-agent", () => spawnService("node-agent", env, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }));
+    const controller = service("controller", () =>
+      spawnService("controller", { ...env, ...readyFile("controller") }, { args: ["--endpoint", controllerEndpoint], ...common }),
+    );
+    const nodeAgent = service("node-agent", () =>
+      spawnService("node-agent", { ...env, ...readyFile("node-agent") }, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }),
+    );
     // The journals first: the controller's Probe wants a journal of the default cluster to answer.
     await settleAll(journals.map((j) => j.start()));
     opts.signal?.throwIfAborted();
@@ -176,6 +189,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       journals,
       controller,
       nodeAgent,
+      metricsUrls: () => Object.fromEntries(managed.flatMap((s) => (s.running && s.metricsUrl ? [[s.name, s.metricsUrl]] : []))),
       servers,
       exited,
       stop,
@@ -208,6 +222,9 @@ function stackService(name: string, launch: () => Promise<ServiceProcess>, exite
     },
     get running() {
       return running();
+    },
+    get metricsUrl() {
+      return current?.metricsUrl;
     },
     kill: async () => {
       await take()?.kill();

@@ -66,9 +66,20 @@ export class NodeStack {
 
   private static nodeSocket = (root: string) => `unix://${path.join(root, "node.sock")}`;
 
-  private static spawnAgent(base: Record<string, string>, root: string, nodeId: string, extra: Record<string, string> = {}): Promise<ServiceProcess> {
+  private static spawnAgent(
+    base: Record<string, string>,
+    root: string,
+    nodeId: string,
+    extra: Record<string, string> = {},
+    waitReady = true,
+  ): Promise<ServiceProcess> {
     const env = { ...base, NODE_STATE_DIR: path.join(root, "node-state"), HEARTBEAT_MS: "1000", ...extra };
-    return spawnService("node-agent", env, { args: ["--endpoint", NodeStack.nodeSocket(root), "--nodeid", nodeId] });
+    return spawnService("node-agent", env, { args: ["--endpoint", NodeStack.nodeSocket(root), "--nodeid", nodeId], waitReady });
+  }
+
+  /** The ops listeners (/metrics, /healthz, /readyz) of the journal, the controller and the agent running now. */
+  metricsUrls(): { journal?: string; controller?: string; agent?: string } {
+    return { journal: this.procs[0]?.metricsUrl, controller: this.procs[1]?.metricsUrl, agent: this.agent.metricsUrl };
   }
 
   /** `agentEnv`: more environment for the node-agent (e.g. LOG_LEVEL, NODE_OP_TIMEOUT_MS). */
@@ -109,13 +120,14 @@ export class NodeStack {
 
   /**
    * Stop the agent (SIGKILL with `kill`), run `meanwhile` (what happens behind its back), start it
-   * again (with `env` added to its environment, for this run only).
+   * again (with `env` added to its environment, for this run only), and wait until it is ready
+   * (its READY_FILE) unless `waitReady` is false.
    */
-  async restartAgent(opts: { kill?: boolean; meanwhile?: () => Promise<void>; env?: Record<string, string> } = {}): Promise<void> {
+  async restartAgent(opts: { kill?: boolean; meanwhile?: () => Promise<void>; env?: Record<string, string>; waitReady?: boolean } = {}): Promise<void> {
     if (opts.kill) await this.agent.kill();
     else await this.agent.stop();
     await opts.meanwhile?.();
-    this.agent = await NodeStack.spawnAgent(this.base, this.root, this.nodeId, opts.env);
+    this.agent = await NodeStack.spawnAgent(this.base, this.root, this.nodeId, opts.env, opts.waitReady);
     this.node.close();
     this.node = csiClient(NodeStack.nodeSocket(this.root), "Node");
   }

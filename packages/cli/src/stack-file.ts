@@ -20,6 +20,8 @@ export const StackFile = z.object({
   redisUrl: z.string().min(1),
   clustersFile: z.string().min(1).optional(),
   dataDir: z.string().min(1),
+  /** Each service's ops listener (/metrics, /healthz, /readyz) when the stack was ready, by service name. */
+  metrics: z.record(z.string(), z.string()).optional(),
 });
 export type StackFile = z.infer<typeof StackFile>;
 

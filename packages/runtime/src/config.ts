@@ -6,6 +6,7 @@
  */
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { parseListenAddr } from "./ops/listen-addr.js";
 
 export interface Setting {
   /** Environment variable, e.g. NATS_URL. */
@@ -125,7 +126,13 @@ export const REDIS_ACCESS_SETTINGS = {
  */
 export function opsShape(defaultMetricsPort: number) {
   return {
-    metricsAddr: z.string().default(`0.0.0.0:${defaultMetricsPort}`),
+    metricsAddr: z
+      .string()
+      .default(`0.0.0.0:${defaultMetricsPort}`)
+      .superRefine((s, ctx) => {
+        const a = parseListenAddr(s);
+        if ("error" in a) ctx.addIssue({ code: "custom", message: a.error });
+      }),
     readyFile: z.string().optional(),
     shutdownGraceMs: z.coerce.number().int().min(0).default(20_000),
   };

@@ -31,6 +31,20 @@ const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]
 /** A journal replica's "still working" beat: an empty message to the reply inbox (a reply is never empty). */
 export const WORKING_BEAT = new Uint8Array(0);
 
+/**
+ * Whether a journal replica of `cluster` answers a service ping ($SRV.PING of its micro-service)
+ * within `timeoutMs`: the controller's Probe and its readiness check.
+ */
+export async function journalAnswers(nc: NatsConnection, cluster: string, timeoutMs = 1000): Promise<boolean> {
+  if (nc.isClosed()) return false;
+  try {
+    await nc.request(`$SRV.PING.${subjects.journalServiceName(cluster)}`, "", { timeout: timeoutMs });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Default silence after which a replica is presumed dead: three missed beats of the journal's default 250 ms. */
 export const DEFAULT_SILENCE_MS = 750;
 

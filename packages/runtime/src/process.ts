@@ -3,6 +3,8 @@ import { readFileSync } from "node:fs";
 import os from "node:os";
 import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "@csi/contracts";
 import { type Logger, pino } from "pino";
+import { type OpsConfig, startOpsListener } from "./ops/listener.js";
+import { Ops } from "./ops/metrics.js";
 
 /** The root logger of a process: JSON lines on stdout (fd 1), or another fd (a CLI's stderr). */
 export function createLogger(service: string, level = "info", fd = 1): Logger {
@@ -33,17 +35,28 @@ export function replicaId(configured?: string): string {
 
 /**
  * A service's main: start it, stop it cleanly on SIGINT/SIGTERM (sockets removed, NATS drained),
- * exit non-zero if it cannot start.
+ * exit non-zero if it cannot start. Its ops listener (METRICS_ADDR: /metrics, /healthz, /readyz)
+ * runs from before the start to the end; its READY_FILE is written once it is ready (ops/listener.ts).
  */
-export async function runMain(service: string, logger: Logger, start: (log: Logger) => Promise<{ stop(): Promise<void> }>): Promise<void> {
+export async function runMain(
+  service: string,
+  logger: Logger,
+  start: (log: Logger, ops: Ops) => Promise<{ stop(): Promise<void> }>,
+  opsConfig: OpsConfig = { metricsAddr: "off" },
+): Promise<void> {
+  const ops = new Ops(service);
   try {
-    const running = await start(logger);
+    const listener = await startOpsListener(ops, opsConfig, logger);
+    const running = await start(logger, ops);
+    listener.started();
     let stopping = false;
     const shutdown = async (signal: string) => {
       if (stopping) return;
       stopping = true;
+      listener.stopping();
       logger.info({ signal }, `${service} stopping`);
       await running.stop().catch((err) => logger.error({ err }, "error while stopping"));
+      await listener.close();
       process.exit(0);
     };
     process.once("SIGINT", () => void shutdown("SIGINT"));

@@ -3,8 +3,19 @@
  * (Identity + Controller + GroupController). Stateless: any number of replicas can run; node
  * registrations are read from the CSI_NODES stream.
  */
-import { subjects } from "@csi/contracts";
-import { csiIdentity, JournalClient, loadClusters, startCsiServer, withCsiBounds } from "@csi/runtime";
+import {
+  closeWithin,
+  csiIdentity,
+  drainAll,
+  grpcServerMetrics,
+  JournalClient,
+  journalAnswers,
+  loadClusters,
+  Ops,
+  startCsiServer,
+  watchNats,
+  withCsiBounds,
+} from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeWorkSender } from "./adapters/node-work.js";
@@ -22,27 +33,29 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-export async function startController(cfg: ControllerConfig, logger: Logger): Promise<RunningController> {
+/** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
+export async function startController(cfg: ControllerConfig, logger: Logger, ops = new Ops("controller")): Promise<RunningController> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1, noAsyncTraces: true });
+  watchNats(nc, ops);
+  // Ready (/readyz) when a journal replica of every cluster answers; the CSI Probe asks the default cluster only.
+  ops.readiness.add("journals", async () => {
+    const ids = clusters.clusters.map((c) => c.clusterID);
+    const answers = await Promise.all(ids.map((id) => journalAnswers(nc, id)));
+    const silent = ids.filter((_, i) => !answers[i]);
+    return silent.length === 0 || `no journal replica answers for cluster ${silent.slice(0, 5).join(", ")}${silent.length > 5 ? ", ..." : ""}`;
+  });
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
   const nodes = new NodeDirectory(nc);
   const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };
 
-  /** Ready when NATS is up and a journal replica of the default cluster answers a service ping. */
-  const ready = async () => {
-    if (nc.isClosed()) return false;
-    try {
-      await nc.request(`$SRV.PING.${subjects.journalServiceName(clusters.defaultCluster)}`, "", { timeout: 1000 });
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  /** Probe: ready when NATS is up and a journal replica of the default cluster answers a service ping. */
+  const ready = () => journalAnswers(nc, clusters.defaultCluster);
 
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log: logger,
+    observe: grpcServerMetrics(ops.registry),
     services: {
       Identity: csiIdentity({ version: CONTROLLER_VERSION, ready }),
       // Every request is checked against CSI's size limits before its handler sees it.
@@ -52,9 +65,17 @@ export async function startController(cfg: ControllerConfig, logger: Logger): Pr
   });
   return {
     address: server.address,
+    /**
+     * Graceful stop (docs/operations.md): refuse new gRPC calls (the CO retries UNAVAILABLE, on a
+     * new process or another replica), let those in flight finish within the grace period (their
+     * journal commands need NATS, so it is drained only after), cut the rest, remove the socket.
+     */
     stop: async () => {
-      await server.close();
-      await nc.drain().catch(() => {});
+      await drainAll(logger, cfg.shutdownGraceMs, [server]);
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
     },
   };
 }

@@ -3,7 +3,7 @@
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
 import { type Clusters, DeviceReport, DriverError, type JournalEvent, nodeQueues } from "@csi/contracts";
-import { consumeQueue, loadClusters, replicaId } from "@csi/runtime";
+import { closeWithin, consumeQueue, drainAll, loadClusters, Ops, replicaId, watchNats } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
@@ -16,6 +16,7 @@ import { Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
+import { JournalMetrics } from "./metrics.js";
 import { serveJournal } from "./rpc/nats-service.js";
 
 export { JournalConfig, journalConfig } from "./config.js";
@@ -31,7 +32,8 @@ export interface RunningJournal {
 
 export const JOURNAL_VERSION = "0.1.0";
 
-export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<RunningJournal> {
+/** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
+export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new Ops("journal")): Promise<RunningJournal> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const clusterID = cfg.cluster ?? clusters.defaultCluster;
   const cluster = clusters.get(clusterID);
@@ -54,10 +56,17 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-journal-${clusterID}`, maxReconnectAttempts: -1, noAsyncTraces: true });
   const redis = new Redis(cfg.redisUrl, { maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+  const metrics = new JournalMetrics(ops);
+  watchNats(nc, ops);
+  metrics.watchRedis(redis);
 
-  const events = new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas });
+  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
   await events.ensureStream();
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
+  metrics.projectionLag(clusterID, async () => {
+    const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
+    return { last: info.last, applied: meta?.applied ?? 0 };
+  });
   const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
   await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
 
@@ -73,12 +82,14 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     lockTtlMs: cfg.lockTtlMs,
     lockWaitMs: cfg.lockWaitMs,
     now: () => new Date(),
+    observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, nodeIds),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
-  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs });
+  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs, observe: metrics.command });
+  ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   // Device reports from node-agents wait in a durable queue until a journal appends them.
-  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log);
+  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log, "device reports");
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
@@ -88,12 +99,23 @@ export async function startJournal(cfg: JournalConfig, logger: Logger): Promise<
     journal,
     projector,
     clusters,
+    /**
+     * Graceful stop (docs/operations.md): leave the queue group and stop pulling device reports,
+     * finish the commands and the report in flight (their replies sent) within the grace period,
+     * then drain NATS and quit Redis. A command cut at the bound is resent by its caller to another
+     * replica after its silence (docs/journal.md, "Failover"), as after a crash.
+     */
     stop: async () => {
       clearInterval(timer);
-      await reports.stop();
-      await svc.stop().catch(() => {});
-      await nc.drain().catch(() => {});
-      redis.disconnect();
+      await drainAll(log, cfg.shutdownGraceMs, [svc, reports]);
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
+      await closeWithin(
+        () => redis.quit(),
+        () => redis.disconnect(),
+      );
     },
   };
 }

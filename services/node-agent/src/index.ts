@@ -5,7 +5,7 @@
  */
 import path from "node:path";
 import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
-import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
+import { closeWithin, consumeQueue, csiIdentity, drainAll, grpcServerMetrics, loadClusters, Ops, startCsiServer, watchNats } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
@@ -17,17 +17,22 @@ import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
 import { LimitsState } from "./domain/io-limits.js";
 import { NodeState } from "./domain/node-state.js";
+import { NodeMetrics } from "./metrics.js";
 import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.js";
 
 export { NodeAgentConfig, nodeAgentConfig } from "./config.js";
 
 export const NODE_AGENT_VERSION = "0.1.0";
 
-export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
+/** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
+export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops = new Ops("node-agent")) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1, noAsyncTraces: true });
+  watchNats(nc, ops);
+  const metrics = new NodeMetrics(ops);
   const reporter = new Reporter(nc, cfg.nodeId, log);
+  metrics.countSteps(reporter);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
@@ -43,8 +48,10 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
     forbiddenRoots: cfg.forbiddenRoots,
     opTimeoutMs: cfg.opTimeoutMs,
   });
+  metrics.countOperations(svc);
   await svc.load();
   const healed = await svc.heal(); // before serving: put back what should be there
+  metrics.healed(healed);
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
@@ -64,26 +71,39 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log);
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, "node work");
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
+    observe: grpcServerMetrics(ops.registry),
     services: {
       // Not ready while the node's registration cannot be read back: the controller would refuse every publish to it.
       Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() && heartbeat.registered() }),
       Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
     },
   });
+  metrics.ready({ registered: heartbeat.registered, listening: () => server.listening });
   return {
     address: server.address,
     service: svc,
+    /**
+     * Graceful stop (docs/operations.md): stop pulling node work (what is not acknowledged is
+     * delivered again to the next agent of this node) and refuse new gRPC calls; the node steps
+     * in flight finish within the grace period (each has its own deadline too), the rest is cut
+     * (the healer of the next start puts the node right); then the reports are flushed.
+     */
     stop: async () => {
       heartbeat.stop();
-      await work.stop();
-      await server.close();
-      await reporter.flush();
+      await drainAll(log, cfg.shutdownGraceMs, [work, server]);
+      await closeWithin(
+        () => reporter.flush(),
+        () => {},
+      );
       reporter.stop();
-      await nc.drain().catch(() => {});
+      await closeWithin(
+        () => nc.drain(),
+        () => nc.close(),
+      );
     },
   };
 }

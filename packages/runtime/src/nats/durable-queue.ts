@@ -4,6 +4,11 @@
  * pull consumer, messages validated with a zod schema, acknowledged only after the handler is
  * done, redelivered after a transient failure, dropped (and logged) when malformed or failed
  * for good. What is sent while the consumer is away waits in the stream.
+ *
+ * A graceful stop (`drain`, the consumer is a Drainable) pulls no more messages and lets the one
+ * being handled, and any already pulled, finish and be acknowledged (the iterator yields them
+ * before it ends); one cut at the bound stays unacknowledged and is delivered again after the
+ * consumer's ack wait, to whichever process consumes the queue then.
  */
 
 import { DriverError, describeZodError, type QueueSpec } from "@csi/contracts";
@@ -11,6 +16,7 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy,
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
+import type { Drainable } from "../drain.js";
 
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
@@ -45,17 +51,19 @@ export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<voi
   );
 }
 
-/** Handle the queue's messages one at a time until stopped. */
+/** Handle the queue's messages one at a time until stopped; `what` names them in the drain's log lines. */
 export async function consumeQueue<S extends z.ZodTypeAny>(
   nc: NatsConnection,
   q: QueueSpec,
   schema: S,
   handle: (item: z.output<S>) => Promise<void>,
   log: Logger,
-): Promise<{ stop(): Promise<void> }> {
+  what = q.stream,
+): Promise<Drainable> {
   await ensureQueue(nc, q);
   const consumer = await jetstream(nc).consumers.get(q.stream, q.consumer);
   const messages = await consumer.consume({ max_messages: 1 });
+  let handling = 0;
   const done = (async () => {
     for await (const m of messages) {
       let raw: unknown;
@@ -70,6 +78,7 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
         m.term();
         continue;
       }
+      handling = 1;
       try {
         await handle(parsed.data);
         m.ack();
@@ -81,11 +90,16 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
           log.error({ stream: q.stream, err: String((err as Error)?.message ?? err) }, "failed for good");
           m.ack(); // retrying cannot help; the handler reported the failure
         }
+      } finally {
+        handling = 0;
       }
     }
   })();
   return {
-    stop: async () => {
+    what,
+    inFlight: () => handling,
+    // Pull no more; the messages already pulled are handed over and acknowledged before the iterator ends.
+    drain: async () => {
       await messages.close();
       await done.catch(() => {});
     },

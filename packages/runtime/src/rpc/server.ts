@@ -5,18 +5,25 @@
  *  - one middleware chain per call: a request id (from the `x-request-id` metadata when it is a
  *    sane one, else new) in a pino child logger, the request logged with secrets stripped, slow
  *    calls warned, thrown errors mapped through the error table (a DriverError keeps its
- *    message; anything else becomes INTERNAL "internal error" and its stack stays in our log);
+ *    message; anything else becomes INTERNAL "internal error" and its stack stays in our log),
+ *    and every finished call told to the `observe` hook (the RPC metrics: method, code, seconds);
  *  - the caller's deadline and cancellation reach the handler as `ctx.deadline` and `ctx.signal`:
  *    the controller stops waiting for the journal when either ends the call (the journal's own
  *    operation still finishes or fails on its own and releases its locks), so nothing waits for
- *    a caller that has gone.
+ *    a caller that has gone;
+ *  - a graceful stop (`RunningServer` is a Drainable): refuse new calls (GOAWAY; a CO retries
+ *    UNAVAILABLE), let the calls in flight finish, cut them at the bound (forceShutdown: the
+ *    caller sees UNAVAILABLE/CANCELLED), and remove the unix socket.
  */
 import { randomUUID } from "node:crypto";
+import { existsSync } from "node:fs";
 import { unlink } from "node:fs/promises";
 import { DriverError, GrpcCode, grpcCodeOf, PLUGIN_CAPABILITIES, PLUGIN_NAME } from "@csi/contracts";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { type CsiService, csiServices, type Methods, type RequestOf, type ResponseOf } from "../csi.js";
+import { type Drainable, InFlight } from "../drain.js";
+import type { RpcObserver } from "../ops/metrics.js";
 import { parseEndpoint } from "./endpoint.js";
 import { redactSecrets } from "./redact.js";
 
@@ -40,11 +47,14 @@ export interface CsiServerOptions {
   log: Logger;
   services: { Identity: Handlers<"Identity">; Controller?: Handlers<"Controller">; Node?: Handlers<"Node">; GroupController?: Handlers<"GroupController"> };
   slowCallMs?: number;
+  /** Told of every finished call (method, gRPC code, seconds): the RPC metrics (ops/metrics.ts, grpcServerMetrics). */
+  observe?: RpcObserver;
 }
 
-export interface RunningServer {
+export interface RunningServer extends Drainable {
   address: string;
-  close(): Promise<void>;
+  /** True from the bind until the drain starts (readiness: "socket"). */
+  readonly listening: boolean;
 }
 
 export function statusOf(err: unknown): { code: number; details: string } {
@@ -59,9 +69,20 @@ export function statusOf(err: unknown): { code: number; details: string } {
  */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 
-function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slowMs: number): grpc.handleUnaryCall<unknown, unknown> {
-  return (call, callback) => {
+function wrap(
+  method: string,
+  handler: AnyHandler | undefined,
+  log: Logger,
+  slowMs: number,
+  calls: InFlight,
+  observe?: RpcObserver,
+): grpc.handleUnaryCall<unknown, unknown> {
+  return (call, done) => {
     const started = performance.now();
+    const callback: grpc.sendUnaryData<unknown> = (err, value) => {
+      observe?.(method, err ? (err.code ?? GrpcCode.UNKNOWN) : GrpcCode.OK, (performance.now() - started) / 1000);
+      done(err, value);
+    };
     const given = call.metadata.get("x-request-id")[0];
     const requestId = typeof given === "string" && REQUEST_ID.test(given) ? given : randomUUID();
     const clog = log.child({ requestId, method });
@@ -78,7 +99,7 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
     if (debug) clog.debug({ request: redactSecrets(call.request) }, "request");
     const dl = call.getDeadline();
     const deadline = dl instanceof Date ? dl.getTime() : Number.isFinite(dl) ? Number(dl) : undefined;
-    handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
+    const reply = handler(call.request, { requestId, log: clog, signal: ac.signal, ...(deadline ? { deadline } : {}) }).then(
       (response) => {
         answered = true;
         const ms = performance.now() - started;
@@ -95,6 +116,7 @@ function wrap(method: string, handler: AnyHandler | undefined, log: Logger, slow
         callback({ code: st.code, details: st.details });
       },
     );
+    void calls.run(() => reply);
   };
 }
 
@@ -102,13 +124,14 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   const ep = parseEndpoint(opts.endpoint);
   const defs = csiServices();
   const server = new grpc.Server({ "grpc.max_receive_message_length": 4 * 1024 * 1024 });
+  const calls = new InFlight();
   for (const [name, handlers] of Object.entries(opts.services)) {
     if (!handlers) continue;
     const def = defs[name as CsiService];
     const impl: grpc.UntypedServiceImplementation = {};
     for (const method of Object.keys(def)) {
       const handler = (handlers as Record<string, AnyHandler | undefined>)[method];
-      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000);
+      impl[method] = wrap(`${name}.${method}`, handler, opts.log, opts.slowCallMs ?? 1000, calls, opts.observe);
     }
     server.addService(def, impl);
   }
@@ -118,11 +141,28 @@ export async function startCsiServer(opts: CsiServerOptions): Promise<RunningSer
   );
   const address = ep.socketPath ? ep.grpcAddress : ep.grpcAddress.replace(/:0$/, `:${port}`);
   opts.log.info({ endpoint: address }, "CSI gRPC endpoint listening");
+  const removeSocket = async () => {
+    if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+  };
+  let listening = true;
   return {
     address,
-    close: async () => {
+    get listening() {
+      return listening && (!ep.socketPath || existsSync(ep.socketPath));
+    },
+    what: "gRPC calls",
+    inFlight: () => calls.size,
+    // tryShutdown closes the listeners at once (a new connection is refused) and sends GOAWAY on
+    // the open ones (a new call on them is refused); its callback comes when the last call is done.
+    drain: async () => {
+      listening = false;
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
-      if (ep.socketPath) await unlink(ep.socketPath).catch(() => {});
+      await removeSocket();
+    },
+    force: () => {
+      listening = false;
+      server.forceShutdown();
+      void removeSocket();
     },
   };
 }

@@ -22,6 +22,8 @@ export interface OperationEnv {
   lockTtlMs: number;
   lockWaitMs: number;
   now: () => Date;
+  /** Told how long each lock() waited, and whether it got the locks or gave up (ABORTED): the metrics. */
+  observeLockWait?: (seconds: number, outcome: "acquired" | "busy") => void;
 }
 
 /** A lock someone else holds (retried until the bounded wait is over, then Aborted). */
@@ -67,8 +69,10 @@ export class Operation {
       this.#remember(spec, res.read);
       return res.read;
     };
+    const started = performance.now();
+    const waited = (outcome: "acquired" | "busy") => this.env.observeLockWait?.((performance.now() - started) / 1000, outcome);
     try {
-      return await retry(attempt, {
+      const read = await retry(attempt, {
         tries: Number.POSITIVE_INFINITY,
         deadline: Date.now() + this.env.lockWaitMs,
         firstDelayMs: 1,
@@ -76,9 +80,12 @@ export class Operation {
         jitter: 1,
         retryIf: (err) => err instanceof LockBusy,
       });
+      waited("acquired");
+      return read;
     } catch (err) {
-      if (err instanceof LockBusy) throw aborted(`an operation on the same ${describeLock(err.key)} is in progress, retry`);
-      throw err;
+      if (!(err instanceof LockBusy)) throw err;
+      waited("busy");
+      throw aborted(`an operation on the same ${describeLock(err.key)} is in progress, retry`);
     }
   }
 

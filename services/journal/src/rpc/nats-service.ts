@@ -11,6 +11,10 @@
  * No reply can crash the journal: list and history replies are cut to fit (journal.ts), and a
  * reply that would still pass the connection's max_payload is answered with a small
  * ResourceExhausted error instead; a publish that fails anyway is logged, not thrown.
+ *
+ * Graceful stop (the result is a Drainable): the endpoints' subscriptions are drained first, so
+ * the replica leaves the queue group — NATS hands every new command to the other replicas at
+ * once — while the commands it already took run on, beating, to their replies.
  */
 import {
   DriverError,
@@ -22,8 +26,8 @@ import {
   subjects,
   toWireError,
 } from "@csi/contracts";
-import { WORKING_BEAT } from "@csi/runtime";
-import { type Service, type ServiceMsg, Svcm } from "@nats-io/services";
+import { type Drainable, InFlight, WORKING_BEAT } from "@csi/runtime";
+import { type ServiceMsg, Svcm } from "@nats-io/services";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Journal } from "../app/journal.js";
@@ -78,8 +82,12 @@ export async function serveJournal(
   journal: Journal,
   logger: Logger,
   version: string,
-  opts: { beatEveryMs: number },
-): Promise<Service> {
+  opts: {
+    beatEveryMs: number;
+    /** Told of every answered command: its name, "ok" or the error's name, seconds from request to reply (the metrics). */
+    observe?: (command: JournalCommand, outcome: string, seconds: number) => void;
+  },
+): Promise<Drainable & { readonly serving: boolean }> {
   // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
   const svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
     name: subjects.journalServiceName(cluster),
@@ -89,6 +97,7 @@ export async function serveJournal(
     metadata: { cluster },
   });
   const handlers = handlersOf(journal);
+  const commands = new InFlight();
   for (const command of Object.keys(journalContract) as JournalCommand[]) {
     const schema = journalContract[command].request;
     svc.addEndpoint(command.replace(".", "-"), {
@@ -113,7 +122,8 @@ export async function serveJournal(
           requestId = (parsed.data as { requestId?: string }).requestId;
           return handlers[command](parsed.data as never);
         };
-        const send = (body: string) => {
+        const send = (body: string, outcome: string) => {
+          opts.observe?.(command, outcome, (performance.now() - started) / 1000);
           try {
             msg.respond(body);
           } catch (e) {
@@ -125,20 +135,33 @@ export async function serveJournal(
           const wire = toWireError(e);
           if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
           else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
-          send(JSON.stringify({ ok: false, error: wire }));
+          send(JSON.stringify({ ok: false, error: wire }), wire.code);
         };
-        reply().then((result) => {
-          stopBeating();
-          const body = JSON.stringify({ ok: true, result });
-          const bytes = Buffer.byteLength(body, "utf8");
-          const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
-          if (bytes > limit)
-            return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
-          send(body);
-          logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
-        }, refuse);
+        void commands.run(() =>
+          reply().then((result) => {
+            stopBeating();
+            const body = JSON.stringify({ ok: true, result });
+            const bytes = Buffer.byteLength(body, "utf8");
+            const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
+            if (bytes > limit)
+              return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
+            send(body, "ok");
+            logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+          }, refuse),
+        );
       },
     });
   }
-  return svc;
+  return {
+    /** The command endpoints are subscribed (readiness: "commands"). */
+    get serving() {
+      return !svc.isStopped;
+    },
+    what: "journal commands",
+    inFlight: () => commands.size,
+    drain: async () => {
+      await svc.stop().catch(() => {}); // leaves the queue group: the commands delivered so far are still handled
+      await commands.idle();
+    },
+  };
 }

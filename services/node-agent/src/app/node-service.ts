@@ -54,6 +54,12 @@ export interface NodeServiceDeps {
 
 export const DEFAULT_OP_TIMEOUT_MS = 120_000;
 
+/** One healer action and whether it worked (a failure is logged and reported as a "failed" device step). */
+export interface HealResult {
+  action: HealAction;
+  ok: boolean;
+}
+
 /** A caller's volume id in a message: short and escaped. */
 const qid = (id: string) => quote(id);
 
@@ -398,15 +404,18 @@ export class NodeService {
 
   // ------------------------------------------------------------------ healer
 
-  /** Compare the state file with the machine and repair; each action is reported, with one request id per run. */
-  async heal(): Promise<HealAction[]> {
+  /** Compare the state file with the machine and repair; each action is reported, with one request id per run. Returns each action and whether it worked. */
+  async heal(): Promise<HealResult[]> {
     const origin: Origin = { via: "healer", requestId: randomUUID() };
     const loops = (await loop.list()).flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
     const plan = planHeal(this.#state, { loops, mounts: await mnt.readMounts() }, await Promise.all(this.poolRoots.map((r) => realpath(r).catch(() => r))));
+    const results: HealResult[] = [];
     for (const a of plan) {
       try {
         await withDeadline(this.#timeoutMs, `heal ${a.kind}`, () => this.#apply(a, origin));
+        results.push({ action: a, ok: true });
       } catch (err) {
+        results.push({ action: a, ok: false });
         this.d.log.error({ err: String(err), action: a }, "heal action failed");
         const v = "volumeId" in a ? this.#state.volumes[a.volumeId] : undefined;
         if (v) this.#report(v, "failed", origin, { reason: `heal ${a.kind}: ${(err as Error).message}` });
@@ -416,7 +425,7 @@ export class NodeService {
       await this.#save();
       this.d.log.info({ actions: plan.length, requestId: origin.requestId }, "healer repaired the node");
     }
-    return plan;
+    return results;
   }
 
   async #apply(a: HealAction, origin: Origin): Promise<void> {

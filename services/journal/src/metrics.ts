@@ -1,0 +1,100 @@
+/**
+ * The journal's metrics (docs/operations.md, "Metrics and health"), kept out of the domain and
+ * the app: index.ts wires them at the edges — the NATS command face (serveJournal's observer),
+ * the operation's lock wait (OperationEnv.observeLockWait), the event log (its append, wrapped),
+ * the Redis connection, and the projection's watermark read at scrape time.
+ *
+ *   csi_journal_command_seconds{command,outcome}   histogram  request in → reply out
+ *   csi_journal_aborted_total{command}             counter    ABORTED answers (lock busy, fenced off)
+ *   csi_journal_lock_wait_seconds{outcome}         histogram  wait for an operation's locks ("acquired" | "busy")
+ *   csi_journal_events_appended_total{type}        counter    events that landed in the log, by type
+ *   csi_journal_projection_lag{cluster}            gauge      log last sequence − projection watermark
+ *   csi_redis_connected / csi_redis_reconnects_total           the Redis connection
+ *
+ * Readiness: "redis" (the connection is ready and answers PING) and "commands" (the command
+ * endpoints are subscribed); "nats" comes from watchNats.
+ */
+import { CALL_SECONDS, type Counter, counter, Gauge, type Histogram, histogram, type Ops, WAIT_SECONDS, within } from "@csi/runtime";
+import type { Redis } from "ioredis";
+import type { EventLog } from "./adapters/event-log.js";
+
+/** The longest a scrape waits for the projection's watermark and the log's last sequence. */
+const LAG_READ_MS = 1_000;
+
+export class JournalMetrics {
+  readonly #commandSeconds: Histogram<"command" | "outcome">;
+  readonly #aborted: Counter<"command">;
+  readonly #lockWait: Histogram<"outcome">;
+  readonly #appended: Counter<"type">;
+
+  constructor(private readonly ops: Ops) {
+    const r = ops.registry;
+    this.#commandSeconds = histogram(r, "csi_journal_command_seconds", "Journal commands, request to reply", ["command", "outcome"], CALL_SECONDS);
+    this.#aborted = counter(r, "csi_journal_aborted_total", "Journal commands answered ABORTED", ["command"]);
+    this.#lockWait = histogram(r, "csi_journal_lock_wait_seconds", "Waits for an operation's locks (acquired, or busy: ABORTED)", ["outcome"], WAIT_SECONDS);
+    this.#appended = counter(r, "csi_journal_events_appended_total", "Events appended to the event log", ["type"]);
+  }
+
+  /** serveJournal's observer: one finished command. */
+  readonly command = (command: string, outcome: string, seconds: number): void => {
+    this.#commandSeconds.observe({ command, outcome }, seconds);
+    if (outcome === "Aborted") this.#aborted.inc({ command });
+  };
+
+  /** OperationEnv.observeLockWait: one operation's wait for its locks. */
+  readonly lockWait = (seconds: number, outcome: "acquired" | "busy"): void => {
+    this.#lockWait.observe({ outcome }, seconds);
+  };
+
+  /** Count every event that lands through `events.append` (appendAll and reports go through it too). */
+  countAppends(events: EventLog): EventLog {
+    const append = events.append.bind(events);
+    events.append = async (a, meta) => {
+      const stored = await append(a, meta);
+      this.#appended.inc({ type: stored.event.type });
+      return stored;
+    };
+    return events;
+  }
+
+  /** csi_journal_projection_lag{cluster}: read at scrape time; absent when it cannot be read within LAG_READ_MS. */
+  projectionLag(cluster: string, read: () => Promise<{ last: number; applied: number }>): void {
+    new Gauge({
+      name: "csi_journal_projection_lag",
+      help: "Events in the log past the projection's watermark (log last sequence - applied sequence); the watermark moves at each catch-up",
+      labelNames: ["cluster"],
+      registers: [this.ops.registry],
+      async collect() {
+        this.reset();
+        const got = await within(
+          read().catch(() => undefined),
+          LAG_READ_MS,
+          () => undefined,
+        );
+        if (got) this.set({ cluster }, Math.max(0, got.last - got.applied));
+      },
+    });
+  }
+
+  /** csi_redis_connected, csi_redis_reconnects_total and the "redis" readiness check. */
+  watchRedis(redis: Redis): void {
+    new Gauge({
+      name: "csi_redis_connected",
+      help: "1 while the journal's Redis connection is ready, else 0",
+      registers: [this.ops.registry],
+      collect() {
+        this.set(redis.status === "ready" ? 1 : 0);
+      },
+    });
+    const reconnects = counter(this.ops.registry, "csi_redis_reconnects_total", "Times the Redis connection became ready again after it was lost");
+    let readyBefore = redis.status === "ready";
+    redis.on("ready", () => {
+      if (readyBefore) reconnects.inc();
+      readyBefore = true;
+    });
+    this.ops.readiness.add("redis", async () => {
+      if (redis.status !== "ready") return `Redis connection is ${redis.status}`;
+      return (await redis.ping()) === "PONG" ? true : "Redis did not answer PING with PONG";
+    });
+  }
+}

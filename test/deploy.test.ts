@@ -1,0 +1,464 @@
+/**
+ * The deployment files agree with the code (issue 13): every YAML document under deploy/ parses;
+ * the Kubernetes manifests (the base, and each overlay as kustomize builds it when kubectl is on
+ * the PATH), the Nomad jobs and docker-compose.yml set only env names and flags their service
+ * accepts (its settings table), with values its own config loader accepts; sockets, probes,
+ * ports, images, the driver name, class parameters and the shared pool directory line up. The
+ * second half breaks one thing at a time in a copy of the real files and sees each check fail.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { describe, test } from "node:test";
+import { PLUGIN_NAME } from "@csi/contracts";
+import { parseAllDocuments } from "yaml";
+import {
+  type Compose,
+  checkCompose,
+  checkKubernetes,
+  checkKustomization,
+  checkNomad,
+  composeSeconds,
+  type K8sObject,
+  type Kustomization,
+  type NomadJob,
+} from "./support/deploy-checks.js";
+
+const ROOT = path.resolve(import.meta.dirname, "..");
+const K8S = path.join(ROOT, "deploy/kubernetes");
+const rel = (p: string) => path.relative(ROOT, p);
+const read = (p: string) => readFileSync(path.join(ROOT, p), "utf8");
+const CLUSTERS = read("deploy/clusters.json");
+const VERSION = JSON.parse(read("package.json")).version as string;
+const IMAGE = `csi-event-driver:${VERSION}`;
+
+/** Every document of a YAML text; a syntax error or warning fails with the file's name. */
+function parseYaml(text: string, where: string): K8sObject[] {
+  return parseAllDocuments(text).flatMap((d) => {
+    const bad = [...d.errors, ...d.warnings];
+    if (bad.length > 0) throw new Error(`${where}: ${bad.map((e) => e.message).join("; ")}`);
+    const js = d.toJS();
+    return js === null ? [] : [js as K8sObject];
+  });
+}
+
+function filesUnder(dir: string, re: RegExp): string[] {
+  return readdirSync(dir).flatMap((e) => {
+    const p = path.join(dir, e);
+    return statSync(p).isDirectory() ? filesUnder(p, re) : re.test(e) ? [p] : [];
+  });
+}
+
+/** The objects a kustomization's resources name, recursively (no patches applied). */
+function resourcesOf(dir: string): K8sObject[] {
+  const k = parseYaml(readFileSync(path.join(dir, "kustomization.yaml"), "utf8"), rel(dir))[0] as unknown as Kustomization;
+  return [...(k.resources ?? []), ...(k.components ?? [])].flatMap((r) => {
+    const p = path.join(dir, r);
+    return statSync(p).isDirectory() ? resourcesOf(p) : parseYaml(readFileSync(p, "utf8"), rel(p));
+  });
+}
+
+const baseDocs = () => resourcesOf(path.join(K8S, "base"));
+const compose = () => parseYaml(read("docker-compose.yml"), "docker-compose.yml")[0] as unknown as Compose;
+const nomadJobs = () => filesUnder(path.join(ROOT, "deploy/nomad"), /\.nomad\.json$/).map((f) => JSON.parse(readFileSync(f, "utf8")) as NomadJob);
+const kubectl = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8", timeout: 30_000 }).status === 0;
+const overlays = readdirSync(path.join(K8S, "overlays")).map((o) => path.join(K8S, "overlays", o));
+
+/** A deep copy of documents with one change, for the failing half. */
+function changed<T>(docs: T, change: (copy: T) => void): T {
+  const copy = structuredClone(docs);
+  change(copy);
+  return copy;
+}
+const byName = (docs: K8sObject[], kind: string, name: string) => {
+  const d = docs.find((x) => x.kind === kind && x.metadata.name === name);
+  assert.ok(d, `${kind}/${name} in the manifests`);
+  return d;
+};
+const container = (docs: K8sObject[], kind: string, name: string, c: string) => {
+  const x = byName(docs, kind, name).spec.template.spec.containers.find((y: { name: string }) => y.name === c);
+  assert.ok(x, `container ${c} of ${kind}/${name}`);
+  return x;
+};
+/** A check on broken input reports a problem matching `re` (and only problems it is about). */
+function fails(problems: string[], re: RegExp): void {
+  assert.ok(
+    problems.some((p) => re.test(p)),
+    `expected a problem matching ${re}, got:\n  ${problems.join("\n  ") || "(none)"}`,
+  );
+}
+
+describe("deployment files agree with the code", () => {
+  test("every YAML document under deploy/ and docker-compose.yml parses", () => {
+    const files = [...filesUnder(path.join(ROOT, "deploy"), /\.ya?ml$/), path.join(ROOT, "docker-compose.yml")];
+    assert.ok(files.length >= 20, `found ${files.length} YAML files`);
+    for (const f of files) assert.ok(parseYaml(readFileSync(f, "utf8"), rel(f)).length > 0, `${rel(f)} has documents`);
+  });
+
+  test("every kustomization names files that exist", () => {
+    const ks = filesUnder(K8S, /^kustomization\.yaml$/);
+    assert.ok(ks.length >= 5);
+    for (const f of ks) {
+      const k = parseYaml(readFileSync(f, "utf8"), rel(f))[0] as unknown as Kustomization;
+      assert.deepEqual(checkKustomization(path.dirname(f), k, existsSync), [], rel(f));
+    }
+  });
+
+  test("kubernetes base: services, sidecars, sockets, probes, pools, classes, RBAC", () => {
+    const docs = baseDocs();
+    assert.deepEqual(checkKubernetes(docs, CLUSTERS), []);
+    // One image for every service, tagged with the project's version; the kustomization sets the same tag.
+    const ours = docs.flatMap((d) => d.spec?.template?.spec?.containers ?? []).filter((c: { image: string }) => c.image.startsWith("csi-event-driver"));
+    assert.ok(ours.length === 3 && ours.every((c: { image: string }) => c.image === IMAGE), `our containers run ${IMAGE}`);
+    const k = parseYaml(read("deploy/kubernetes/base/kustomization.yaml"), "base")[0];
+    assert.deepEqual(k?.images, [{ name: "csi-event-driver", newTag: VERSION }]);
+  });
+
+  for (const dir of overlays)
+    test(`kubernetes ${rel(dir)} as kustomize builds it`, { skip: kubectl ? false : "kubectl is not on the PATH" }, () => {
+      const out = spawnSync("kubectl", ["kustomize", dir], { encoding: "utf8", timeout: 60_000 });
+      assert.equal(out.status, 0, out.stderr);
+      const docs = parseYaml(out.stdout, rel(dir));
+      assert.deepEqual(checkKubernetes(docs, CLUSTERS), []);
+      // Everything in the driver's namespace; the optional NATS has 3 replicas and JetStream R3 streams.
+      for (const d of docs.filter((x) => x.metadata.namespace !== undefined))
+        assert.equal(d.metadata.namespace, "csi-event-driver", `${d.kind}/${d.metadata.name}`);
+      const nats = docs.find((d) => d.kind === "StatefulSet" && d.metadata.name === "csi-nats");
+      if (nats) {
+        assert.equal(nats.spec.replicas, 3);
+        assert.equal(byName(docs, "ConfigMap", "csi-event-driver-config").data.STREAM_REPLICAS, "3");
+      }
+    });
+
+  test("the optional NATS and Redis: JetStream cluster, auth include from csi-nats-auth, AOF, compose's images", () => {
+    const docs = resourcesOf(path.join(K8S, "components/nats-redis"));
+    const conf = byName(docs, "ConfigMap", "csi-nats-config").data["nats.conf"] as string;
+    assert.match(conf, /jetstream\s*\{/);
+    assert.match(conf, /cluster\s*\{[\s\S]*routes/);
+    assert.match(conf, /include "auth\.conf"/);
+    const nats = byName(docs, "StatefulSet", "csi-nats");
+    const sources = nats.spec.template.spec.volumes.find((v: { name: string }) => v.name === "config").projected.sources;
+    assert.ok(
+      sources.some(
+        (s: { secret?: { name: string; items: { key: string }[] } }) => s.secret?.name === "csi-nats-auth" && s.secret.items[0]?.key === "auth.conf",
+      ),
+    );
+    assert.match(byName(docs, "ConfigMap", "csi-redis-config").data["redis.conf"], /^appendonly yes$/m);
+    const services = compose().services as Record<string, { image?: string }>;
+    assert.equal(nats.spec.template.spec.containers[0].image, services.nats?.image);
+    assert.equal(byName(docs, "StatefulSet", "csi-redis").spec.template.spec.containers[0].image, services.redis?.image);
+    // The base's URLs name these services.
+    const cfg = byName(baseDocs(), "ConfigMap", "csi-event-driver-config").data;
+    assert.equal(cfg.NATS_URL, "nats://csi-nats:4222");
+    assert.equal(cfg.REDIS_URL, "redis://csi-redis:6379");
+    byName(docs, "Service", "csi-nats");
+    byName(docs, "Service", "csi-redis");
+  });
+
+  test("nomad jobs (JSON, as `nomad job run -json` takes them)", () => {
+    const jobs = nomadJobs();
+    assert.equal(jobs.length, 3);
+    assert.deepEqual(checkNomad(jobs, CLUSTERS, IMAGE), []);
+  });
+
+  test("docker-compose.yml", () => {
+    assert.deepEqual(checkCompose(compose(), "deploy/clusters.json", read), []);
+  });
+});
+
+describe("each check fails on a broken copy", () => {
+  const docs = baseDocs();
+  const k8s = (change: (d: K8sObject[]) => void) => checkKubernetes(changed(docs, change), CLUSTERS);
+  const ctl = (d: K8sObject[], c = "controller") => container(d, "Deployment", "csi-event-driver-controller", c);
+  const journal = (d: K8sObject[]) => container(d, "Deployment", "csi-event-driver-journal", "journal");
+  const node = (d: K8sObject[], c = "node-agent") => container(d, "DaemonSet", "csi-event-driver-node", c);
+
+  test("env names and flags come from the service's settings table; required ones are set", () => {
+    fails(
+      k8s((d) => journal(d).env.push({ name: "NATS_PASSWD", value: "x" })),
+      /env NATS_PASSWD is not a setting of the journal/,
+    );
+    fails(
+      k8s((d) => ctl(d).command.push("--nodeid", "x")),
+      /flag --nodeid is not a setting of the controller/,
+    );
+    fails(
+      k8s((d) => (journal(d).env = journal(d).env.filter((e: { name: string }) => e.name !== "REDIS_URL"))),
+      /REDIS_URL must be set/,
+    );
+    // A value the service's own loader refuses.
+    fails(
+      k8s((d) => (byName(d, "ConfigMap", "csi-event-driver-config").data.STREAM_REPLICAS = "7")),
+      /journal refuses its configuration: STREAM_REPLICAS/,
+    );
+    fails(
+      k8s((d) => ctl(d).env.push({ name: "LOG_LEVEL2", valueFrom: { configMapKeyRef: { name: "nope", key: "x" } } })),
+      /reads ConfigMap nope/,
+    );
+  });
+
+  test("the sidecars' --csi-address is the driver's socket", () => {
+    fails(
+      k8s((d) => (ctl(d, "csi-attacher").args[0] = "--csi-address=/csi/other.sock")),
+      /csi-attacher: --csi-address \/csi\/other\.sock is not the driver's socket/,
+    );
+    // The same path, but the sidecar mounts another volume there.
+    fails(
+      k8s((d) => {
+        byName(d, "Deployment", "csi-event-driver-controller").spec.template.spec.volumes.push({ name: "other", emptyDir: {} });
+        ctl(d, "csi-resizer").volumeMounts[0].name = "other";
+      }),
+      /csi-resizer: --csi-address .* is not the driver's socket/,
+    );
+    fails(
+      k8s((d) => (ctl(d).command[5] = "unix:///tmp/c.sock")),
+      /not the driver's socket/,
+    );
+  });
+
+  test("the registrar's kubelet path is the socket's host path under plugins/<driver>", () => {
+    fails(
+      k8s((d) => (node(d, "node-driver-registrar").args[1] = "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi-node.sock")),
+      /--kubelet-registration-path .* is not the socket's host path/,
+    );
+    fails(
+      k8s((d) => {
+        const v = byName(d, "DaemonSet", "csi-event-driver-node").spec.template.spec.volumes.find((x: { name: string }) => x.name === "plugin-dir");
+        v.hostPath.path = "/var/lib/kubelet/plugins/other.driver";
+      }),
+      /host directory .* is not \/var\/lib\/kubelet\/plugins\/nats\.csi\.event-driver\.io/,
+    );
+  });
+
+  test("probes and the metrics port agree", () => {
+    fails(
+      k8s((d) => (ctl(d).env.find((e: { name: string }) => e.name === "METRICS_ADDR").value = "0.0.0.0:9999")),
+      /containerPort "metrics" is 9810, METRICS_ADDR's port is 9999/,
+    );
+    fails(
+      k8s((d) => (journal(d).readinessProbe.httpGet.path = "/healthz")),
+      /readinessProbe must GET \/readyz/,
+    );
+    fails(
+      k8s((d) => (node(d).livenessProbe.httpGet.port = 9808)),
+      /livenessProbe port 9808 is not the metrics port 9811/,
+    );
+    fails(
+      k8s((d) => (byName(d, "Deployment", "csi-event-driver-journal").spec.template.metadata.annotations["prometheus.io/port"] = "9810")),
+      /prometheus\.io\/port 9810 is not the metrics port 9812/,
+    );
+    fails(
+      k8s((d) => (ctl(d, "csi-resizer").args[3] = "--http-endpoint=:8080")),
+      /port 8080 is used by both csi-provisioner and csi-resizer/,
+    );
+  });
+
+  test("graceful stop outlasts SHUTDOWN_GRACE_MS", () => {
+    fails(
+      k8s((d) => (byName(d, "DaemonSet", "csi-event-driver-node").spec.template.spec.terminationGracePeriodSeconds = 20)),
+      /terminationGracePeriodSeconds 20/,
+    );
+    fails(
+      k8s((d) => (journal(d).env.find((e: { name: string }) => e.name === "SHUTDOWN_GRACE_MS").value = "45000")),
+      /terminationGracePeriodSeconds 30 is not above/,
+    );
+  });
+
+  test("images, sidecars, leader election, replicas, the node-agent's host access", () => {
+    fails(
+      k8s((d) => (journal(d).image = "csi-event-driver:0.0.9")),
+      /the services run different images/,
+    );
+    fails(
+      k8s((d) => (node(d, "liveness-probe").image = "registry.k8s.io/sig-storage/livenessprobe:v2.19.0")),
+      /livenessprobe runs in several versions/,
+    );
+    fails(
+      k8s((d) => (ctl(d, "csi-snapshotter").image = "registry.k8s.io/sig-storage/csi-snapshotter:latest")),
+      /is not a pinned/,
+    );
+    fails(
+      k8s((d) => (ctl(d, "csi-provisioner").args = ctl(d, "csi-provisioner").args.filter((a: string) => !a.startsWith("--leader")))),
+      /--leader-election must be on/,
+    );
+    fails(
+      k8s((d) => {
+        const spec = byName(d, "Deployment", "csi-event-driver-controller").spec.template.spec;
+        spec.containers = spec.containers.filter((c: { name: string }) => c.name !== "csi-attacher");
+      }),
+      /no csi-attacher sidecar/,
+    );
+    fails(
+      k8s((d) => (byName(d, "Deployment", "csi-event-driver-journal").spec.replicas = 1)),
+      /1 replicas, at least 2 wanted/,
+    );
+    fails(
+      k8s((d) => (node(d).securityContext.privileged = false)),
+      /must be privileged/,
+    );
+    fails(
+      k8s((d) => delete node(d).volumeMounts.find((m: { name: string }) => m.name === "kubelet-dir").mountPropagation),
+      /mountPropagation Bidirectional/,
+    );
+    fails(
+      k8s((d) => (node(d).env.find((e: { name: string }) => e.name === "NODE_ID").valueFrom = { fieldRef: { fieldPath: "metadata.name" } })),
+      /NODE_ID must come from spec\.nodeName/,
+    );
+  });
+
+  test("the journal and the node-agent share one pool directory holding every pool root", () => {
+    fails(
+      k8s(
+        (d) =>
+          (byName(d, "DaemonSet", "csi-event-driver-node").spec.template.spec.volumes.find((v: { name: string }) => v.name === "pools").hostPath.path =
+            "/srv/pools"),
+      ),
+      /do not share one pool directory/,
+    );
+    const moved = JSON.parse(CLUSTERS);
+    moved.clusters[0].pools[0].root = "/srv/pools/local/default";
+    fails(
+      k8s((d) => (byName(d, "ConfigMap", "csi-event-driver-clusters").data["clusters.json"] = JSON.stringify(moved))),
+      /root \/srv\/pools\/local\/default is not under the shared pool directory/,
+    );
+    fails(
+      k8s((d) => (byName(d, "ConfigMap", "csi-event-driver-clusters").data["clusters.json"] = "{}")),
+      /clusters\.json: /,
+    );
+  });
+
+  test("driver name and class parameters are the controller's", () => {
+    fails(
+      k8s((d) => (byName(d, "StorageClass", "csi-event-driver").provisioner = "other.csi.io")),
+      /StorageClass\/csi-event-driver provisioner is other\.csi\.io/,
+    );
+    fails(
+      k8s((d) => (byName(d, "CSIDriver", PLUGIN_NAME).spec.attachRequired = false)),
+      /attachRequired must be true/,
+    );
+    fails(
+      k8s((d) => (byName(d, "StorageClass", "csi-event-driver").parameters.replication = "3")),
+      /parameter replication is not one the controller reads/,
+    );
+    fails(
+      k8s((d) => (byName(d, "StorageClass", "csi-event-driver").parameters.pool = "fast")),
+      /pool fast is not a pool of cluster local/,
+    );
+    fails(
+      k8s((d) => (byName(d, "StorageClass", "csi-event-driver").parameters.clusterID = "east")),
+      /clusterID east is not in the clusters file/,
+    );
+    fails(
+      k8s((d) => (byName(d, "StorageClass", "csi-event-driver").parameters.readIOPS = "-1")),
+      /the controller refuses the parameters/,
+    );
+    fails(
+      k8s((d) => (byName(d, "VolumeAttributesClass", "csi-event-driver-limited").parameters.iops = "100")),
+      /VolumeAttributesClass\/csi-event-driver-limited: .*unknown key/,
+    );
+    fails(
+      k8s((d) => (byName(d, "VolumeAttributesClass", "csi-event-driver-limited").parameters.readBytesPerSecond = "100")),
+      /readBytesPerSecond/,
+    );
+    fails(
+      k8s((d) => (byName(d, "VolumeSnapshotClass", "csi-event-driver").parameters = { tier: "gold" })),
+      /parameter tier is not one the controller reads/,
+    );
+  });
+
+  test("each sidecar's RBAC is bound to the controller's ServiceAccount", () => {
+    fails(
+      k8s((d) => (byName(d, "ClusterRoleBinding", "csi-event-driver-external-attacher").subjects[0].name = "default")),
+      /no ClusterRole lets the external-attacher/,
+    );
+    fails(
+      k8s((d) => (byName(d, "Role", "csi-event-driver-leader-election").rules = [])),
+      /leader election/,
+    );
+    fails(
+      k8s((d) => (byName(d, "Deployment", "csi-event-driver-controller").spec.template.spec.serviceAccountName = "nobody")),
+      /ServiceAccount nobody is not in the manifests/,
+    );
+  });
+
+  test("kustomization paths", () => {
+    fails(checkKustomization(path.join(K8S, "base"), { resources: ["missing.yaml"] }, existsSync), /missing\.yaml does not exist/);
+    fails(checkKustomization(K8S, { resources: ["components"] }, existsSync), /components has no kustomization\.yaml/);
+  });
+
+  test("nomad: plugin id and type, socket in mount_dir, env, checks, kill timeout, pools", () => {
+    const jobs = nomadJobs();
+    const task = (j: NomadJob[], id: string) => {
+      const t = j.find((x) => x.Job.ID === id)?.Job.TaskGroups[0]?.Tasks[0];
+      assert.ok(t, id);
+      return t;
+    };
+    const nomad = (change: (j: NomadJob[]) => void) => checkNomad(changed(jobs, change), CLUSTERS, IMAGE);
+    fails(
+      nomad((j) => ((task(j, "csi-event-driver-controller").CSIPluginConfig as { ID: string }).ID = "event-driver")),
+      /csi_plugin id event-driver/,
+    );
+    fails(
+      nomad((j) => ((task(j, "csi-event-driver-node").CSIPluginConfig as { Type: string }).Type = "monolith")),
+      /csi_plugin type monolith is not node/,
+    );
+    fails(
+      nomad((j) => task(j, "csi-event-driver-node").Config.args?.splice(-1, 1, "unix:///csi/node.sock")),
+      /is not <mount_dir>\/csi\.sock/,
+    );
+    fails(
+      nomad((j) => ((task(j, "csi-event-driver-journal").Env as Record<string, string>).REDIS_HOST = "x")),
+      /env REDIS_HOST is not a setting of the journal/,
+    );
+    fails(
+      nomad((j) => (task(j, "csi-event-driver-journal").KillTimeout = 5e9)),
+      /KillTimeout is not above/,
+    );
+    fails(
+      nomad((j) => (task(j, "csi-event-driver-node").Config.volumes = ["local/clusters.json:/etc/csi/clusters.json"])),
+      /no host directory is mounted at \/var\/lib\/csi\/pools/,
+    );
+    fails(
+      nomad((j) => (task(j, "csi-event-driver-controller").Config.image = "csi-event-driver:latest")),
+      /is not csi-event-driver:/,
+    );
+    fails(
+      nomad((j) => ((j[0] as NomadJob).Job.TaskGroups[0]!.Services![0]!.Checks = [])),
+      /no http check of \/healthz/,
+    );
+  });
+
+  test("compose: env, stop grace, shared pool volume", () => {
+    const c = compose();
+    const svc = (x: Compose, name: string) => x.services[name] as { environment: Record<string, string>; volumes: unknown[]; stop_grace_period?: string };
+    fails(
+      checkCompose(
+        changed(c, (x) => (svc(x, "journal").environment.REDIS_PASS = "x")),
+        "deploy/clusters.json",
+        read,
+      ),
+      /env REDIS_PASS is not a setting/,
+    );
+    fails(
+      checkCompose(
+        changed(c, (x) => delete svc(x, "node-agent").stop_grace_period),
+        "deploy/clusters.json",
+        read,
+      ),
+      /stop_grace_period 10s \(default\)/,
+    );
+    fails(
+      checkCompose(
+        changed(
+          c,
+          (x) => (svc(x, "node-agent").volumes = svc(x, "node-agent").volumes.map((v) => (v === "pools:/var/lib/csi/pools" ? "pools2:/var/lib/csi/pools" : v))),
+        ),
+        "deploy/clusters.json",
+        read,
+      ),
+      /do not share one pool volume/,
+    );
+    assert.equal(composeSeconds("1m30s"), 90);
+  });
+});
