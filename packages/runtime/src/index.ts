@@ -1,3 +1,4 @@
+export * from "./access.js";
 export * from "./config.js";
 export * from "./csi.js";
 export * from "./csi-messages.js";
@@ -5,6 +6,7 @@ export * from "./journal-client.js";
 export * from "./keyed-mutex.js";
 export * from "./nats/durable-queue.js";
 export * from "./nats/last-message.js";
+export * from "./nats/node-streams.js";
 export * from "./process.js";
 export * from "./retry.js";
 export * from "./rpc/bounds.js";

@@ -3,8 +3,8 @@
  * (Identity + Controller + GroupController). Stateless: any number of replicas can run; node
  * registrations are read from the CSI_NODES stream.
  */
-import { subjects } from "@csi/contracts";
-import { csiIdentity, JournalClient, loadClusters, startCsiServer, withCsiBounds } from "@csi/runtime";
+import { inboxPrefix, subjects } from "@csi/contracts";
+import { csiIdentity, JournalClient, loadClusters, natsConnectOptions, startCsiServer, withCsiBounds } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeWorkSender } from "./adapters/node-work.js";
@@ -24,7 +24,7 @@ export interface RunningController {
 
 export async function startController(cfg: ControllerConfig, logger: Logger): Promise<RunningController> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1 });
+  const nc = await connect(natsConnectOptions(cfg, { name: "csi-controller", inboxPrefix: inboxPrefix({ kind: "controller" }), maxReconnectAttempts: -1 }));
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
   const nodes = new NodeDirectory(nc);
   const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };

@@ -4,12 +4,12 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
-import { consumeQueue, csiIdentity, loadClusters, startCsiServer } from "@csi/runtime";
+import { inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
+import { consumeQueue, csiIdentity, ensureNodeStreams, loadClusters, natsConnectOptions, startCsiServer } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
-import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
+import { startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
 import { IoLimiter } from "./app/io-limiter.js";
 import { NodeService } from "./app/node-service.js";
@@ -26,7 +26,8 @@ export const NODE_AGENT_VERSION = "0.1.0";
 export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1 });
+  const role = { kind: "node" as const, nodeId: cfg.nodeId };
+  const nc = await connect(natsConnectOptions(cfg, { name: `csi-node-${cfg.nodeId}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1 }));
   const reporter = new Reporter(nc, cfg.nodeId, log);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
@@ -48,7 +49,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
-  await ensureNodesStream(nc);
+  await ensureNodeStreams(nc);
   const heartbeat = startHeartbeat(
     nc,
     () => ({
@@ -64,7 +65,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger) {
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log);
+  // Made by the node itself where it may, else by a journal once it sees the registration above (docs/security.md).
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, { waitForQueue: true });
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,

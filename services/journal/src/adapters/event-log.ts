@@ -6,7 +6,7 @@
  */
 
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
-import { lastMessageOf, reachingNats } from "@csi/runtime";
+import { ensureStream, lastMessageOf, reachingNats } from "@csi/runtime";
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -92,18 +92,7 @@ export class EventLog {
       num_replicas: this.opts.replicas ?? 1,
       description: `CSI journal events of cluster ${this.opts.cluster}`,
     };
-    try {
-      await jsm.streams.info(this.stream);
-    } catch {
-      try {
-        await jsm.streams.add(config);
-      } catch (err) {
-        // Another replica may have created it between our info and add.
-        await jsm.streams.info(this.stream).catch(() => {
-          throw err;
-        });
-      }
-    }
+    await ensureStream(jsm, config);
   }
 
   /** Last sequence of one subject (0 when it has none). */
