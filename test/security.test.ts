@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -23,6 +23,7 @@ import { Redis } from "ioredis";
 import { cleanupUnder, whyNoDevices } from "./support/machine.js";
 import { blockCap } from "./support/node-stack.js";
 import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
+import { cleanupsOf, runStack, withoutServerEnv } from "./support/npm-start.js";
 import { type LocalServer, startServer, tempDir } from "./support/servers.js";
 
 const CLUSTER = "c1";
@@ -394,5 +395,37 @@ describe("over TLS: nats-server (client certificates required) and redis-server"
     await assert.rejects(plain.connect().then(() => plain.ping()));
     plain.disconnect();
     assert.ok(existsSync(certs.ca));
+  });
+});
+
+describe("SECURE=1 npm start", () => {
+  test("locked down: anonymous connections refused, csictl finds its credentials through stack.json, no secret printed", async (t) => {
+    const cleanups = cleanupsOf(t);
+    const stack = await runStack(cleanups, { SECURE: "1" });
+    const stackJson = readFileSync(path.join(stack.runDir, "stack.json"), "utf8");
+    assert.equal(statSync(path.join(stack.runDir, "stack.json")).mode & 0o777, 0o600);
+    const { authDir, natsUrl, redisUrl } = JSON.parse(stackJson) as { authDir: string; natsUrl: string; redisUrl: string };
+    assert.ok(authDir, "stack.json names the credentials directory");
+    const secrets = ["nats", "redis"].flatMap((d) => readdirSync(path.join(authDir, d)).map((f) => readFileSync(path.join(authDir, d, f), "utf8").trim()));
+    assert.ok(secrets.length >= 5, "a secret per role");
+
+    await assert.rejects(connect({ servers: natsUrl, reconnect: false }), /Authorization Violation/i);
+    const anon = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    anon.on("error", () => {});
+    await assert.rejects(anon.connect().then(() => anon.ping()));
+    anon.disconnect();
+
+    // csictl: NATS as admin (journal discovery, the log) and Redis as the journal's user (the projection).
+    const out = execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--json", "clusters"], {
+      encoding: "utf8",
+      env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
+    });
+    const rows = JSON.parse(out) as { cluster: string; replicas: number; projection: string }[];
+    assert.equal(rows[0]?.replicas, 1, out);
+    for (const secret of secrets) {
+      assert.ok(!stackJson.includes(secret), "stack.json holds no secret");
+      assert.ok(!stack.output().includes(secret), "npm start prints no secret");
+      assert.ok(!out.includes(secret), "csictl prints no secret");
+    }
   });
 });
