@@ -22,8 +22,8 @@ import { connect, type NatsConnection, PermissionViolationError } from "@nats-io
 import { Redis } from "ioredis";
 import { cleanupUnder, whyNoDevices } from "./support/machine.js";
 import { blockCap } from "./support/node-stack.js";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
 import { cleanupsOf, runStack, withoutServerEnv } from "./support/npm-start.js";
+import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
 import { type LocalServer, startServer, tempDir } from "./support/servers.js";
 
 const CLUSTER = "c1";
@@ -160,6 +160,15 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
   };
 
   test("with their own credentials, a journal, a controller and a node-agent create, publish and stage", async (t) => {
+    // Ready: the controller pings the journal's service ($SRV.PING), the node reads its registration back.
+    for (const sock of ["controller.sock", "node.sock"]) {
+      const identity = csiClient(`unix://${path.join(dir, sock)}`, "Identity");
+      try {
+        assert.equal((await identity.Probe({})).ready?.value, true, `${sock} is ready`);
+      } finally {
+        identity.close();
+      }
+    }
     const v = await createAndPublish("pvc-secure");
     assert.ok(v.uuid);
     if (noDevices) return void t.skip(`stage: ${noDevices}`);
@@ -284,6 +293,28 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
       await assert.rejects(r.set("{c2}:projection", "x"), /NOPERM/);
       await assert.rejects(r.set("plain", "x"), /NOPERM/);
     });
+  });
+});
+
+describe("nkey users (csictl auth init --nkeys)", () => {
+  test("a node-agent's seed file given as NATS_CREDS connects; its permissions hold", async () => {
+    const dir = await realpath(await tempDir("csi-nkeys-"));
+    let nats: LocalServer | undefined;
+    let nc: NatsConnection | undefined;
+    try {
+      const auth = authInit(path.join(dir, "auth"), ["--nkeys"]);
+      assert.match(readFileSync(auth.natsConfig, "utf8"), /nkey: "U[A-Z2-7]{55}"/);
+      nats = await startServer("nats", path.join(dir, "nats"), undefined, ["-c", auth.natsConfig]);
+      const access = natsAccessFrom(auth.dir, n1Role);
+      assert.ok(access.natsCreds?.endsWith(".nk") && !access.natsUser, "a seed file, no user/password");
+      nc = await connect(natsConnectOptions({ natsUrl: nats.url, ...access }, { inboxPrefix: inboxPrefix(n1Role), reconnect: false }));
+      const subject = subjects.reports(CLUSTER, N2, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
+      await assert.rejects(jetstream(nc).publish(subject, "{}"), isViolation("publish", subject));
+    } finally {
+      await nc?.close();
+      await nats?.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
