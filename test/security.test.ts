@@ -109,10 +109,9 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
   before(async () => {
     dir = await realpath(await tempDir("csi-security-"));
     auth = authInit(path.join(dir, "auth"));
-    [nats, redis] = await Promise.all([
-      startServer("nats", path.join(dir, "nats"), undefined, ["-c", auth.natsConfig]),
-      startServer("redis", path.join(dir, "redis"), undefined, ["--aclfile", auth.redisAcl]),
-    ]);
+    // One after the other: a server that fails to start must not leave the other one running.
+    nats = await startServer("nats", path.join(dir, "nats"), undefined, ["-c", auth.natsConfig]);
+    redis = await startServer("redis", path.join(dir, "redis"), undefined, ["--aclfile", auth.redisAcl]);
     const clustersFile = await writeClustersFile(dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
     const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir };
     procs.push(await spawnService("journal", { ...base, ...accessEnv(auth.dir, journalRole), CLUSTER_ID: CLUSTER }));
