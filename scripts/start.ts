@@ -11,12 +11,16 @@
  *    /metrics, /healthz and /readyz listen on 127.0.0.1 at a free port.
  *  - Once ready, writes the endpoints and each service's metrics URL to <runDir>/stack.json, where
  *    csictl finds the local stack (packages/cli/src/stack-file.ts); the file is removed on stop.
+ *  - SECURE=1: locked down (docs/security.md): credentials for every role generated into
+ *    <runDir>/auth (0600), our nats-server and redis-server started with them, each service with
+ *    its own; csictl finds them through stack.json (its authDir), which holds no secret.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
  *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
  */
 import path from "node:path";
 import { removeStackFile, writeStackFile } from "@csi/cli/stack-file";
+import { redactUrl } from "@csi/runtime";
 import { ROOT } from "./lib/processes.js";
 import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
@@ -34,6 +38,7 @@ const starting = startStack({
   redisUrl: process.env.REDIS_URL,
   nodeId: process.env.NODE_ID,
   clusters: process.env.CLUSTERS,
+  secure: process.env.SECURE === "1",
   onLine: (line) => process.stdout.write(`${line}\n`),
   onStep: say,
   signal: abort.signal,
@@ -61,7 +66,7 @@ try {
     say("a service exited; stopping", { code });
     void stopAll(1);
   });
-  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters } = stack;
+  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters, authDir } = stack;
   const metrics = stack.metricsUrls();
   const stackFile = writeStackFile(runDir, {
     pid: process.pid,
@@ -74,8 +79,10 @@ try {
     clustersFile,
     dataDir,
     metrics,
+    ...(authDir ? { authDir } : {}),
   });
-  say("csi stack ready", { controller, node, nats, redis, nodeId, clusters, metrics, stackFile });
+  // A URL given with user:password in it is never printed as it is.
+  say("csi stack ready", { controller, node, nats: redactUrl(nats), redis: redactUrl(redis), nodeId, clusters, metrics, stackFile, secure: !!authDir });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

@@ -56,7 +56,7 @@ test("draining a queue consumer: the message in hand and those pulled finish and
       handled.push(n);
     },
     quiet,
-    "test items",
+    { what: "test items" },
   );
   for (const n of [1, 2, 3]) await publish(q, n);
   await until("the first message is in hand", () => consumer.inFlight() === 1);
@@ -82,7 +82,7 @@ test("draining a queue consumer: the message in hand and those pulled finish and
 
 test("draining a queue consumer whose handler outlives the bound: it is cut and its message stays unacknowledged for redelivery", async () => {
   const q = queue("DRAIN_B");
-  const consumer = await consumeQueue(nc, q, Item, () => new Promise<void>(() => {}), quiet, "stuck items");
+  const consumer = await consumeQueue(nc, q, Item, () => new Promise<void>(() => {}), quiet, { what: "stuck items" });
   await publish(q, 1);
   await until("the message is in hand", () => consumer.inFlight() === 1);
   const report = await drainAll(quiet, 200, [consumer]);

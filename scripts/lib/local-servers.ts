@@ -55,17 +55,27 @@ export function findBinary(name: "nats-server" | "redis-server"): string {
   return found;
 }
 
+/** TLS files of a server (PEM): its certificate and key, and the CA its clients' certificates would be checked against. */
+export interface ServerTls {
+  cert: string;
+  key: string;
+  ca: string;
+}
+
 interface Spec {
   kind: "nats" | "redis";
   args: (port: number, dataDir: string) => string[];
+  /** Listening with TLS only, on the same port (clients are not asked for certificates). */
+  tlsArgs: (port: number, tls: ServerTls) => string[];
   ready: RegExp;
-  url: (port: number) => string;
+  url: (port: number, tls: boolean) => string;
 }
 
 const specs: Record<"nats" | "redis", Spec> = {
   nats: {
     kind: "nats",
     args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
+    tlsArgs: (_port, tls) => ["--tls", "--tlscert", tls.cert, "--tlskey", tls.key, "--tlscacert", tls.ca],
     ready: /Server is ready/,
     url: (port) => `nats://127.0.0.1:${port}`,
   },
@@ -73,16 +83,21 @@ const specs: Record<"nats" | "redis", Spec> = {
     kind: "redis",
     // Persistence on (AOF) so a restart keeps data, as a production Redis would.
     args: (port, dir) => ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes"],
+    tlsArgs: (port, tls) => [
+      ...["--port", "0", "--tls-port", String(port)],
+      ...["--tls-cert-file", tls.cert, "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "no"],
+    ],
     ready: /Ready to accept connections/,
-    url: (port) => `redis://127.0.0.1:${port}`,
+    url: (port, tls) => `${tls ? "rediss" : "redis"}://127.0.0.1:${port}`,
   },
 };
 
-async function launch(bin: string, spec: Spec, port: number, dataDir: string, extraArgs: readonly string[] = []): Promise<ChildProcess> {
+async function launch(bin: string, spec: Spec, port: number, dataDir: string, extraArgs: readonly string[] = [], tls?: ServerTls): Promise<ChildProcess> {
   mkdirSync(dataDir, { recursive: true });
   // Own process group: a Ctrl-C in the terminal reaches the services first, and we stop the
   // servers after them (otherwise the services would log connection errors while stopping).
-  const child = spawn(bin, [...spec.args(port, dataDir), ...extraArgs], { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const args = [...spec.args(port, dataDir), ...(tls ? spec.tlsArgs(port, tls) : []), ...extraArgs];
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);
@@ -111,12 +126,22 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once("exit", () => resolve()));
 }
 
-/** `extraArgs` go after the usual ones (e.g. `["-c", file]`: a nats-server config with a small max_payload). */
-export async function startServer(kind: "nats" | "redis", dataDir: string, port?: number, extraArgs: readonly string[] = []): Promise<LocalServer> {
+/**
+ * `extraArgs` go after the usual ones (e.g. `["-c", file]`: a nats-server config with a small
+ * max_payload or an authorization block; `["--aclfile", file]` for redis-server). `opts.tls`: the
+ * server speaks TLS only (redis-server's URL is then rediss://).
+ */
+export async function startServer(
+  kind: "nats" | "redis",
+  dataDir: string,
+  port?: number,
+  extraArgs: readonly string[] = [],
+  opts: { tls?: ServerTls } = {},
+): Promise<LocalServer> {
   const spec = specs[kind];
   const bin = findBinary(kind === "nats" ? "nats-server" : "redis-server");
   const p = port ?? (await freePort());
-  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, extraArgs);
+  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, extraArgs, opts.tls);
   const signal = async (sig: NodeJS.Signals) => {
     const c = child;
     child = undefined;
@@ -127,7 +152,7 @@ export async function startServer(kind: "nats" | "redis", dataDir: string, port?
   return {
     kind,
     port: p,
-    url: spec.url(p),
+    url: spec.url(p, opts.tls !== undefined),
     dataDir,
     get running() {
       return child !== undefined;
@@ -139,7 +164,7 @@ export async function startServer(kind: "nats" | "redis", dataDir: string, port?
     kill: () => signal("SIGKILL"),
     restart: async () => {
       await signal("SIGTERM");
-      child = await launch(bin, spec, p, dataDir, extraArgs);
+      child = await launch(bin, spec, p, dataDir, extraArgs, opts.tls);
     },
   };
 }

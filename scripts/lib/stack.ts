@@ -21,7 +21,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { DEFAULT_CLUSTERS, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
+import { writeAuthDir } from "@csi/cli/auth";
+import { accessEnv } from "@csi/cli/auth-files";
+import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
 import { StackLock } from "./stack-lock.js";
@@ -48,6 +50,12 @@ export interface StackOptions {
   onStep?: (msg: string, extra: Record<string, unknown>) => void;
   /** Abort the start-up: what was started is stopped and startStack rejects. */
   signal?: AbortSignal;
+  /**
+   * Locked down (`SECURE=1 npm start`, docs/security.md): credentials for every role generated into
+   * <runDir>/auth (files 0600), our nats-server and redis-server started with them, each service with
+   * its role's. Only with the servers the stack starts itself.
+   */
+  secure?: boolean;
 }
 
 /** One service of the stack, which can be killed and started again with the same environment and arguments. */
@@ -86,6 +94,8 @@ export interface Stack {
   metricsUrls(): Record<string, string>;
   /** The servers this stack started (absent when given by URL). */
   servers: { nats?: LocalServer; redis?: LocalServer };
+  /** A locked-down stack's credentials directory (csictl finds it through stack.json). */
+  authDir?: string;
   /** Settles with the exit code of the first service that exits by itself (not through kill/stop above). */
   exited: Promise<number | null>;
   /** Stops the services, then the servers we started. Idempotent. */
@@ -96,6 +106,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const givenFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE;
   const count = clusterCount(opts.clusters);
   if (givenFile && opts.clusters) throw new Error("set CLUSTERS or CLUSTERS_FILE, not both (a clusters file says how many clusters it has)");
+  if (opts.secure && (opts.natsUrl || opts.redisUrl))
+    throw new Error(
+      "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
+    );
   mkdirSync(opts.dataDir, { recursive: true });
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
@@ -115,8 +129,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     exitedBySelf = resolve;
   });
   const step = opts.onStep ?? (() => {});
-  const server = async (kind: "nats" | "redis") => {
-    const s = await startServer(kind, path.join(opts.dataDir, kind));
+  const server = async (kind: "nats" | "redis", args: string[] = []) => {
+    const s = await startServer(kind, path.join(opts.dataDir, kind), undefined, args);
     servers[kind] = s;
     await lock.add(`${kind}-server`, s.pid);
     step(`started embedded ${kind}-server`, { url: s.url });
@@ -124,12 +138,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     return s.url;
   };
   try {
-    const natsUrl = opts.natsUrl || (await server("nats"));
-    const redisUrl = opts.redisUrl || (await server("redis"));
     const nodeId = opts.nodeId || os.hostname();
     const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count);
     const resolved = resolveClusters(JSON.parse(readFileSync(clustersFile, "utf8")), opts.dataDir);
     const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
+    const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
+    if (auth) step("locked down: credentials generated", { authDir: auth.dir });
+    const natsUrl = opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
+    const redisUrl = opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
+    /** A role's credentials (none on an open stack). */
+    const roleEnv = (role: NatsRole) => (auth ? accessEnv(auth.dir, role) : {});
     const env = {
       NATS_URL: natsUrl,
       REDIS_URL: redisUrl,
@@ -161,14 +179,24 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       Array.from({ length: replicas }, (_, i) => {
         const name = ["journal", ...(clusters.length > 1 ? [cluster] : []), ...(replicas > 1 ? [String(i + 1)] : [])].join("-");
         const replica: Record<string, string> = replicas > 1 ? { REPLICA_ID: name } : {};
-        return service(name, () => spawnService("journal", { ...replica, ...env, CLUSTER_ID: cluster, ...readyFile(name) }, common));
+        return service(name, () =>
+          spawnService("journal", { ...replica, ...env, ...roleEnv({ kind: "journal", cluster }), CLUSTER_ID: cluster, ...readyFile(name) }, common),
+        );
       }),
     );
     const controller = service("controller", () =>
-      spawnService("controller", { ...env, ...readyFile("controller") }, { args: ["--endpoint", controllerEndpoint], ...common }),
+      spawnService(
+        "controller",
+        { ...env, ...roleEnv({ kind: "controller" }), ...readyFile("controller") },
+        { args: ["--endpoint", controllerEndpoint], ...common },
+      ),
     );
     const nodeAgent = service("node-agent", () =>
-      spawnService("node-agent", { ...env, ...readyFile("node-agent") }, { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common }),
+      spawnService(
+        "node-agent",
+        { ...env, ...roleEnv({ kind: "node", nodeId }), ...readyFile("node-agent") },
+        { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common },
+      ),
     );
     // The journals first: the controller's Probe wants a journal of the default cluster to answer.
     await settleAll(journals.map((j) => j.start()));
@@ -191,6 +219,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       nodeAgent,
       metricsUrls: () => Object.fromEntries(managed.flatMap((s) => (s.running && s.metricsUrl ? [[s.name, s.metricsUrl]] : []))),
       servers,
+      ...(auth ? { authDir: auth.dir } : {}),
       exited,
       stop,
     };

@@ -12,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
 
-export { freePort } from "../../scripts/lib/local-servers.js";
+export { freePort, startServer } from "../../scripts/lib/local-servers.js";
 export type { LocalServer };
 
 export interface TestServers {

@@ -50,7 +50,7 @@ const requestIdOption = () => new Option("--request-id <id>", "request id sent a
 
 export function buildProgram(): Command {
   const program = new Command("csictl")
-    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, replay, verify, gc, rebuild, clusters, nodes.")
+    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, replay, verify, gc, rebuild, clusters, nodes, auth.")
     .version(VERSION)
     .exitOverride()
     .configureOutput({
@@ -192,6 +192,17 @@ export function buildProgram(): Command {
     .command("nodes")
     .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
     .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s)));
+
+  const auth = program.command("auth").description("credentials and permissions for locked-down NATS and Redis (docs/security.md)");
+  auth
+    .command("init")
+    .description("generate one NATS user per role (permissions from the subjects), the Redis ACL of the journal, and their secrets (files 0600)")
+    .requiredOption("--out <dir>", "where to write auth.conf, users.acl and the secrets")
+    .requiredOption("--nodes <ids>", "node ids of the node-agents, comma-separated (each gets its own user)")
+    .option("--clusters <ids>", "storage clusters, comma-separated (default: those of the clusters file)")
+    .option("--nkeys", "nkey users (a seed file each, given as NATS_CREDS) instead of passwords")
+    .option("--force", "replace the credentials already in --out")
+    .action(act(async (s, o) => (await import("./commands/auth.js")).authInit(s, o)));
 
   return program;
 }

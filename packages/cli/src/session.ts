@@ -5,14 +5,28 @@
  * it, never a hang: every connection and call is bounded by --timeout.
  */
 import path from "node:path";
-import { type Clusters, DriverError, type ResolvedCluster } from "@csi/contracts";
-import { type CsiClient, type CsiService, csiClient, JournalClient, loadClusters } from "@csi/runtime";
+import { type Clusters, DriverError, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
+import {
+  AccessError,
+  type CsiClient,
+  type CsiService,
+  csiClient,
+  JournalClient,
+  loadClusters,
+  natsConnectOptions,
+  redactUrl,
+  redisConnectOptions,
+} from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
+import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
 import { unreachable, usageError } from "./errors.js";
 import { type Printer, printer } from "./output.js";
 import { readStackFile, stackFilePath } from "./stack-file.js";
 import { type ConnectionFlags, resolveTargets, type Targets } from "./targets.js";
+
+/** csictl connects to NATS as the admin role (docs/security.md). */
+const ADMIN: NatsRole = { kind: "admin" };
 
 /** The repository's own run directory, where `npm start` writes stack.json unless RUN_DIR says otherwise. */
 const DEFAULT_RUN_DIR = path.resolve(import.meta.dirname, "../../../run");
@@ -42,24 +56,44 @@ export class Session {
     this.targets = resolveTargets(opts, process.env, readStackFile(stackFilePath(runDir)), process.cwd());
   }
 
-  #need(what: keyof Targets, flag: string, label: string): string {
+  #need(what: "natsUrl" | "redisUrl" | "controllerEndpoint" | "nodeEndpoint", flag: string, label: string): string {
     const v = this.targets[what];
     if (!v) throw unreachable(`no ${label} to connect to: ${this.targets.noStack ?? "no stack file"}; or pass ${flag}`);
     return v;
   }
 
+  /** Access settings (or the stack's auth files) as connect options; a bad setting is a usage error. */
+  #access<T>(build: () => T): T {
+    try {
+      return build();
+    } catch (err) {
+      if (err instanceof AccessError || (err as NodeJS.ErrnoException).code === "ENOENT") throw usageError((err as Error).message);
+      throw err;
+    }
+  }
+
   nats(): Promise<NatsConnection> {
     const url = this.#need("natsUrl", "--nats", "NATS server");
-    this.#nats ??= connect({ servers: url, name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0 }).catch((err: unknown) => {
-      throw unreachable(`cannot reach NATS at ${url}: ${(err as Error).message}`, err);
+    const { natsAuthDir, natsAccess } = this.targets;
+    const opts = this.#access(() =>
+      natsConnectOptions(
+        { natsUrl: url, ...(natsAuthDir ? natsAccessFrom(natsAuthDir, ADMIN) : natsAccess) },
+        { name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0, inboxPrefix: inboxPrefix(ADMIN) },
+      ),
+    );
+    this.#nats ??= connect(opts).catch((err: unknown) => {
+      throw unreachable(`cannot reach NATS at ${redactUrl(url)}: ${(err as Error).message}`, err);
     });
     return this.#nats;
   }
 
   redis(): Promise<Redis> {
     const url = this.#need("redisUrl", "--redis", "Redis server");
+    const { redisAuthDir, redisAccess } = this.targets;
+    const access = this.#access(() => redisConnectOptions({ redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir) : redisAccess) }));
     this.#redis ??= (async () => {
       const r = new Redis(url, {
+        ...access,
         lazyConnect: true,
         connectTimeout: this.timeoutMs,
         maxRetriesPerRequest: 1,
@@ -71,7 +105,7 @@ export class Session {
         await r.connect();
       } catch (err) {
         r.disconnect();
-        throw unreachable(`cannot reach Redis at ${url}: ${(err as Error).message}`, err);
+        throw unreachable(`cannot reach Redis at ${redactUrl(url)}: ${(err as Error).message}`, err);
       }
       return r;
     })();

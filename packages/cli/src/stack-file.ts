@@ -22,6 +22,8 @@ export const StackFile = z.object({
   dataDir: z.string().min(1),
   /** Each service's ops listener (/metrics, /healthz, /readyz) when the stack was ready, by service name. */
   metrics: z.record(z.string(), z.string()).optional(),
+  /** A locked-down stack (SECURE=1): where its credentials are (files 0600; never the secrets themselves). */
+  authDir: z.string().min(1).optional(),
 });
 export type StackFile = z.infer<typeof StackFile>;
 
@@ -31,7 +33,7 @@ export const stackFilePath = (runDir: string) => path.join(runDir, STACK_FILE);
 export function writeStackFile(runDir: string, stack: StackFile): string {
   const file = stackFilePath(runDir);
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(StackFile.parse(stack), null, 2)}\n`, { mode: 0o644 });
+  writeFileSync(tmp, `${JSON.stringify(StackFile.parse(stack), null, 2)}\n`, { mode: 0o600 }); // a URL given with credentials in it stays private
   renameSync(tmp, file);
   return file;
 }

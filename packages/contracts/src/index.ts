@@ -9,6 +9,7 @@ export * from "./journal.js";
 export * from "./kinds.js";
 export * from "./mutable-parameters.js";
 export * from "./nodes.js";
+export * from "./permissions.js";
 export * from "./plugin.js";
 export * from "./subjects.js";
 export * from "./volume-id.js";

@@ -10,7 +10,9 @@
  *   csi.<cluster>.evt.name.<token>.<instance>.<b64>  request-name aggregate (reservation fence)
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.evt.pool.<pool>                    a pool's own events (gc of images no reservation owns)
- *   csi.<cluster>.report.<uuid>                      device-state reports as node-agents send them (durable queue)
+ *   csi.<cluster>.report.<node>.<uuid>               device-state reports as node-agents send them (durable queue);
+ *                                                    <node> = nameToken(nodeId), so NATS permissions can let a
+ *                                                    node-agent publish its own node's reports only (permissions.ts)
  */
 import { quote } from "./bounds.js";
 import { DriverError } from "./errors.js";
@@ -64,7 +66,8 @@ export const subjects = {
   deviceEvents: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.evt.dev.${token(uuid, "uuid")}`,
   /** A pool's own events (ImageLeakCollected); pool names are one token already ([A-Za-z0-9_-]). */
   poolEvents: (cluster: string, pool: string) => `csi.${clusterToken(cluster)}.evt.pool.${token(pool, "pool")}`,
-  reports: (cluster: string, uuid: string) => `csi.${clusterToken(cluster)}.report.${token(uuid, "uuid")}`,
+  /** A node's report on a volume: the node's token is in the subject (NATS permissions are per subject). */
+  reports: (cluster: string, nodeId: string, uuid: string) => `csi.${clusterToken(cluster)}.report.${nameToken(nodeId)}.${token(uuid, "uuid")}`,
   reportsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.report.>`,
   /** Durable queue of device reports on their way to a cluster's journal. */
   reportStreamName: (cluster: string) => `CSI_REPORTS_${clusterToken(cluster)}`,

@@ -6,6 +6,7 @@
  */
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { redactUrl } from "./access.js";
 import { parseListenAddr } from "./ops/listen-addr.js";
 
 export interface Setting {
@@ -55,7 +56,7 @@ export function loadConfig<S extends z.ZodObject<any>>(schema: S, settings: Sett
       const field = String(issue.path[0] ?? "");
       const setting = (settings as Record<string, Setting>)[field];
       const given = raw[field];
-      const shown = given === undefined || setting?.secret ? "" : ` (got ${JSON.stringify(String(given).slice(0, 80))})`;
+      const shown = given === undefined || setting?.secret ? "" : ` (got ${JSON.stringify(redactUrl(String(given)).slice(0, 80))})`;
       return `${describe(setting, field)}: ${issue.message}${shown}`;
     }),
   );

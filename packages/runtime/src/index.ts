@@ -1,3 +1,4 @@
+export * from "./access.js";
 export * from "./config.js";
 export * from "./csi.js";
 export * from "./csi-messages.js";
@@ -7,6 +8,7 @@ export * from "./keyed-mutex.js";
 export * from "./nats/acked-publish.js";
 export * from "./nats/durable-queue.js";
 export * from "./nats/last-message.js";
+export * from "./nats/node-streams.js";
 export * from "./ops/listen-addr.js";
 export * from "./ops/listener.js";
 export * from "./ops/metrics.js";

@@ -25,6 +25,7 @@ import {
   subjects,
 } from "@csi/contracts";
 import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { inboxPrefixOf } from "./access.js";
 
 const envelopes = Object.fromEntries(Object.entries(journalContract).map(([k, v]) => [k, replyEnvelope(v.result)]));
 
@@ -236,7 +237,7 @@ class Inbox {
 
   open(route: (msg: Msg, attempt: number) => void): number {
     if (!this.#sub || this.#sub.isClosed()) {
-      this.#prefix = createInbox();
+      this.#prefix = createInbox(inboxPrefixOf(this.nc)); // the role's inbox: its permissions allow no other
       this.#sub = this.nc.subscribe(`${this.#prefix}.>`, {
         callback: (_err, msg) => {
           const [call, attempt] = msg.subject.slice(this.#prefix.length + 1).split(".");

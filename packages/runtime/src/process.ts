@@ -12,9 +12,18 @@ export function createLogger(service: string, level = "info", fd = 1): Logger {
     {
       level,
       base: { service, pid: process.pid, host: os.hostname() },
-      // Defence in depth: the gRPC chain already strips secrets before logging.
+      // Defence in depth: the gRPC chain already strips secrets before logging; access passwords
+      // (NATS_PASSWORD, REDIS_PASSWORD) are never logged, and would be stripped if they were.
       redact: {
-        paths: ["*.secrets", "*.*.secrets", "secrets", "*.controller_publish_secrets", "*.node_stage_secrets", "*.node_publish_secrets"],
+        paths: [
+          "*.secrets",
+          "*.*.secrets",
+          "secrets",
+          "*.controller_publish_secrets",
+          "*.node_stage_secrets",
+          "*.node_publish_secrets",
+          ...["natsPassword", "redisPassword", "password", "pass"].flatMap((k) => [k, `*.${k}`]),
+        ],
         censor: "***stripped***",
       },
     },

@@ -3,6 +3,7 @@
  * (Identity + Controller + GroupController). Stateless: any number of replicas can run; node
  * registrations are read from the CSI_NODES stream.
  */
+import { inboxPrefix } from "@csi/contracts";
 import {
   closeWithin,
   csiIdentity,
@@ -11,6 +12,7 @@ import {
   JournalClient,
   journalAnswers,
   loadClusters,
+  natsConnectOptions,
   Ops,
   startCsiServer,
   watchNats,
@@ -36,7 +38,9 @@ export interface RunningController {
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
 export async function startController(cfg: ControllerConfig, logger: Logger, ops = new Ops("controller")): Promise<RunningController> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: "csi-controller", maxReconnectAttempts: -1, noAsyncTraces: true });
+  const nc = await connect(
+    natsConnectOptions(cfg, { name: "csi-controller", inboxPrefix: inboxPrefix({ kind: "controller" }), maxReconnectAttempts: -1, noAsyncTraces: true }),
+  );
   watchNats(nc, ops);
   // Ready (/readyz) when a journal replica of every cluster answers; the CSI Probe asks the default cluster only.
   ops.readiness.add("journals", async () => {

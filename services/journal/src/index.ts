@@ -2,14 +2,25 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
-import { type Clusters, DeviceReport, DriverError, type JournalEvent, nodeQueues } from "@csi/contracts";
-import { closeWithin, consumeQueue, drainAll, loadClusters, Ops, replicaId, watchNats } from "@csi/runtime";
+import { type Clusters, DeviceReport, DriverError, inboxPrefix, type JournalEvent, nodeQueues, subjects } from "@csi/contracts";
+import {
+  closeWithin,
+  consumeQueue,
+  drainAll,
+  ensureNodeStreams,
+  loadClusters,
+  natsConnectOptions,
+  Ops,
+  redisConnectOptions,
+  replicaId,
+  watchNats,
+} from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { EventLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
-import { lastHeartbeats } from "./adapters/nodes.js";
+import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
 import { Projector } from "./app/projector.js";
@@ -53,8 +64,11 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     pools.set(p.name, pool);
   }
 
-  const nc = await connect({ servers: cfg.natsUrl, name: `csi-journal-${clusterID}`, maxReconnectAttempts: -1, noAsyncTraces: true });
-  const redis = new Redis(cfg.redisUrl, { maxRetriesPerRequest: 2, enableAutoPipelining: true });
+  const role = { kind: "journal" as const, cluster: clusterID };
+  const nc = await connect(
+    natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
+  );
+  const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
@@ -62,6 +76,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
 
   const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
   await events.ensureStream();
+  // Journals make the streams and queues nodes use: a locked-down node-agent may not (docs/security.md).
+  await ensureNodeStreams(nc);
+  const nodeQueueMaker = makeNodeQueues(nc, log);
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
@@ -88,8 +105,20 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs, observe: metrics.command });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
-  // Device reports from node-agents wait in a durable queue until a journal appends them.
-  const reports = await consumeQueue(nc, nodeQueues.reports(clusterID), DeviceReport, (r) => journal.reportDevice(r), log, "device reports");
+  // Device reports from node-agents wait in a durable queue until a journal appends them. A report
+  // counts only on its own node's subject: NATS lets a node publish there and nowhere else.
+  const reports = await consumeQueue(
+    nc,
+    nodeQueues.reports(clusterID),
+    DeviceReport,
+    (r, from) => {
+      if (from.subject !== subjects.reports(clusterID, r.nodeId, r.uuid))
+        throw new DriverError("InvalidArgument", `a report of node ${r.nodeId} on volume ${r.uuid} came on another subject (${from.subject}): dropped`);
+      return journal.reportDevice(r);
+    },
+    log,
+    { what: "device reports" },
+  );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
@@ -107,6 +136,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
      */
     stop: async () => {
       clearInterval(timer);
+      nodeQueueMaker.stop();
       await drainAll(log, cfg.shutdownGraceMs, [svc, reports]);
       await closeWithin(
         () => nc.drain(),

@@ -8,3 +8,4 @@ export { RedisStore } from "./adapters/redis-store.js";
 export { Projector } from "./app/projector.js";
 export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
 export type { ProjectionMeta } from "./domain/projection-state.js";
+export { JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./domain/redis-acl.js";

@@ -4,12 +4,24 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
-import { closeWithin, consumeQueue, csiIdentity, drainAll, grpcServerMetrics, loadClusters, Ops, startCsiServer, watchNats } from "@csi/runtime";
+import { inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
+import {
+  closeWithin,
+  consumeQueue,
+  csiIdentity,
+  drainAll,
+  ensureNodeStreams,
+  grpcServerMetrics,
+  loadClusters,
+  natsConnectOptions,
+  Ops,
+  startCsiServer,
+  watchNats,
+} from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
-import { ensureNodesStream, startHeartbeat } from "./adapters/registration.js";
+import { startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
 import { IoLimiter } from "./app/io-limiter.js";
 import { NodeService } from "./app/node-service.js";
@@ -28,7 +40,10 @@ export const NODE_AGENT_VERSION = "0.1.0";
 export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops = new Ops("node-agent")) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect({ servers: cfg.natsUrl, name: `csi-node-${cfg.nodeId}`, maxReconnectAttempts: -1, noAsyncTraces: true });
+  const role = { kind: "node" as const, nodeId: cfg.nodeId };
+  const nc = await connect(
+    natsConnectOptions(cfg, { name: `csi-node-${cfg.nodeId}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
+  );
   watchNats(nc, ops);
   const metrics = new NodeMetrics(ops);
   const reporter = new Reporter(nc, cfg.nodeId, log);
@@ -55,7 +70,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
-  await ensureNodesStream(nc);
+  await ensureNodeStreams(nc);
   const heartbeat = startHeartbeat(
     nc,
     () => ({
@@ -71,7 +86,11 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   );
   await heartbeat.beat();
 
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, "node work");
+  // Made by the node itself where it may, else by a journal once it sees the registration above (docs/security.md).
+  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, {
+    what: "node work",
+    waitForQueue: true,
+  });
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,

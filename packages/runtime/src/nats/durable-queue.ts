@@ -12,7 +12,17 @@
  */
 
 import { DriverError, describeZodError, type QueueSpec } from "@csi/contracts";
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  type ConsumerMessages,
+  DeliverPolicy,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StreamConfig,
+} from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
@@ -21,21 +31,37 @@ import type { Drainable } from "../drain.js";
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
 
+/** Create a stream if it does not exist (safe from several processes at once: if another's create wins, fine). */
+export async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<void> {
+  if (
+    await jsm.streams.info(config.name).then(
+      () => true,
+      () => false,
+    )
+  )
+    return;
+  await jsm.streams.add(config).catch(async (err: unknown) => {
+    await jsm.streams.info(config.name).catch(() => {
+      throw err;
+    });
+  });
+}
+
+/** The stream of a queue (work-queue retention), made if missing. */
+export async function ensureQueueStream(jsm: JetStreamManager, q: Pick<QueueSpec, "stream" | "subjects">): Promise<void> {
+  await ensureStream(jsm, {
+    name: q.stream,
+    subjects: q.subjects,
+    storage: StorageType.File,
+    retention: RetentionPolicy.Workqueue,
+    duplicate_window: 2 * 60 * NANOS,
+  });
+}
+
 /** Create the stream and the durable consumer if missing (safe from several processes at once). */
 export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  const orExisting = (check: () => Promise<unknown>) => async (err: unknown) => {
-    await check().catch(() => {
-      throw err;
-    });
-  };
-  await jsm.streams
-    .info(q.stream)
-    .catch(() =>
-      jsm.streams
-        .add({ name: q.stream, subjects: q.subjects, storage: StorageType.File, retention: RetentionPolicy.Workqueue, duplicate_window: 2 * 60 * NANOS })
-        .catch(orExisting(() => jsm.streams.info(q.stream))),
-    );
+  await ensureQueueStream(jsm, q);
   await jsm.consumers.info(q.stream, q.consumer).catch(() =>
     jsm.consumers
       .add(q.stream, {
@@ -47,24 +73,51 @@ export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<voi
         max_deliver: 20,
         ...(q.maxAckPending ? { max_ack_pending: q.maxAckPending } : {}),
       })
-      .catch(orExisting(() => jsm.consumers.info(q.stream, q.consumer))),
+      .catch(async (err: unknown) => {
+        await jsm.consumers.info(q.stream, q.consumer).catch(() => {
+          throw err;
+        });
+      }),
   );
 }
 
-/** Handle the queue's messages one at a time until stopped; `what` names them in the drain's log lines. */
+/** How often a consumer that may not make its queue looks for it again. */
+const QUEUE_LOOK_EVERY_MS = 1000;
+
+/**
+ * Handle the queue's messages one at a time until stopped. The handler also gets the subject the
+ * message came on: NATS permissions are per subject, so it is what says who sent it. `what`
+ * names the messages in the drain's log lines.
+ */
 export async function consumeQueue<S extends z.ZodTypeAny>(
   nc: NatsConnection,
   q: QueueSpec,
   schema: S,
-  handle: (item: z.output<S>) => Promise<void>,
+  handle: (item: z.output<S>, from: { subject: string }) => Promise<void>,
   log: Logger,
-  what = q.stream,
+  opts: { what?: string; waitForQueue?: boolean } = {},
 ): Promise<Drainable> {
-  await ensureQueue(nc, q);
-  const consumer = await jetstream(nc).consumers.get(q.stream, q.consumer);
-  const messages = await consumer.consume({ max_messages: 1 });
+  let stopped = false;
+  let messages: ConsumerMessages | undefined;
   let handling = 0;
+  const open = async () => {
+    await ensureQueue(nc, q);
+    return (await jetstream(nc).consumers.get(q.stream, q.consumer)).consume({ max_messages: 1 });
+  };
+  if (!opts.waitForQueue) messages = await open();
   const done = (async () => {
+    // A node-agent may not make its own queue (docs/security.md): until a journal has made it, look again.
+    for (let tries = 0; !messages && !stopped; tries++) {
+      try {
+        messages = await open();
+      } catch (err) {
+        if (tries === 0)
+          log.warn({ stream: q.stream, consumer: q.consumer, err: String((err as Error)?.message ?? err) }, "queue not there yet; waiting for it");
+        await new Promise((r) => setTimeout(r, QUEUE_LOOK_EVERY_MS));
+      }
+    }
+    if (stopped || !messages) return void (await messages?.close());
+    if (opts.waitForQueue) log.info({ stream: q.stream, consumer: q.consumer }, "consuming the queue");
     for await (const m of messages) {
       let raw: unknown;
       try {
@@ -80,7 +133,7 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
       }
       handling = 1;
       try {
-        await handle(parsed.data);
+        await handle(parsed.data, { subject: m.subject });
         m.ack();
       } catch (err) {
         if (err instanceof DriverError && TRANSIENT.has(err.code)) {
@@ -96,11 +149,12 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
     }
   })();
   return {
-    what,
+    what: opts.what ?? q.stream,
     inFlight: () => handling,
     // Pull no more; the messages already pulled are handed over and acknowledged before the iterator ends.
     drain: async () => {
-      await messages.close();
+      stopped = true;
+      await messages?.close();
       await done.catch(() => {});
     },
   };

@@ -6,7 +6,7 @@
  */
 
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
-import { AckedPublisher, lastMessageOf, PublishRefused, reachingNats } from "@csi/runtime";
+import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats } from "@csi/runtime";
 import { DeliverPolicy, type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LogInfo } from "../domain/projection-state.js";
@@ -85,18 +85,7 @@ export class EventLog {
       num_replicas: this.opts.replicas ?? 1,
       description: `CSI journal events of cluster ${this.opts.cluster}`,
     };
-    try {
-      await jsm.streams.info(this.stream);
-    } catch {
-      try {
-        await jsm.streams.add(config);
-      } catch (err) {
-        // Another replica may have created it between our info and add.
-        await jsm.streams.info(this.stream).catch(() => {
-          throw err;
-        });
-      }
-    }
+    await ensureStream(jsm, config);
   }
 
   /** Last sequence of one subject (0 when it has none). */

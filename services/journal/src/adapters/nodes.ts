@@ -1,7 +1,12 @@
-/** The last heartbeat of nodes (their registrations in CSI_NODES, kept one per node): what `verify` judges claims by. */
-import { nodeRegistration } from "@csi/runtime";
+/**
+ * Nodes as the journal sees them: the last heartbeat of nodes (their registrations in CSI_NODES,
+ * kept one per node), what `verify` judges claims by; and each node's work queue, made here.
+ */
+import { NodeRegistration, nameToken, nodeQueues, nodeSubjects } from "@csi/contracts";
+import { ensureQueue, nodeRegistration } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "pino";
 import type { Heartbeat } from "../domain/audit.js";
 
 /** Unavailable when the stream cannot be read: a node is never judged silent because NATS was. */
@@ -9,4 +14,39 @@ export async function lastHeartbeats(nc: NatsConnection, nodeIds: string[]): Pro
   const jsm = jetstreamManager(nc);
   const regs = await Promise.all(nodeIds.map((nodeId) => nodeRegistration(jsm, nodeId)));
   return new Map(nodeIds.map((nodeId, i) => [nodeId, regs[i] ? { time: regs[i].time, heartbeatMs: regs[i].heartbeatMs } : undefined]));
+}
+
+/**
+ * A node's work queue (its durable consumer on CSI_NODE_WORK) is made by the journals, the first
+ * time one sees the node's registration (every heartbeat is one): a locked-down node-agent may make
+ * no consumer, since a push consumer can deliver to subjects its maker may not publish to
+ * (docs/security.md). The node's token comes from the subject, which only that node may publish on;
+ * a registration whose node id does not match it is ignored.
+ */
+export function makeNodeQueues(nc: NatsConnection, log: Logger): { stop(): void } {
+  const made = new Set<string>();
+  const sub = nc.subscribe(nodeSubjects.wildcard, {
+    callback: (err, msg) => {
+      if (err) return;
+      const token = msg.subject.slice(msg.subject.lastIndexOf(".") + 1);
+      if (made.has(token)) return;
+      let reg: ReturnType<typeof NodeRegistration.safeParse>;
+      try {
+        reg = NodeRegistration.safeParse(msg.json());
+      } catch {
+        return;
+      }
+      if (!reg.success || nameToken(reg.data.nodeId) !== token) return;
+      made.add(token);
+      const nodeId = reg.data.nodeId;
+      ensureQueue(nc, nodeQueues.work(nodeId)).then(
+        () => log.debug({ nodeId }, "node work queue there"),
+        (e: unknown) => {
+          made.delete(token); // its next heartbeat tries again
+          log.warn({ nodeId, err: String((e as Error)?.message ?? e) }, "could not make the node's work queue");
+        },
+      );
+    },
+  });
+  return { stop: () => sub.unsubscribe() };
 }

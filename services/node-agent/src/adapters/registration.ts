@@ -12,24 +12,9 @@
  */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
 import { lastMessageOf } from "@csi/runtime";
-import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
-
-export async function ensureNodesStream(nc: NatsConnection): Promise<void> {
-  const jsm = await jetstreamManager(nc);
-  try {
-    await jsm.streams.info(NODES_STREAM);
-  } catch {
-    await jsm.streams
-      .add({ name: NODES_STREAM, subjects: [nodeSubjects.wildcard], storage: StorageType.File, retention: RetentionPolicy.Limits, max_msgs_per_subject: 1 })
-      .catch(async (err) => {
-        await jsm.streams.info(NODES_STREAM).catch(() => {
-          throw err;
-        });
-      });
-  }
-}
 
 /** Why the registration just published cannot be read back, or undefined when it can. */
 export async function whyNotReadBack(nc: NatsConnection, sent: NodeRegistration): Promise<string | undefined> {

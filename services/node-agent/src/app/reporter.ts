@@ -75,7 +75,7 @@ export class Reporter {
     const { clusterID, msgID, ...report } = r;
     try {
       // The report queue is made by the cluster's journal; the message id de-duplicates retries.
-      await retry(() => this.#js.publish(subjects.reports(clusterID, report.uuid), JSON.stringify(report), { msgID, timeout: 5000 }), {
+      await retry(() => this.#js.publish(subjects.reports(clusterID, report.nodeId, report.uuid), JSON.stringify(report), { msgID, timeout: 5000 }), {
         tries: 3,
         firstDelayMs: 100,
       });

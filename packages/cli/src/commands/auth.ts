@@ -1,0 +1,113 @@
+/**
+ * `auth init`: every role's credentials and the server side of them, in one directory
+ * (domain/auth-files.ts): the nats-server authorization block (one user per role, permissions from
+ * @csi/contracts' natsPermissions; bcrypt hashes of random passwords, or nkeys with --nkeys), the
+ * Redis ACL file (the journal's user; the default user off) and the secrets, each 0600. Nothing
+ * secret is printed. docs/security.md says how to use them.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { type NatsRole, type NatsUserEntry, natsAuthorizationConfig, natsPermissions, natsRoles, natsUser } from "@csi/contracts";
+import { redisAclFile } from "@csi/journal/operator";
+import { createUser } from "@nats-io/nkeys";
+import bcrypt from "bcryptjs";
+import { NATS_AUTH_CONF, natsPasswordFile, natsSeedFile, REDIS_ACL_FILE, REDIS_JOURNAL_USER, redisPasswordFile } from "../domain/auth-files.js";
+import { CliError, EXIT, usageError } from "../errors.js";
+import { table } from "../output.js";
+import type { Session } from "../session.js";
+
+/** bcrypt cost of the NATS password hashes: the passwords are 192 random bits, the hash only keeps auth.conf from holding them. */
+const BCRYPT_COST = 10;
+
+export interface AuthInitOptions {
+  out: string;
+  nodes: string;
+  clusters?: string;
+  nkeys?: boolean;
+  force?: boolean;
+}
+
+const list = (v: string | undefined) =>
+  (v ?? "")
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
+const secret = () => randomBytes(24).toString("base64url");
+
+function writeSecret(file: string, content: string): void {
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  writeFileSync(file, content, { mode: 0o600 });
+  chmodSync(file, 0o600); // an existing file keeps its mode otherwise
+}
+
+const roleName = (r: NatsRole) =>
+  r.kind === "journal" ? `journal of ${r.cluster}` : r.kind === "node" ? `node-agent of ${r.nodeId}` : r.kind === "admin" ? "csictl" : r.kind;
+
+export interface AuthDir {
+  dir: string;
+  natsConfig: string;
+  redisAcl: string;
+  clusters: string[];
+  nodes: string[];
+  users: { user: string; role: string; credential: string }[];
+}
+
+/**
+ * Write every credential of a deployment into `dir` (domain/auth-files.ts): npm start's SECURE=1
+ * calls this directly. Refuses to replace existing credentials unless `force`.
+ */
+export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: string[]; nkeys?: boolean; force?: boolean }): Promise<AuthDir> {
+  if (existsSync(path.join(dir, NATS_AUTH_CONF)) && !o.force)
+    throw new CliError(EXIT.failed, `${path.join(dir, NATS_AUTH_CONF)} exists: pass --force to replace every credential in ${dir}`);
+  let roles: NatsRole[];
+  try {
+    roles = natsRoles(o.clusters, o.nodes);
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  const rows: AuthDir["users"] = [];
+  const users: NatsUserEntry[] = [];
+  for (const role of roles) {
+    const user = natsUser(role);
+    const permissions = natsPermissions(role, o.clusters);
+    if (o.nkeys) {
+      const kp = createUser();
+      const file = natsSeedFile(dir, user);
+      writeSecret(file, `${new TextDecoder().decode(kp.getSeed())}\n`);
+      users.push({ user, nkey: kp.getPublicKey(), permissions });
+      rows.push({ user, role: roleName(role), credential: file });
+    } else {
+      const password = secret();
+      const file = natsPasswordFile(dir, user);
+      writeSecret(file, `${password}\n`);
+      users.push({ user, password: await bcrypt.hash(password, BCRYPT_COST), permissions });
+      rows.push({ user, role: roleName(role), credential: file });
+    }
+  }
+  writeSecret(path.join(dir, NATS_AUTH_CONF), natsAuthorizationConfig(users));
+
+  const redisPassword = secret();
+  writeSecret(redisPasswordFile(dir), `${redisPassword}\n`);
+  writeSecret(path.join(dir, REDIS_ACL_FILE), redisAclFile(REDIS_JOURNAL_USER, createHash("sha256").update(redisPassword).digest("hex"), o.clusters));
+  rows.push({ user: REDIS_JOURNAL_USER, role: "journals (Redis)", credential: redisPasswordFile(dir) });
+  return { dir, natsConfig: path.join(dir, NATS_AUTH_CONF), redisAcl: path.join(dir, REDIS_ACL_FILE), clusters: o.clusters, nodes: o.nodes, users: rows };
+}
+
+export async function authInit(s: Session, o: AuthInitOptions): Promise<number> {
+  const nodes = list(o.nodes);
+  if (nodes.length === 0) throw usageError("--nodes needs at least one node id (comma-separated)");
+  const clusters = o.clusters ? list(o.clusters) : s.clusters().clusters.map((c) => c.clusterID);
+  const result = await writeAuthDir(path.resolve(o.out), { clusters, nodes, nkeys: !!o.nkeys, force: !!o.force });
+  s.out.result(
+    result,
+    () =>
+      `${table(
+        ["USER", "ROLE", "SECRET FILE"],
+        result.users.map((r) => [r.user, r.role, r.credential]),
+      )}\nnats-server: -c ${result.natsConfig} (or include it); redis-server: --aclfile ${result.redisAcl} (docs/security.md)`,
+  );
+  return EXIT.ok;
+}

@@ -1,0 +1,44 @@
+/**
+ * Where `csictl auth init` puts what it generates (docs/security.md), so that `npm start` (SECURE=1)
+ * and csictl find each role's credentials without anyone printing them:
+ *
+ *   <dir>/auth.conf                 nats-server authorization block (bcrypt hashes or nkey public keys)
+ *   <dir>/users.acl                 Redis ACL file (SHA-256 of the password)
+ *   <dir>/nats/<user>.password      a NATS user's password      (or <user>.nk: its nkey seed, --nkeys)
+ *   <dir>/redis/journal.password    the journal's Redis password
+ *
+ * Secret files are 0600 in a 0700 directory.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { type NatsRole, natsUser } from "@csi/contracts";
+import { NATS_ACCESS_SETTINGS, REDIS_ACCESS_SETTINGS } from "@csi/runtime";
+
+export const NATS_AUTH_CONF = "auth.conf";
+export const REDIS_ACL_FILE = "users.acl";
+/** The Redis ACL user of the journals (csictl's rebuild runs the journal's projector with it too). */
+export const REDIS_JOURNAL_USER = "journal";
+
+export const natsPasswordFile = (dir: string, user: string) => path.join(dir, "nats", `${user}.password`);
+export const natsSeedFile = (dir: string, user: string) => path.join(dir, "nats", `${user}.nk`);
+export const redisPasswordFile = (dir: string, user = REDIS_JOURNAL_USER) => path.join(dir, "redis", `${user}.password`);
+
+/** A role's NATS access from an auth directory: NATS_USER + NATS_PASSWORD, or NATS_CREDS (its nkey seed file). */
+export function natsAccessFrom(dir: string, role: NatsRole): { natsUser?: string; natsPassword?: string; natsCreds?: string } {
+  const user = natsUser(role);
+  const seed = natsSeedFile(dir, user);
+  if (existsSync(seed)) return { natsCreds: seed };
+  return { natsUser: user, natsPassword: readFileSync(natsPasswordFile(dir, user), "utf8").trim() };
+}
+
+/** The journal's Redis access from an auth directory. */
+export function redisAccessFrom(dir: string): { redisUsername: string; redisPassword: string } {
+  return { redisUsername: REDIS_JOURNAL_USER, redisPassword: readFileSync(redisPasswordFile(dir), "utf8").trim() };
+}
+
+/** A service's environment for its role (a journal's has its Redis access too), named by the services' settings tables. */
+export function accessEnv(dir: string, role: NatsRole): Record<string, string> {
+  const names: Record<string, { env: string }> = { ...NATS_ACCESS_SETTINGS, ...REDIS_ACCESS_SETTINGS };
+  const fields: Record<string, string | undefined> = { ...natsAccessFrom(dir, role), ...(role.kind === "journal" ? redisAccessFrom(dir) : {}) };
+  return Object.fromEntries(Object.entries(fields).flatMap(([k, v]) => (v === undefined || !names[k] ? [] : [[names[k].env, v]])));
+}
