@@ -5,6 +5,7 @@
  * ("jetstream" against "jetstream (acked-publish)").
  */
 import { createInbox, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { inboxPrefixOf } from "../access.js";
 
 /** JetStream refused the message: its API error (e.g. err_code 10071, wrong last subject sequence). */
 export class PublishRefused extends Error {
@@ -65,7 +66,7 @@ export class AckedPublisher {
 
   #inbox(): string {
     if (!this.#sub || this.#sub.isClosed()) {
-      this.#prefix = createInbox();
+      this.#prefix = createInbox(inboxPrefixOf(this.nc)); // the role's inbox: its permissions allow no other
       this.#sub = this.nc.subscribe(`${this.#prefix}.*`, { callback: (_err, msg) => this.#onAck(msg) });
     }
     return this.#prefix;
