@@ -7,7 +7,6 @@
  *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis).
  * Reported: events/s and CPU per event (this process, and nats-server + redis-server).
  */
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { createLogger } from "@csi/runtime";
@@ -21,21 +20,11 @@ import { Projector } from "../services/journal/src/app/projector.js";
 import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
 import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
+import { cpuSeconds } from "./lib/cpu.js";
 
 const EVENTS = Number(process.env.BENCH_REPLAY_EVENTS ?? 200_000);
 const CLUSTER = "replay";
 const MiB = 1024 * 1024;
-
-/** CPU seconds a process has used so far (utime + stime from /proc). */
-function cpuOf(pid: number | undefined): number {
-  if (!pid) return 0;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-    return (Number(fields[11]) + Number(fields[12])) / 100; // clock ticks (USER_HZ = 100)
-  } catch {
-    return 0;
-  }
-}
 
 const hex = (n: number, width: number) => n.toString(16).padStart(width, "0");
 const uuidOf = (i: number) => `${hex(i, 8)}-0000-4000-8000-${hex(i, 12)}`;
@@ -109,13 +98,13 @@ export async function replayScenario(dir: string): Promise<void> {
     const projector = new Projector(log, store, createLogger("bench", "warn", 2), { batch: Number(process.env.JOURNAL_REPLAY_BATCH ?? 512) });
     const measure = async (label: string, f: () => Promise<unknown>) => {
       const cpu0 = process.cpuUsage();
-      const servers0 = cpuOf(nats.pid) + cpuOf(redisServer.pid);
+      const servers0 = cpuSeconds(nats.pid) + cpuSeconds(redisServer.pid);
       t = performance.now();
       await f();
       const s = (performance.now() - t) / 1000;
       const cpu = process.cpuUsage(cpu0);
       const mine = (cpu.user + cpu.system) / EVENTS;
-      const servers = ((cpuOf(nats.pid) + cpuOf(redisServer.pid) - servers0) * 1e6) / EVENTS;
+      const servers = ((cpuSeconds(nats.pid) + cpuSeconds(redisServer.pid) - servers0) * 1e6) / EVENTS;
       console.log(
         `${label.padEnd(34)} ${(EVENTS / s).toFixed(0).padStart(7)} events/s   ${s.toFixed(2).padStart(6)} s   CPU/event: journal ${mine.toFixed(1)} µs, nats+redis ${servers.toFixed(1)} µs`,
       );
