@@ -90,6 +90,9 @@ describe("the command line", () => {
       ["rebuild"],
       ["clusters"],
       ["nodes"],
+      ["log"],
+      ["log", "export"],
+      ["log", "import"],
     ];
     const runs = await Promise.all(commands.map((c) => csictl([...c, "--help"])));
     runs.forEach((r, i) => {

@@ -9,7 +9,7 @@
  * Last, the same services over TLS (a CA made here with openssl) to nats-server and redis-server.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
@@ -452,6 +452,21 @@ describe("SECURE=1 npm start", () => {
     });
     const rows = JSON.parse(out) as { cluster: string; replicas: number; projection: string }[];
     assert.equal(rows[0]?.replicas, 1, out);
+    // The log's backup reads as admin; its restore writes as the cluster's journal (here refused only because the log is not empty).
+    const backup = path.join(stack.runDir, "backup.jsonl");
+    const csictl = (...args: string[]) =>
+      spawnSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), ...args], {
+        encoding: "utf8",
+        env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
+      });
+    const created = csictl("volume", "create", "pvc-secure", "--size", "1Mi");
+    assert.equal(created.status, 0, created.stderr);
+    const exported = csictl("--json", "log", "export", backup);
+    assert.equal(exported.status, 0, exported.stderr);
+    assert.ok(JSON.parse(exported.stdout).lastSeq >= 3, exported.stdout);
+    const restore = csictl("log", "import", backup);
+    assert.equal(restore.status, 1, restore.stderr);
+    assert.match(restore.stderr, /is not empty/, "the journal role may create and read the stream");
     for (const secret of secrets) {
       assert.ok(!stackJson.includes(secret), "stack.json holds no secret");
       assert.ok(!stack.output().includes(secret), "npm start prints no secret");

@@ -183,6 +183,20 @@ export function buildProgram(): Command {
     .addOption(requestIdOption())
     .action(act(async (s, o) => (await audit()).gc(s, o)));
 
+  const log = () => import("./commands/log.js");
+  const logCmd = program.command("log").description("backup and restore of a cluster's event log, the source of truth (docs/operations.md)");
+  logCmd
+    .command("export")
+    .description("write the cluster's whole event log to a file (JSON lines, sealed by a count and SHA-256), while journals keep serving")
+    .argument("<file>", "the backup file to create (must not exist)")
+    .action(act(async (s, file) => (await log()).logExport(s, file)));
+  logCmd
+    .command("import")
+    .description("restore a backup into the cluster's empty event log, every event on its old sequence; then journals rebuild the projection from it")
+    .argument("<file>", "a file made by log export")
+    .option("--replicas <n>", "stream replicas if the stream has to be created (default 1; 3 on a NATS cluster)")
+    .action(act(async (s, file, o) => (await log()).logImport(s, file, o)));
+
   program
     .command("clusters")
     .description("per cluster: journal replicas answering, log sequence, projection watermark and lag (exit 1 if one is not served)")

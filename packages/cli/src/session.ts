@@ -41,7 +41,8 @@ export class Session {
   readonly out: Printer;
   readonly targets: Targets;
   readonly timeoutMs: number;
-  #nats?: Promise<NatsConnection>;
+  /** One connection per NATS role used (csictl is the admin role; `log import` writes as the cluster's journal). */
+  readonly #nats = new Map<string, Promise<NatsConnection>>();
   #redis?: Promise<Redis>;
   #clusters?: Clusters;
   readonly #clients: { close(): void }[] = [];
@@ -72,19 +73,23 @@ export class Session {
     }
   }
 
-  nats(): Promise<NatsConnection> {
+  nats(role: NatsRole = ADMIN): Promise<NatsConnection> {
     const url = this.#need("natsUrl", "--nats", "NATS server");
+    const key = JSON.stringify(role);
+    const open = this.#nats.get(key);
+    if (open) return open;
     const { natsAuthDir, natsAccess } = this.targets;
     const opts = this.#access(() =>
       natsConnectOptions(
-        { natsUrl: url, ...(natsAuthDir ? natsAccessFrom(natsAuthDir, ADMIN) : natsAccess) },
-        { name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0, inboxPrefix: inboxPrefix(ADMIN) },
+        { natsUrl: url, ...(natsAuthDir ? natsAccessFrom(natsAuthDir, role) : natsAccess) },
+        { name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0, inboxPrefix: inboxPrefix(role) },
       ),
     );
-    this.#nats ??= connect(opts).catch((err: unknown) => {
+    const nc = connect(opts).catch((err: unknown) => {
       throw unreachable(`cannot reach NATS at ${redactUrl(url)}: ${(err as Error).message}`, err);
     });
-    return this.#nats;
+    this.#nats.set(key, nc);
+    return nc;
   }
 
   redis(): Promise<Redis> {
@@ -182,8 +187,7 @@ export class Session {
 
   async close(): Promise<void> {
     for (const c of this.#clients) c.close();
-    const nc = await this.#nats?.catch(() => undefined);
-    await nc?.close().catch(() => {});
+    for (const p of this.#nats.values()) await (await p.catch(() => undefined))?.close().catch(() => {});
     const r = await this.#redis?.catch(() => undefined);
     r?.disconnect();
   }

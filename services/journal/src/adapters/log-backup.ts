@@ -1,0 +1,133 @@
+/**
+ * Backup and restore of a cluster's event log (the source of truth; docs/operations.md, "Backup
+ * and restore"), in the file format of domain/log-backup.ts.
+ *
+ * - `exportLog` reads the stream from its first message to its last as it is when the export
+ *   starts, raw (payloads byte for byte), through one ordered consumer, with bounded memory.
+ * - `importLog` restores such a file into the cluster's stream, which must be empty (or absent:
+ *   it is created as the journal creates it). The file is checked whole first — nothing is
+ *   written for a truncated, edited or foreign file — then every message is published in order
+ *   with `Nats-Expected-Last-Sequence` = its sequence − 1, so the restored log has the very same
+ *   sequences (the projection and the journal's fences refer to them), and a writer that appends
+ *   meanwhile (a journal left running) stops the import at once instead of interleaving.
+ * The projection is not touched: the restored stream is another log (its creation time differs),
+ * so a journal rebuilds the projection from it when it starts, or `csictl rebuild` does.
+ */
+import { DriverError, subjects } from "@csi/contracts";
+import { DeliverPolicy, jetstream, jetstreamManager, type PubAck } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { BackupReader, BackupWriter } from "../domain/log-backup.js";
+import { EventLog } from "./event-log.js";
+
+/** Publishes of an import in flight at once (acks are awaited in order). */
+const IMPORT_WINDOW = 256;
+
+export interface ExportResult {
+  stream: string;
+  messages: number;
+  lastSeq: number;
+}
+
+/** Writes the backup of `cluster`'s log through `write` (awaited per line, so a slow file is not outrun); `progress` gets the last sequence written. */
+export async function exportLog(
+  nc: NatsConnection,
+  cluster: string,
+  write: (text: string) => Promise<void>,
+  progress: (seq: number, last: number) => void = () => {},
+): Promise<ExportResult> {
+  const stream = subjects.streamName(cluster);
+  const jsm = await jetstreamManager(nc);
+  const info = await jsm.streams.info(stream).catch((err: unknown) => {
+    throw new DriverError("NotFound", `cluster ${cluster} has no event log ${stream} (${(err as Error).message})`, { cause: err });
+  });
+  const last = info.state.last_seq;
+  const first = info.state.messages === 0 ? 1 : info.state.first_seq;
+  const w = new BackupWriter();
+  await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: first, lastSeq: last, exportedAt: new Date().toISOString() }));
+  let count = 0;
+  if (info.state.messages > 0) {
+    const consumer = await jetstream(nc).consumers.get(stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: first });
+    const messages = await consumer.consume({ max_messages: 1024 });
+    try {
+      for await (const m of messages) {
+        await write(w.message({ seq: m.seq, subject: m.subject, data: m.string() }));
+        count++;
+        if (count % 1024 === 0) progress(m.seq, last);
+        if (m.seq >= last) break;
+      }
+    } finally {
+      messages.stop();
+    }
+    if (count !== last - first + 1)
+      throw new DriverError("Internal", `read ${count} messages of ${stream}, expected ${last - first + 1} (messages removed while exporting?)`);
+  }
+  await write(w.footer());
+  progress(last, last);
+  return { stream, messages: count, lastSeq: last };
+}
+
+export interface ImportResult {
+  stream: string;
+  messages: number;
+  lastSeq: number;
+}
+
+/**
+ * Restores a backup read from `lines` (called twice: once to check the whole file, once to
+ * publish) into `cluster`'s stream, created with `replicas` if it does not exist.
+ */
+export async function importLog(
+  nc: NatsConnection,
+  cluster: string,
+  lines: () => AsyncIterable<string>,
+  opts: { replicas?: number; progress?: (seq: number, last: number) => void } = {},
+): Promise<ImportResult> {
+  // 1. The whole file, checked before anything is written.
+  const check = new BackupReader(cluster);
+  for await (const line of lines()) check.line(line);
+  const { header } = check.end();
+
+  // 2. An empty stream to restore into.
+  const log = new EventLog(nc, { cluster, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+  await log.ensureStream();
+  const jsm = await jetstreamManager(nc);
+  const state = (await jsm.streams.info(log.stream)).state;
+  if (state.messages > 0 || state.last_seq > 0)
+    throw new DriverError(
+      "FailedPrecondition",
+      `${log.stream} is not empty (${state.messages} messages, last sequence ${state.last_seq}): a log is restored only into an empty stream; stop the cluster's journals and delete the stream first`,
+    );
+
+  // 3. Every message in order, each on the sequence it had.
+  const js = jetstream(nc);
+  const reader = new BackupReader(cluster);
+  const inFlight: { seq: number; ack: Promise<PubAck> }[] = [];
+  const settle = async (upTo: number) => {
+    while (inFlight.length > upTo) {
+      const { seq, ack } = inFlight.shift() as { seq: number; ack: Promise<PubAck> };
+      const got = await ack.catch((err: unknown) => {
+        throw new DriverError("Aborted", `restoring sequence ${seq} failed: ${(err as Error).message} (did something append to ${log.stream} meanwhile?)`, {
+          cause: err,
+        });
+      });
+      if (got.seq !== seq) throw new DriverError("Internal", `sequence ${seq} was stored as ${got.seq}`);
+      if (seq % 1024 === 0) opts.progress?.(seq, header.lastSeq);
+    }
+  };
+  try {
+    for await (const line of lines()) {
+      const m = reader.line(line);
+      if (!m) continue;
+      const ack = js.publish(m.subject, m.data, { expect: { lastSequence: m.seq - 1, streamName: log.stream } });
+      ack.catch(() => {}); // awaited in settle(); never an unhandled rejection if an earlier one throws first
+      inFlight.push({ seq: m.seq, ack });
+      if (inFlight.length >= IMPORT_WINDOW) await settle(IMPORT_WINDOW / 2);
+    }
+    await settle(0);
+  } finally {
+    await Promise.allSettled(inFlight.map((f) => f.ack));
+  }
+  reader.end();
+  opts.progress?.(header.lastSeq, header.lastSeq);
+  return { stream: log.stream, messages: header.lastSeq - header.firstSeq + 1, lastSeq: header.lastSeq };
+}

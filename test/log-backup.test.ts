@@ -1,0 +1,124 @@
+/**
+ * Backup and restore of a cluster's event log with `csictl log export` / `log import`, on real
+ * nats-server, redis-server and journal processes: a cluster's history is exported while its
+ * journal serves; the stream and the Redis projection are then lost (stream deleted, FLUSHALL);
+ * the import puts every event back on its old sequence; a journal started over it rebuilds the
+ * projection, which equals the one before key by key, and the volumes' histories are the same.
+ * A restore into a stream that is not empty, and a truncated or edited file, are refused with
+ * exit 1 and write nothing.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readFile, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { subjects } from "@csi/contracts";
+import { keysFor, RedisStore } from "@csi/journal/operator";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
+import { withoutServerEnv } from "./support/npm-start.js";
+import { ROOT } from "./support/processes.js";
+import { SharedProcess } from "./support/shared-process.js";
+
+const CLUSTER = "bk";
+const STREAM = subjects.streamName(CLUSTER);
+const MiB = 1024 * 1024;
+const BIN = path.join(ROOT, "packages/cli/bin/csictl.mjs");
+const cap = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
+let j: JournalTestEnv;
+const journal = new SharedProcess((extra) => j.spawnJournal(extra));
+
+before(async () => {
+  j = await journalTestEnv(CLUSTER, { timeoutMs: 30_000 });
+  await journal.start();
+});
+after(async () => {
+  await journal.stop();
+  await j?.dispose();
+});
+
+function csictl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const env = {
+    ...withoutServerEnv(process.env),
+    NATS_URL: j.servers.nats.url,
+    REDIS_URL: j.servers.redis.url,
+    CLUSTERS_FILE: j.clustersFile,
+    RUN_DIR: j.servers.dir,
+  };
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, "--cluster", CLUSTER, ...args], { cwd: ROOT, env, encoding: "utf8" }, (err, stdout, stderr) =>
+      resolve({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+const streamState = async () =>
+  (await jetstreamManager(j.nc)).streams.info(STREAM).then(
+    (i) => i.state,
+    () => undefined,
+  );
+const store = () => new RedisStore(j.redis, keysFor(CLUSTER, "default"));
+const dump = async () => store().dumpProjection(await store().projectionKeys());
+const histories = (uuids: string[]) => Promise.all(uuids.map((uuid) => j.client.call(CLUSTER, "volume.history", { uuid })));
+
+test("export, lose the stream and the projection, import: the same log on the same sequences, the same projection and histories", async () => {
+  const c = j.client;
+  const vols = [];
+  for (let i = 0; i < 6; i++)
+    vols.push(await c.call(CLUSTER, "volume.create", { requestId: `c-${i}`, name: `pvc-bk-${i}`, sizeBytes: MiB, capabilities: [cap] }));
+  const [a, b, gone] = vols as [(typeof vols)[0], (typeof vols)[0], (typeof vols)[0]];
+  await c.call(CLUSTER, "volume.expand", { requestId: "x", uuid: a.uuid, sizeBytes: 2 * MiB });
+  await c.call(CLUSTER, "snapshot.create", { requestId: "s", name: "snap-bk", sourceUuid: a.uuid });
+  await c.call(CLUSTER, "volume.publish", { requestId: "p", uuid: b.uuid, nodeId: "node-bk", capability: cap, readOnly: false });
+  await c.call(CLUSTER, "volume.delete", { requestId: "d", uuid: gone.uuid });
+  const uuids = vols.map((v) => v.uuid);
+  const before = { state: await streamState(), projection: await dump(), histories: await histories(uuids) };
+  assert.ok(before.state && before.state.last_seq > 20, `a log of some length: ${before.state?.last_seq}`);
+
+  const file = path.join(j.servers.dir, `bk-${randomUUID()}.jsonl`);
+  const exported = await csictl("--json", "log", "export", file);
+  assert.equal(exported.code, 0, exported.stderr);
+  assert.deepEqual([JSON.parse(exported.stdout).messages, JSON.parse(exported.stdout).lastSeq], [before.state?.messages, before.state?.last_seq]);
+
+  // A restore over the live log is refused and changes nothing.
+  const over = await csictl("log", "import", file);
+  assert.equal(over.code, 1, over.stderr);
+  assert.match(over.stderr, /is not empty .* restored only into an empty stream/);
+  assert.equal((await streamState())?.last_seq, before.state?.last_seq);
+
+  // Disaster: the journal stops, the stream and the projection are lost.
+  await journal.stop();
+  await (await jetstreamManager(j.nc)).streams.delete(STREAM);
+  await j.redis.flushall();
+
+  // A truncated and an edited file are refused before anything is written: no stream appears.
+  const text = await readFile(file, "utf8");
+  const lines = text.trimEnd().split("\n");
+  const truncated = `${file}.truncated`;
+  await writeFile(truncated, `${lines.slice(0, -3).join("\n")}\n`);
+  const t = await csictl("log", "import", truncated);
+  assert.equal(t.code, 1);
+  assert.match(t.stderr, /without its footer \(truncated\?\); nothing was written/);
+  const edited = `${file}.edited`;
+  await writeFile(edited, text.replace(/pvc-bk-3/g, "pvc-bk-X"));
+  const e = await csictl("log", "import", edited);
+  assert.equal(e.code, 1);
+  assert.match(e.stderr, /SHA-256|not a journal event/);
+  assert.equal(await streamState(), undefined, "nothing was written");
+
+  const imported = await csictl("--json", "log", "import", file);
+  assert.equal(imported.code, 0, imported.stderr);
+  const restored = await streamState();
+  assert.deepEqual([restored?.messages, restored?.first_seq, restored?.last_seq], [before.state?.messages, before.state?.first_seq, before.state?.last_seq]);
+
+  // A journal started over the restored log rebuilds the projection from it.
+  await journal.start();
+  await c.call(CLUSTER, "volume.get", { uuid: a.uuid });
+  assert.deepEqual(await dump(), before.projection, "the projection rebuilt from the restored log equals the one before, key by key");
+  assert.deepEqual(await histories(uuids), before.histories, "every volume's history (events, sequences, times, request ids) is the same");
+
+  // And the restored cluster goes on: the next event follows the old last sequence.
+  await c.call(CLUSTER, "volume.delete", { requestId: "d2", uuid: vols[4]?.uuid as string });
+  assert.ok(((await streamState())?.last_seq ?? 0) > (before.state?.last_seq ?? 0));
+});
