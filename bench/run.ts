@@ -20,8 +20,7 @@ import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { csiClient, JournalClient } from "@csi/runtime";
-import { connect } from "@nats-io/transport-node";
+import { connectNats, csiClient, JournalClient } from "@csi/runtime";
 import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
@@ -98,7 +97,7 @@ const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as
 
 async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, floors: Floors | undefined) {
   const svc = await startServices(dir, nats, redis, REPLICAS);
-  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
+  const nc = await connectNats({ servers: nats.url, noAsyncTraces: true }); // as the controller connects
   const client = new JournalClient(nc, 30_000);
   const ctrl = csiClient(svc.sock, "Controller");
   const procs: Processes = {

@@ -9,9 +9,9 @@ import { randomUUID } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { composeVolumeId, type EventBody, JournalEvent, subjects } from "@csi/contracts";
-import { csiClient } from "@csi/runtime";
+import { connectNats, csiClient } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
@@ -56,7 +56,7 @@ type Report = (label: string, f: Figures, cpu: Record<string, number>) => void;
 export async function scaleScenario(dir: string, report: Report): Promise<void> {
   const nats = await startServer("nats", path.join(dir, "scale-nats"));
   const redisServer = await startServer("redis", path.join(dir, "scale-redis"));
-  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
+  const nc = await connectNats({ servers: nats.url, noAsyncTraces: true }); // as the controller connects
   const redis = new Redis(redisServer.url);
   const n = Math.min(1000, Number(process.env.BENCH_N ?? 2000));
   try {

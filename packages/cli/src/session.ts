@@ -10,6 +10,7 @@ import {
   AccessError,
   type CsiClient,
   type CsiService,
+  connectNats,
   csiClient,
   JournalClient,
   loadClusters,
@@ -17,7 +18,7 @@ import {
   redactUrl,
   redisConnectOptions,
 } from "@csi/runtime";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
 import { unreachable, usageError } from "./errors.js";
@@ -85,7 +86,7 @@ export class Session {
         { name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0, inboxPrefix: inboxPrefix(role) },
       ),
     );
-    const nc = connect(opts).catch((err: unknown) => {
+    const nc = connectNats(opts).catch((err: unknown) => {
       throw unreachable(`cannot reach NATS at ${redactUrl(url)}: ${(err as Error).message}`, err);
     });
     this.#nats.set(key, nc);

@@ -6,6 +6,7 @@ export * from "./drain.js";
 export * from "./journal-client.js";
 export * from "./keyed-mutex.js";
 export * from "./nats/acked-publish.js";
+export * from "./nats/connect.js";
 export * from "./nats/durable-queue.js";
 export * from "./nats/last-message.js";
 export * from "./nats/node-streams.js";

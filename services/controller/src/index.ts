@@ -6,6 +6,7 @@
 import { inboxPrefix } from "@csi/contracts";
 import {
   closeWithin,
+  connectNats,
   csiIdentity,
   drainAll,
   grpcServerMetrics,
@@ -18,7 +19,6 @@ import {
   watchNats,
   withCsiBounds,
 } from "@csi/runtime";
-import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { NodeWorkSender } from "./adapters/node-work.js";
 import { NodeDirectory } from "./adapters/nodes.js";
@@ -38,8 +38,9 @@ export interface RunningController {
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
 export async function startController(cfg: ControllerConfig, logger: Logger, ops = new Ops("controller")): Promise<RunningController> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
-  const nc = await connect(
+  const nc = await connectNats(
     natsConnectOptions(cfg, { name: "csi-controller", inboxPrefix: inboxPrefix({ kind: "controller" }), maxReconnectAttempts: -1, noAsyncTraces: true }),
+    (why) => logger.warn(why),
   );
   watchNats(nc, ops);
   // Ready (/readyz) when a journal replica of every cluster answers; the CSI Probe asks the default cluster only.

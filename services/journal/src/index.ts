@@ -5,6 +5,7 @@
 import { type Clusters, DeviceReport, DriverError, inboxPrefix, type JournalEvent, nodeQueues, subjects } from "@csi/contracts";
 import {
   closeWithin,
+  connectNats,
   consumeQueue,
   drainAll,
   ensureNodeStreams,
@@ -15,7 +16,6 @@ import {
   replicaId,
   watchNats,
 } from "@csi/runtime";
-import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { EventLog } from "./adapters/event-log.js";
@@ -65,8 +65,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   }
 
   const role = { kind: "journal" as const, cluster: clusterID };
-  const nc = await connect(
+  const nc = await connectNats(
     natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
+    (why) => log.warn(why),
   );
   const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));

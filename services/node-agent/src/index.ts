@@ -7,6 +7,7 @@ import path from "node:path";
 import { inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
 import {
   closeWithin,
+  connectNats,
   consumeQueue,
   csiIdentity,
   drainAll,
@@ -18,7 +19,6 @@ import {
   startCsiServer,
   watchNats,
 } from "@csi/runtime";
-import { connect } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
 import { startHeartbeat } from "./adapters/registration.js";
@@ -41,8 +41,9 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const role = { kind: "node" as const, nodeId: cfg.nodeId };
-  const nc = await connect(
+  const nc = await connectNats(
     natsConnectOptions(cfg, { name: `csi-node-${cfg.nodeId}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
+    (why) => log.warn(why),
   );
   watchNats(nc, ops);
   const metrics = new NodeMetrics(ops);
