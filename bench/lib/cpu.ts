@@ -1,40 +1,57 @@
 /** CPU time per process from /proc: what a benchmark step cost each process, per operation. */
 import { readFileSync } from "node:fs";
 
-/** CPU seconds a process has used so far (utime + stime; USER_HZ = 100). 0 if it is gone. */
-export function cpuSeconds(pid: number | undefined): number {
-  if (!pid) return 0;
+/** CPU seconds a process has used so far in user and in kernel mode (utime, stime; USER_HZ = 100). 0 if it is gone. */
+export function cpuTimes(pid: number | undefined): { user: number; sys: number } {
+  if (!pid) return { user: 0, sys: 0 };
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+    return { user: Number(fields[11]) / 100, sys: Number(fields[12]) / 100 };
   } catch {
-    return 0;
+    return { user: 0, sys: 0 };
   }
+}
+
+/** CPU seconds a process has used so far (user + kernel). */
+export function cpuSeconds(pid: number | undefined): number {
+  const t = cpuTimes(pid);
+  return t.user + t.sys;
 }
 
 export type Processes = Record<string, number | undefined>;
 
-/** Snapshot the processes' CPU now; `perOp(n)` then gives each one's CPU ms per operation since. */
+/**
+ * Snapshot the processes' CPU now; `perOp(n)` then gives each one's CPU ms per operation since,
+ * their `total`, and `kernel`: the share (%) of that total spent in the kernel (system calls,
+ * socket wake-ups) rather than in the processes' own code.
+ */
 export function cpuMeter(procs: Processes): { perOp(n: number): Record<string, number> } {
-  const before = Object.fromEntries(Object.entries(procs).map(([k, pid]) => [k, cpuSeconds(pid)]));
+  const before = Object.fromEntries(Object.entries(procs).map(([k, pid]) => [k, cpuTimes(pid)]));
   return {
     perOp(n) {
       const out: Record<string, number> = {};
       let total = 0;
+      let sys = 0;
       for (const [k, pid] of Object.entries(procs)) {
-        const ms = ((cpuSeconds(pid) - (before[k] ?? 0)) * 1000) / n;
+        const now = cpuTimes(pid);
+        const was = before[k] ?? { user: 0, sys: 0 };
+        const ms = ((now.user - was.user + now.sys - was.sys) * 1000) / n;
         out[k] = ms;
         total += ms;
+        sys += ((now.sys - was.sys) * 1000) / n;
       }
       out.total = total;
+      out.kernel = total > 0 ? (100 * sys) / total : 0;
       return out;
     },
   };
 }
 
-/** "bench 0.12 ctl 0.30 … total 1.10" (ms of CPU per operation). */
+/** "bench 0.12 ctl 0.30 … total 1.10 (kernel 40%)" (ms of CPU per operation). */
 export function cpuLine(perOp: Record<string, number>): string {
-  return Object.entries(perOp)
-    .map(([k, ms]) => `${k} ${ms.toFixed(2)}`)
+  const { kernel, ...ms } = perOp;
+  const line = Object.entries(ms)
+    .map(([k, v]) => `${k} ${v.toFixed(2)}`)
     .join("  ");
+  return kernel === undefined ? line : `${line} (kernel ${kernel.toFixed(0)}%)`;
 }
