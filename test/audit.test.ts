@@ -10,18 +10,19 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { access, readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { JournalEvent, NODES_STREAM, nodeSubjects, type ReplayEntry, subjects } from "@csi/contracts";
 import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
-import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
-import { SharedProcess } from "./support/shared-process.js";
+import { type JournalTestEnv, journalPerFile } from "./support/journal-env.js";
 
 const CLUSTER = "audit";
 const MiB = 1024 * 1024;
 const HOUR = 3600 * 1000;
 let j: JournalTestEnv;
-const journal = new SharedProcess((extra) => j.spawnJournal(extra));
+journalPerFile(CLUSTER, { timeoutMs: 30_000 }, (env) => {
+  j = env;
+});
 const cap = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
 const poolDir = () => path.join(j.servers.dir, "pools", CLUSTER, "default");
 const exists = (f: string) =>
@@ -29,16 +30,6 @@ const exists = (f: string) =>
     () => true,
     () => false,
   );
-
-before(async () => {
-  j = await journalTestEnv(CLUSTER, { timeoutMs: 30_000 });
-  await journal.start();
-});
-
-after(async () => {
-  await journal.stop();
-  await j?.dispose();
-});
 
 const lastSeq = async () => (await (await jetstreamManager(j.nc)).streams.info(subjects.streamName(CLUSTER))).state.last_seq;
 const replay = (at: number | string, more: { uuid?: string } = {}) => j.client.call(CLUSTER, "audit.replay", { at, ...more });

@@ -12,14 +12,13 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
+import { type JournalTestEnv, journalPerFile } from "./support/journal-env.js";
 import { withoutServerEnv } from "./support/npm-start.js";
 import { ROOT } from "./support/processes.js";
-import { SharedProcess } from "./support/shared-process.js";
 
 const CLUSTER = "bk";
 const STREAM = subjects.streamName(CLUSTER);
@@ -27,15 +26,8 @@ const MiB = 1024 * 1024;
 const BIN = path.join(ROOT, "packages/cli/bin/csictl.mjs");
 const cap = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
 let j: JournalTestEnv;
-const journal = new SharedProcess((extra) => j.spawnJournal(extra));
-
-before(async () => {
-  j = await journalTestEnv(CLUSTER, { timeoutMs: 30_000 });
-  await journal.start();
-});
-after(async () => {
-  await journal.stop();
-  await j?.dispose();
+const journal = journalPerFile(CLUSTER, { timeoutMs: 30_000 }, (env) => {
+  j = env;
 });
 
 function csictl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -7,11 +7,13 @@
  *   const journal = new SharedProcess(j.spawnJournal);
  *   await j.dispose();                                         // in after()
  */
+import { after, before } from "node:test";
 import { JournalClient } from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { type ServiceProcess, spawnService, type TestPool, writeClustersFile } from "./processes.js";
 import { startTestServers, type TestServers } from "./servers.js";
+import { SharedProcess } from "./shared-process.js";
 
 export interface JournalTestEnv {
   servers: TestServers;
@@ -53,4 +55,26 @@ export async function journalTestEnv(cluster: string, opts: { pools?: TestPool[]
       await servers.dispose();
     },
   };
+}
+
+/**
+ * The usual set-up of a journal test file: in before(), the environment (handed to `use`) and one
+ * shared journal process started; in after(), both ended.
+ *
+ *   let j: JournalTestEnv;
+ *   const journal = journalPerFile("c1", {}, (env) => { j = env; });
+ */
+export function journalPerFile(cluster: string, opts: Parameters<typeof journalTestEnv>[1], use: (env: JournalTestEnv) => void): SharedProcess {
+  let env: JournalTestEnv | undefined;
+  const journal = new SharedProcess((extra) => (env as JournalTestEnv).spawnJournal(extra));
+  before(async () => {
+    env = await journalTestEnv(cluster, opts);
+    use(env);
+    await journal.start();
+  });
+  after(async () => {
+    await journal.stop();
+    await env?.dispose();
+  });
+  return journal;
 }

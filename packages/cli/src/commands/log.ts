@@ -26,6 +26,33 @@ async function* linesOf(file: string): AsyncGenerator<string> {
   if (rest !== "") yield rest;
 }
 
+/** A progress bar started on the first report (when the total is known). */
+function lazyProgress(s: Session, label: string) {
+  let bar: ReturnType<typeof startProgress> | undefined;
+  return {
+    update: (seq: number, last: number) => {
+      bar ??= startProgress(s.out.json, label, last);
+      bar.update(seq);
+    },
+    finish: (seq: number) => bar?.finish(seq),
+  };
+}
+
+/** What export and import print: the stream, its messages and last sequence, how long it took, and `more` rows. */
+function printResult(
+  s: Session,
+  cluster: string,
+  file: string,
+  r: { stream: string; messages: number; lastSeq: number },
+  started: number,
+  more: [string, string][],
+) {
+  const ms = Math.round(performance.now() - started);
+  s.out.result({ cluster, file, ...r, ms }, () =>
+    fields([["CLUSTER", cluster], ["STREAM", r.stream], ["MESSAGES", r.messages], ["LAST SEQUENCE", r.lastSeq], ["TOOK", `${ms} ms`], ...more]),
+  );
+}
+
 export async function logExport(s: Session, file: string): Promise<void> {
   const cluster = s.cluster().clusterID;
   const nc = await s.nats();
@@ -37,28 +64,15 @@ export async function logExport(s: Session, file: string): Promise<void> {
   const write = async (text: string) => {
     if (!out.write(text)) await once(out, "drain");
   };
-  let progress: ReturnType<typeof startProgress> | undefined;
+  const progress = lazyProgress(s, `export ${cluster}`);
   try {
     const started = performance.now();
-    const r = await exportLog(nc, cluster, write, (seq, last) => {
-      progress ??= startProgress(s.out.json, `export ${cluster}`, last);
-      progress.update(seq);
-    });
-    progress?.finish(r.lastSeq);
+    const r = await exportLog(nc, cluster, write, progress.update);
+    progress.finish(r.lastSeq);
     out.end();
     await once(out, "finish");
     await rename(partial, file);
-    const ms = Math.round(performance.now() - started);
-    s.out.result({ cluster, file, ...r, ms }, () =>
-      fields([
-        ["CLUSTER", cluster],
-        ["STREAM", r.stream],
-        ["MESSAGES", r.messages],
-        ["LAST SEQUENCE", r.lastSeq],
-        ["FILE", file],
-        ["TOOK", `${ms} ms`],
-      ]),
-    );
+    printResult(s, cluster, file, r, started, [["FILE", file]]);
   } catch (err) {
     out.destroy();
     await rm(partial, { force: true });
@@ -75,28 +89,14 @@ export async function logImport(s: Session, file: string, o: { replicas?: string
     throw usageError(`cannot read ${file}: ${err.code ?? err.message}`);
   });
   const nc = await s.nats({ kind: "journal", cluster });
-  let progress: ReturnType<typeof startProgress> | undefined;
+  const progress = lazyProgress(s, `import ${cluster}`);
   const started = performance.now();
   try {
-    const r = await importLog(nc, cluster, () => linesOf(file), {
-      ...(replicas ? { replicas } : {}),
-      progress: (seq, last) => {
-        progress ??= startProgress(s.out.json, `import ${cluster}`, last);
-        progress.update(seq);
-      },
-    });
-    progress?.finish(r.lastSeq);
-    const ms = Math.round(performance.now() - started);
-    s.out.result({ cluster, file, ...r, ms }, () =>
-      fields([
-        ["CLUSTER", cluster],
-        ["STREAM", r.stream],
-        ["MESSAGES", r.messages],
-        ["LAST SEQUENCE", r.lastSeq],
-        ["TOOK", `${ms} ms`],
-        ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log (or run csictl rebuild)"],
-      ]),
-    );
+    const r = await importLog(nc, cluster, () => linesOf(file), { ...(replicas ? { replicas } : {}), progress: progress.update });
+    progress.finish(r.lastSeq);
+    printResult(s, cluster, file, r, started, [
+      ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log (or run csictl rebuild)"],
+    ]);
   } catch (err) {
     if (err instanceof BackupError) throw new CliError(EXIT.failed, `${file}: ${err.message}; nothing was written`);
     throw err;
