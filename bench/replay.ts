@@ -90,8 +90,7 @@ async function profile(label: string): Promise<() => Promise<void>> {
   if (!dir) return async () => {};
   const session = new Session();
   session.connect();
-  const post = (method: string) =>
-    new Promise<unknown>((resolve, reject) => session.post(method, (err, res) => (err ? reject(err) : resolve(res))));
+  const post = (method: string) => new Promise<unknown>((resolve, reject) => session.post(method, (err, res) => (err ? reject(err) : resolve(res))));
   await post("Profiler.enable");
   await post("Profiler.start");
   return async () => {

@@ -81,6 +81,11 @@ export class ProjectionModel {
     }
   }
 
+  /** Plain commands, unguarded (a rebuild's `freshWrites`). */
+  run(ops: RedisOp[]): void {
+    for (const op of ops) this.#op(op);
+  }
+
   /** Every key with its value. */
   dump(): Map<string, Stored> {
     const out = new Map<string, Stored>();
@@ -91,7 +96,7 @@ export class ProjectionModel {
 
   #op(op: RedisOp): void {
     const [cmd, ...a] = op;
-    const [key = "", x = "", y = ""] = a.map(String);
+    const [key = "", x = ""] = a.map(String);
     switch (cmd) {
       case "HSET":
         for (let i = 1; i + 1 < a.length; i += 2) this.#hset(key, String(a[i]), String(a[i + 1]));
@@ -103,11 +108,11 @@ export class ProjectionModel {
         this.#hashes.delete(key);
         this.#sets.delete(key);
         break;
-      case "ZADD": // ZADD key score member
-        this.#sadd(key, y);
+      case "ZADD": // ZADD key score member [score member …]
+        for (let i = 2; i < a.length; i += 2) this.#sadd(key, String(a[i]));
         break;
       case "SADD":
-        this.#sadd(key, x);
+        for (const m of a.slice(1)) this.#sadd(key, String(m));
         break;
       case "ZREM":
       case "SREM":
