@@ -35,12 +35,17 @@ export interface RangeOptions {
   expiresMs?: number;
 }
 
-/** The stream sequence of a JetStream delivery, from its reply subject (`$JS.ACK.…`): both token layouts. */
-export function streamSeqOfReply(reply: string): number | undefined {
-  if (!reply.startsWith("$JS.ACK.")) return undefined;
-  const t = reply.split(".");
-  // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.… (9 tokens) or $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.… (11+)
-  return Number(t[t.length === 9 ? 5 : 7]);
+/**
+ * The stream sequence of a delivery by consumer `consumer`, from its reply subject: `$JS.ACK.[<domain>.<account>.]<stream>.<consumer>.<delivered>.<sseq>.…`
+ * (both layouts have the delivery count and then the stream sequence right after the consumer's name).
+ */
+export function streamSeqOfReply(reply: string, consumer: string): number | undefined {
+  const at = reply.indexOf(`.${consumer}.`);
+  if (at < 0 || !reply.startsWith("$JS.ACK.")) return undefined;
+  const delivered = reply.indexOf(".", at + consumer.length + 2);
+  const end = reply.indexOf(".", delivered + 1);
+  const seq = Number(reply.slice(delivered + 1, end < 0 ? undefined : end));
+  return Number.isSafeInteger(seq) && seq > 0 ? seq : undefined;
 }
 
 /**
@@ -61,7 +66,7 @@ export async function* readStreamRange(nc: NatsConnection, jsm: JetStreamManager
   const onMsg = (err: Error | null, m: Msg) => {
     if (err) failed = err;
     else {
-      const seq = m.reply ? streamSeqOfReply(m.reply) : undefined;
+      const seq = m.reply ? streamSeqOfReply(m.reply, name) : undefined;
       if (seq !== undefined) queue.push({ seq, subject: m.subject, data: m.data });
       else if (m.headers?.code === 404 || m.headers?.code === 408) dry = true;
       else if (m.headers && m.headers.code >= 400) failed = new Error(`pull from ${stream} refused: ${m.headers.code} ${m.headers.description}`);
