@@ -96,16 +96,18 @@ return 1
 const WRITE_FRESH = `
 -- A rebuild's chunk of writes into its wiped projection. KEYS[1] projection key; ARGV[1] epoch,
 -- ARGV[2] index of this chunk (the meta's 'written' must equal it), ARGV[3] '' or the log's last
--- seq (the last chunk: sets 'applied'), then commands, each as <count> <cmd> <args…> (count = 1 + #args).
+-- seq (the last chunk: sets 'applied'), ARGV[4] json: the commands as one flat array of strings,
+-- each as <count> <cmd> <args…> (count = 1 + #args): one argument, so the client encodes one string.
 -- Returns 1, or 0 when refused (nothing written): not this epoch, complete, or a chunk missing.
 local p = KEYS[1]
 if redis.call('HGET', p, 'epoch') ~= ARGV[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
 local n = tonumber(ARGV[2])
 if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
-local i = 4
-while i <= #ARGV do
-  local c = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + c))
+local a = cjson.decode(ARGV[4])
+local i = 1
+while i <= #a do
+  local c = tonumber(a[i])
+  redis.call(unpack(a, i + 1, i + c))
   i = i + c + 1
 end
 redis.call('HSET', p, 'written', n + 1)
@@ -124,7 +126,7 @@ type ScriptRedis = Redis & {
   csiBeginRebuild(proj: string, epoch: string, log: string, force: "0" | "1"): Promise<number>;
   csiMarkComplete(proj: string, epoch: string, last: number): Promise<number>;
   csiRenew(key: string, token: string, ttl: number): Promise<number>;
-  csiWriteFresh(proj: string, epoch: string, chunk: number, last: string, ...ops: (string | number)[]): Promise<number>;
+  csiWriteFresh(proj: string, epoch: string, chunk: number, last: string, ops: string): Promise<number>;
 };
 
 export interface ReadSpec {
@@ -252,9 +254,13 @@ export class RedisStore {
    * the log's `last` sequence. False: refused, nothing written.
    */
   async writeFresh(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
-    const args: (string | number)[] = [];
-    for (const op of ops) args.push(op.length, ...op);
-    return (await this.#call(() => this.#r.csiWriteFresh(this.keys.projection, epoch, chunk, last === undefined ? "" : String(last), ...args))) === 1;
+    const flat: string[] = [];
+    for (const op of ops) {
+      flat.push(String(op.length));
+      for (const a of op) flat.push(String(a));
+    }
+    const json = JSON.stringify(flat);
+    return (await this.#call(() => this.#r.csiWriteFresh(this.keys.projection, epoch, chunk, last === undefined ? "" : String(last), json))) === 1;
   }
 
   /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
