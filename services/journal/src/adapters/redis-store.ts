@@ -288,12 +288,18 @@ export class RedisStore {
     return removed;
   }
 
-  /** These keys with their values (absent keys are left out): the start-up check reads Redis with it. */
-  async dumpProjection(keys: string[]): Promise<Map<string, Stored>> {
+  /**
+   * These keys with their values (absent keys are left out): the start-up check reads Redis with
+   * it. Keys `isHash` says are hashes are read without asking their type first.
+   */
+  async dumpProjection(keys: string[], isHash: (key: string) => boolean = () => false): Promise<Map<string, Stored>> {
     const out = new Map<string, Stored>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const types = await this.#pipeline(chunk, (p, k) => p.type(k));
+      const asked = chunk.filter((k) => !isHash(k));
+      const answers = asked.length ? await this.#pipeline(asked, (p, k) => p.type(k)) : [];
+      const known = new Map(asked.map((k, j) => [k, answers[j]]));
+      const types = chunk.map((k) => (known.has(k) ? known.get(k) : "hash"));
       const values = await this.#pipeline(chunk, (p, k, j) => {
         const t = types[j];
         if (t === "zset") p.zrange(k, "0", "-1");

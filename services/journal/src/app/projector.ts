@@ -297,13 +297,28 @@ export class Projector {
   async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number }> {
     const states: States = new Map();
     let upTo = await this.fold(states);
-    const have = await this.store.dumpProjection(await this.store.projectionKeys());
-    let differ = diffProjection(projectionOf(this.store.keys, states.values()), have);
+    // Redis is read and compared 1,000 keys at a time (only what differs is kept); a key the log
+    // says is a hash is read without asking its type first (a wrong guess reads as different,
+    // and is read again properly below).
+    const want = projectionOf(this.store.keys, states.values());
+    const wantsHash = (k: string) => {
+      const v = want.get(k);
+      return v !== undefined && "hash" in v;
+    };
+    const keys = await this.store.projectionKeys();
+    let differ: string[] = [];
+    for (let i = 0; i < keys.length; i += 1000) {
+      const chunk = keys.slice(i, i + 1000);
+      differ.push(...diffProjection(want, await this.store.dumpProjection(chunk, wantsHash), chunk));
+    }
+    const inRedis = new Set(keys);
+    differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
+    differ.sort();
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
       upTo = await this.fold(states, upTo);
       differ = diffProjection(projectionOf(this.store.keys, states.values()), await this.store.dumpProjection(differ), differ);
     }
-    return { differ, keys: have.size, states, upTo };
+    return { differ, keys: keys.length, states, upTo };
   }
 }
