@@ -43,7 +43,7 @@ test("chunks land in order on their epoch; the last sets the watermark; then com
   assert.equal(await store.writeFresh(E2, 1, chunk(1)), false, "another epoch's chunk");
   assert.equal(await store.writeFresh(E1, 1, chunk(1), 7), true);
   assert.deepEqual(await redis.hgetall(k.projection), { epoch: E1, log: "log", applied: "7", written: "2" });
-  assert.deepEqual(await redis.zrange(k.index("volume"), 0, -1), [uuid(0), uuid(1)]);
+  assert.deepEqual(await redis.zrange(k.index("volume"), "0", "-1"), [uuid(0), uuid(1)]);
   assert.equal(await store.markComplete(E1, 7), true);
   assert.equal(await store.writeFresh(E1, 2, chunk(2)), false, "nothing more once complete");
   assert.equal(await has(2), false);
