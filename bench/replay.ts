@@ -5,8 +5,12 @@
  *   - rebuild: the projector's forced rebuild into an empty Redis (wipe, replay, complete mark);
  *   - check:   the start-up check (the log folded in memory, compared with every Redis key);
  *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis).
- * Reported: events/s and CPU per event (this process, and nats-server + redis-server).
+ * Reported: events/s and CPU µs per event of each process (journal = this process, nats-server,
+ * redis-server). Every rebuild is checked against the log key by key. BENCH_PROFILE=<dir>: a CPU
+ * profile of this process per step.
  */
+import { mkdir, writeFile } from "node:fs/promises";
+import { Session } from "node:inspector";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { createLogger } from "@csi/runtime";
@@ -20,7 +24,7 @@ import { Projector } from "../services/journal/src/app/projector.js";
 import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
 import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
-import { cpuSeconds } from "./lib/cpu.js";
+import { cpuMeter } from "./lib/cpu.js";
 
 const EVENTS = Number(process.env.BENCH_REPLAY_EVENTS ?? 200_000);
 const CLUSTER = "replay";
@@ -80,6 +84,23 @@ export async function appendLog(nc: NatsConnection, n: number): Promise<void> {
   await Promise.all(pending);
 }
 
+/** With BENCH_PROFILE=<dir>: a CPU profile of this process for one step (`<dir>/replay-<step>.cpuprofile`). */
+async function profile(label: string): Promise<() => Promise<void>> {
+  const dir = process.env.BENCH_PROFILE;
+  if (!dir) return async () => {};
+  const session = new Session();
+  session.connect();
+  const post = (method: string) => new Promise<unknown>((resolve, reject) => session.post(method, (err, res) => (err ? reject(err) : resolve(res))));
+  await post("Profiler.enable");
+  await post("Profiler.start");
+  return async () => {
+    const { profile: p } = (await post("Profiler.stop")) as { profile: unknown };
+    await mkdir(dir, { recursive: true });
+    await writeFile(path.join(dir, `replay-${label.replace(/[^a-z]+/gi, "-")}.cpuprofile`), JSON.stringify(p));
+    session.disconnect();
+  };
+}
+
 export async function replayScenario(dir: string): Promise<void> {
   const nats = await startServer("nats", path.join(dir, "replay-nats"));
   const redisServer = await startServer("redis", path.join(dir, "replay-redis"));
@@ -97,27 +118,30 @@ export async function replayScenario(dir: string): Promise<void> {
     const store = new RedisStore(redis, keysFor(CLUSTER, "default"));
     const projector = new Projector(log, store, createLogger("bench", "warn", 2), { batch: Number(process.env.JOURNAL_REPLAY_BATCH ?? 512) });
     const measure = async (label: string, f: () => Promise<unknown>) => {
-      const cpu0 = process.cpuUsage();
-      const servers0 = cpuSeconds(nats.pid) + cpuSeconds(redisServer.pid);
+      const cpu = cpuMeter({ journal: process.pid, nats: nats.pid, redis: redisServer.pid });
+      const stopProfile = await profile(label);
       t = performance.now();
       await f();
       const s = (performance.now() - t) / 1000;
-      const cpu = process.cpuUsage(cpu0);
-      const mine = (cpu.user + cpu.system) / EVENTS;
-      const servers = ((cpuSeconds(nats.pid) + cpuSeconds(redisServer.pid) - servers0) * 1e6) / EVENTS;
-      console.log(
-        `${label.padEnd(34)} ${(EVENTS / s).toFixed(0).padStart(7)} events/s   ${s.toFixed(2).padStart(6)} s   CPU/event: journal ${mine.toFixed(1)} µs, nats+redis ${servers.toFixed(1)} µs`,
-      );
+      await stopProfile();
+      const us = Object.entries(cpu.perOp(EVENTS / 1000))
+        .map(([k, v]) => `${k} ${v.toFixed(1)}`)
+        .join(", ");
+      console.log(`${label.padEnd(34)} ${(EVENTS / s).toFixed(0).padStart(7)} events/s   ${s.toFixed(2).padStart(6)} s   CPU µs/event: ${us}`);
+    };
+    /** Every answer checked: the projection a rebuild left equals the log's fold, key by key. */
+    const checkProjection = async () => {
+      const { differ } = await projector.compare();
+      if (differ.length) throw new Error(`the rebuilt projection differs from the log in ${differ.length} keys (${differ.slice(0, 3).join(", ")})`);
     };
     await measure("rebuild (empty Redis)", () => projector.rebuild("bench"));
+    await checkProjection();
     await measure("rebuild (forced, over the last)", () => projector.rebuild("bench"));
-    await measure("start-up check (fold + compare)", async () => {
-      const { differ } = await projector.compare();
-      if (differ.length) throw new Error(`the rebuilt projection differs from the log in ${differ.length} keys`);
-    });
+    await measure("start-up check (fold + compare)", checkProjection);
     await measure("replay --at <end> (fold only)", async () => {
       const r = emptyReplay();
       await log.read(1, async (b) => replayInto(r, b, { seq: Number.MAX_SAFE_INTEGER }), { batch: 4096 });
+      if (r.upTo.seq !== EVENTS) throw new Error(`replay folded up to ${r.upTo.seq}, not ${EVENTS}`);
     });
     console.log(`keys in the projection: ${(await store.projectionKeys()).length}`);
   } finally {

@@ -6,10 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, test } from "node:test";
-import { DriverError } from "@csi/contracts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { DriverError, subjects } from "@csi/contracts";
+import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { NodeDirectory } from "../services/controller/src/adapters/nodes.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
+import { T0, VOL, volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
@@ -56,4 +59,38 @@ test("a node directory: an unknown node is undefined; with the server gone the l
   } finally {
     await env.restartStopped();
   }
+});
+
+test("a read stopped early (onBatch false) or bounded by `to` hands over just that and leaves no timer behind", async () => {
+  const log = new EventLog(nc, { cluster: "e2" });
+  await log.ensureStream();
+  const subject = subjects.volumeEvents("e2", VOL);
+  const js = jetstream(nc);
+  const meta = { v: 1, time: T0, requestId: "r", actor: { service: "t", replica: "1" } };
+  // More events than one pull asks for, so a second pull is on its way when the reader stops.
+  const n = 10_000;
+  for (let i = 0; i < n; i += 1000) {
+    await Promise.all(Array.from({ length: 1000 }, (_, j) => js.publish(subject, JSON.stringify({ ...volumeReservedBody(VOL, `pvc-${i + j}`), ...meta }))));
+  }
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+  const before = timers();
+  const seen: number[] = [];
+  const last = await log.read(
+    1,
+    async (b) => {
+      seen.push(...b.map((e) => e.seq));
+      return false;
+    },
+    { batch: 5 },
+  );
+  assert.equal(last, n, "the read answers the log's last sequence");
+  assert.deepEqual(seen, [1, 2, 3, 4, 5], "stopped after the first batch");
+  await sleep(50);
+  assert.equal(timers(), before, "no timer of the stopped read is left running (it kept the process alive)");
+
+  const bounded: number[] = [];
+  assert.equal(await log.read(11, async (b) => void bounded.push(...b.map((e) => e.seq)), { batch: 4, to: 17 }), 17);
+  assert.deepEqual(bounded, [11, 12, 13, 14, 15, 16, 17], "from 11 up to and including `to`");
+  await sleep(50);
+  assert.equal(timers(), before, "no timer left after a bounded read either");
 });

@@ -10,6 +10,7 @@ export * from "./nats/connect.js";
 export * from "./nats/durable-queue.js";
 export * from "./nats/last-message.js";
 export * from "./nats/node-streams.js";
+export * from "./nats/stream-range.js";
 export * from "./ops/listen-addr.js";
 export * from "./ops/listener.js";
 export * from "./ops/metrics.js";

@@ -6,8 +6,8 @@
  */
 
 import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
-import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats } from "@csi/runtime";
-import { DeliverPolicy, type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
+import { type JetStreamManager, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LogInfo } from "../domain/projection-state.js";
 
@@ -56,7 +56,6 @@ export interface EventLogOptions {
 
 export class EventLog {
   readonly stream: string;
-  #js: JetStreamClient;
   #jsm?: JetStreamManager;
   readonly #publisher: AckedPublisher;
 
@@ -65,7 +64,6 @@ export class EventLog {
     private readonly opts: EventLogOptions,
   ) {
     this.stream = subjects.streamName(opts.cluster);
-    this.#js = jetstream(nc);
     this.#publisher = new AckedPublisher(nc);
   }
 
@@ -147,46 +145,46 @@ export class EventLog {
   }
 
   /**
-   * Read events in order from `fromSeq` up to the stream's end as it is now (optionally only one
-   * subject), handing them over in batches of `batch`; `onBatch` returning false stops the read
-   * there. Streaming with bounded memory: the log is pulled PULL_MESSAGES at a time, and the next
-   * pull is on its way while the batches of the last one are handed over.
+   * Read events in order from `fromSeq` up to the stream's end as it is now, or up to `to` if
+   * that comes first (optionally only one subject), handing them over in batches of `batch`;
+   * `onBatch` returning false stops the read there. Returns the last sequence the read was
+   * bounded by. Streaming with bounded memory (`readStreamRange`: pulls of PULL_MESSAGES, the
+   * next on its way while batches are handed over).
    */
-  async read(fromSeq: number, onBatch: (batch: StoredEvent[]) => Promise<unknown>, opts: { subject?: string; batch?: number } = {}): Promise<number> {
-    const last = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
+  async read(
+    fromSeq: number,
+    onBatch: (batch: StoredEvent[]) => Promise<unknown>,
+    opts: { subject?: string; batch?: number; to?: number } = {},
+  ): Promise<number> {
+    const end = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
+    const last = opts.to === undefined ? end : Math.min(end, opts.to);
     if (last < fromSeq) return last;
-    const consumer = await reachingNats("event log", () =>
-      this.#js.consumers.get(this.stream, {
-        deliver_policy: DeliverPolicy.StartSequence,
-        opt_start_seq: Math.max(1, fromSeq),
-        ...(opts.subject ? { filter_subjects: opts.subject } : {}),
-      }),
-    );
     const size = opts.batch ?? 512;
-    const pull = () => consumer.fetch({ max_messages: Math.max(size, PULL_MESSAGES), expires: 2000 });
-    let seen = fromSeq - 1;
-    try {
-      let next = pull();
-      next.catch(() => {}); // awaited below; never an unhandled rejection if the read ends first
-      while (seen < last) {
-        const got: StoredEvent[] = [];
-        await reachingNats("event log", async () => {
-          for await (const m of await next) {
-            seen = m.seq;
-            got.push({ seq: m.seq, subject: m.subject, event: JournalEvent.parse(m.json()) });
-            if (m.seq >= last) break;
-          }
-        });
-        if (got.length === 0) break; // nothing more within the pull's expiry (messages removed?): the end
-        if (seen < last) {
-          next = pull();
-          next.catch(() => {});
+    const jsm = await this.#manager();
+    const range = readStreamRange(this.nc, jsm, this.stream, {
+      from: fromSeq,
+      to: last,
+      pull: Math.max(size, PULL_MESSAGES),
+      ...(opts.subject ? { subject: opts.subject } : {}),
+    });
+    let batch: StoredEvent[] = [];
+    await reachingNats("event log", async () => {
+      for await (const chunk of range) {
+        for (const m of chunk) {
+          batch.push({ seq: m.seq, subject: m.subject, event: decodeEvent(m.data) });
+          if (batch.length < size) continue;
+          const full = batch;
+          batch = [];
+          if ((await onBatch(full)) === false) return;
         }
-        for (let i = 0; i < got.length; i += size) if ((await onBatch(got.slice(i, i + size))) === false) return last;
       }
-    } finally {
-      await consumer.delete().catch(() => {});
-    }
+      if (batch.length > 0) await onBatch(batch);
+    });
     return last;
   }
+}
+
+/** An event as stored: JSON, checked against its schema (a log written by a broken writer is refused clearly). */
+export function decodeEvent(data: Uint8Array): JournalEvent {
+  return JournalEvent.parse(JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8")));
 }

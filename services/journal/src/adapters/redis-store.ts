@@ -6,10 +6,11 @@
  *   applyAndUnlock apply the events the operation appended (or a replay batch, advancing the
  *                  watermark) and release the locks (compare-and-delete)
  * and the projection's own life (see domain/projection-state.ts for the meta hash):
- *   beginRebuild   a new epoch over an empty meta; markComplete the last write of a rebuild.
- * Every apply is conditional: the operation's on a complete projection, a replay batch on its
- * rebuild's epoch (or a complete projection) whose watermark is where the batch starts. A
- * refused apply writes nothing (it still releases the locks).
+ *   beginRebuild   a new epoch over an empty meta; writeFresh a chunk of the rebuild's writes;
+ *                  markComplete the last write of a rebuild.
+ * Every apply is conditional: the operation's and a catch-up batch on a complete projection (a
+ * batch also only where its watermark starts), a rebuild's chunk on its epoch after every chunk
+ * before it. A refused apply writes nothing (it still releases the locks).
  * Every key of one cluster shares the `{cluster}` hash tag, so the scripts stay in one slot
  * under Redis Cluster too.
  */
@@ -18,7 +19,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import { type Address, type Aggregate, addressKey } from "../domain/evolve.js";
 import type { Keys } from "../domain/kinds.js";
-import { type Mutation, nameFromRedis, stateFromHash } from "../domain/projection.js";
+import { type Mutation, nameFromRedis, type RedisOp, stateFromHash } from "../domain/projection.js";
 import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
 import type { Hash } from "../domain/records.js";
 
@@ -49,17 +50,12 @@ return {1, redis.call('HGET', q.p, 'complete') == '1' and 1 or 0, cjson.encode(a
 const APPLY_AND_UNLOCK = `
 -- ARGV[1] json [{g=[key, field], s=seq, o=[[cmd, args...]]}], ARGV[2] json [[lock key, token]],
 -- ARGV[3] projection key, ARGV[4] json condition: {} = an operation's events (the projection must be
---   complete); {p=watermark the batch starts from, w=its last seq, e=rebuild epoch (absent: complete)}
+--   complete); {p=watermark the batch starts from, w=its last seq} (a catch-up: also on a complete projection only)
 -- Returns the number of mutations applied, or -1 when refused (nothing written).
 local muts = cjson.decode(ARGV[1])
 local c = cjson.decode(ARGV[4])
 local p = ARGV[3]
-local ok
-if c.e then
-  ok = redis.call('HGET', p, 'epoch') == c.e and redis.call('HEXISTS', p, 'complete') == 0
-else
-  ok = redis.call('HGET', p, 'complete') == '1'
-end
+local ok = redis.call('HGET', p, 'complete') == '1'
 local cur = tonumber(redis.call('HGET', p, 'applied') or '0')
 if ok and c.w and cur < c.p then ok = false end
 local applied = 0
@@ -97,6 +93,28 @@ redis.call('HSET', KEYS[1], 'complete', 1)
 return 1
 `;
 
+const WRITE_FRESH = `
+-- A rebuild's chunk of writes into its wiped projection. KEYS[1] projection key; ARGV[1] epoch,
+-- ARGV[2] index of this chunk (the meta's 'written' must equal it), ARGV[3] '' or the log's last
+-- seq (the last chunk: sets 'applied'), ARGV[4] json: the commands as one flat array of strings,
+-- each as <count> <cmd> <args…> (count = 1 + #args): one argument, so the client encodes one string.
+-- Returns 1, or 0 when refused (nothing written): not this epoch, complete, or a chunk missing.
+local p = KEYS[1]
+if redis.call('HGET', p, 'epoch') ~= ARGV[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
+local n = tonumber(ARGV[2])
+if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
+local a = cjson.decode(ARGV[4])
+local i = 1
+while i <= #a do
+  local c = tonumber(a[i])
+  redis.call(unpack(a, i + 1, i + c))
+  i = i + c + 1
+end
+redis.call('HSET', p, 'written', n + 1)
+if ARGV[3] ~= '' then redis.call('HSET', p, 'applied', ARGV[3]) end
+return 1
+`;
+
 const RENEW = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -108,6 +126,7 @@ type ScriptRedis = Redis & {
   csiBeginRebuild(proj: string, epoch: string, log: string, force: "0" | "1"): Promise<number>;
   csiMarkComplete(proj: string, epoch: string, last: number): Promise<number>;
   csiRenew(key: string, token: string, ttl: number): Promise<number>;
+  csiWriteFresh(proj: string, epoch: string, chunk: number, last: string, ops: string): Promise<number>;
 };
 
 export interface ReadSpec {
@@ -130,11 +149,10 @@ export interface ReadResult {
   record?: Hash;
 }
 
-/** A replay batch: the watermark it continues from, its last seq, the rebuild's epoch (none: a catch-up). */
+/** A catch-up batch: the watermark it continues from, its last seq. */
 export interface ReplayStep {
   prev: number;
   to: number;
-  epoch?: string;
 }
 
 export type LockResult = { ok: true; read: ReadResult } | { ok: false; busy: string };
@@ -164,6 +182,7 @@ export class RedisStore {
     redis.defineCommand("csiRenew", { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand("csiBeginRebuild", { numberOfKeys: 1, lua: BEGIN_REBUILD });
     redis.defineCommand("csiMarkComplete", { numberOfKeys: 1, lua: MARK_COMPLETE });
+    redis.defineCommand("csiWriteFresh", { numberOfKeys: 1, lua: WRITE_FRESH });
     this.#r = redis as ScriptRedis;
   }
 
@@ -200,13 +219,13 @@ export class RedisStore {
 
   /**
    * Apply mutations (idempotently) and release locks: one round trip. Without `replay` (an
-   * operation's own events) only onto a complete projection; a replay batch also advances the
-   * watermark from `prev` to `to`, on its rebuild's `epoch` or, without one, a complete projection.
+   * operation's own events) only onto a complete projection; a catch-up batch also advances the
+   * watermark from `prev` to `to` (also only onto a complete projection).
    * Returns how many mutations ran, or -1 if the projection refused them (nothing written).
    */
   async applyAndUnlock(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
     const wire = muts.map((m) => ({ g: m.guard, s: m.seq, o: m.ops }));
-    const cond = replay ? { p: replay.prev, w: replay.to, ...(replay.epoch ? { e: replay.epoch } : {}) } : {};
+    const cond = replay ? { p: replay.prev, w: replay.to } : {};
     return this.#call(() => this.#r.csiApplyAndUnlock(JSON.stringify(wire), JSON.stringify(locks), this.keys.projection, JSON.stringify(cond)));
   }
 
@@ -226,6 +245,22 @@ export class RedisStore {
   /** Start a rebuild's epoch (the meta hash replaced); refused over a complete projection unless `force`. */
   async beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean> {
     return (await this.#call(() => this.#r.csiBeginRebuild(this.keys.projection, epoch, logId, force ? "1" : "0"))) === 1;
+  }
+
+  /**
+   * One chunk of a rebuild's writes (`freshWrites`), applied only on its `epoch`, not complete,
+   * after every chunk before it (the meta's `written` counts them: a Redis restarted from a
+   * snapshot taken mid-rebuild has fewer, and refuses). The last chunk also sets `applied` to
+   * the log's `last` sequence. False: refused, nothing written.
+   */
+  async writeFresh(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
+    const flat: string[] = [];
+    for (const op of ops) {
+      flat.push(String(op.length));
+      for (const a of op) flat.push(String(a));
+    }
+    const json = JSON.stringify(flat);
+    return (await this.#call(() => this.#r.csiWriteFresh(this.keys.projection, epoch, chunk, last === undefined ? "" : String(last), json))) === 1;
   }
 
   /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
@@ -253,12 +288,18 @@ export class RedisStore {
     return removed;
   }
 
-  /** These keys with their values (absent keys are left out): the start-up check reads Redis with it. */
-  async dumpProjection(keys: string[]): Promise<Map<string, Stored>> {
+  /**
+   * These keys with their values (absent keys are left out): the start-up check reads Redis with
+   * it. Keys `isHash` says are hashes are read without asking their type first.
+   */
+  async dumpProjection(keys: string[], isHash: (key: string) => boolean = () => false): Promise<Map<string, Stored>> {
     const out = new Map<string, Stored>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const types = await this.#pipeline(chunk, (p, k) => p.type(k));
+      const asked = chunk.filter((k) => !isHash(k));
+      const answers = asked.length ? await this.#pipeline(asked, (p, k) => p.type(k)) : [];
+      const known = new Map(asked.map((k, j) => [k, answers[j]]));
+      const types = chunk.map((k) => (known.has(k) ? known.get(k) : "hash"));
       const values = await this.#pipeline(chunk, (p, k, j) => {
         const t = types[j];
         if (t === "zset") p.zrange(k, "0", "-1");

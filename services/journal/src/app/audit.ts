@@ -59,15 +59,16 @@ export class Audit {
   async replay(req: ParsedRequest<"audit.replay">): Promise<CommandResult<"audit.replay">> {
     const at = pointOf(req.at);
     const r = emptyReplay();
+    const upTo = "seq" in at ? { to: at.seq } : {}; // a point by sequence: nothing past it is read
     if (req.uuid) {
       // Only its subjects: each kind's (the uuid says nothing of its kind), each read up to the point.
       for (const k of Object.values(KINDS)) {
-        await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { subject: k.events(this.a.cluster, req.uuid) });
+        await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { subject: k.events(this.a.cluster, req.uuid), ...upTo });
       }
       return { upTo: r.upTo, entries: replayEntries(r.states, { uuid: req.uuid }) };
     }
     if (req.startingToken !== undefined && !isUuid(req.startingToken)) throw new DriverError("Aborted", `invalid starting token ${quote(req.startingToken)}`);
-    await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: 4096 });
+    await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: 4096, ...upTo });
     const all = replayEntries(r.states, req.startingToken ? { after: req.startingToken } : {});
     const max = Math.min(req.maxEntries || MAX_PAGE_ENTRIES, all.length);
     const { entries, nextToken } = this.a.fitReply(all.slice(0, max), (e) => e.uuid, max < all.length ? all[max - 1]?.uuid : undefined);

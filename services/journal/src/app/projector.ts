@@ -6,8 +6,9 @@
  * A rebuild cannot be left half done (docs/journal.md, "Rebuilds"): it takes the cluster's rebuild
  * lock (one rebuild per cluster; the lock is renewed while it runs), starts a new epoch in the
  * meta hash (which marks the projection incomplete, so no operation writes into it), wipes the
- * projection keys, replays the log in batches that each apply only if the epoch is still its own
- * and the watermark is where the batch starts, and writes `complete` last, on the same condition.
+ * projection keys, folds the whole log in memory and writes each aggregate once, in chunks that
+ * each apply only if the epoch is still its own and every chunk before it landed (the last one
+ * sets the watermark), and writes `complete` last, on the same condition.
  * A FLUSHALL or a Redis restart anywhere in between removes or changes the epoch: the next batch
  * (or the complete mark) is refused and the rebuild starts over. Everything one process does to
  * the projection is single-flight: concurrent callers share one sync.
@@ -19,7 +20,7 @@ import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
 import { RedisStore } from "../adapters/redis-store.js";
 import { type Aggregate, foldInto, type States } from "../domain/evolve.js";
-import { beforesNeeded, type Plan, planWrites, projectionOf } from "../domain/projection.js";
+import { beforesNeeded, freshWrites, type Plan, planWrites, projectionOf } from "../domain/projection.js";
 import { diffProjection, judgeProjection } from "../domain/projection-state.js";
 
 /**
@@ -63,11 +64,15 @@ class StateCache {
 
 /** Aggregates a replay keeps in memory between its batches. */
 const CACHE_STATES = 50_000;
-/** Replay batches sent to Redis before the first of them is awaited (each is conditional on the one before). */
+/** Replay batches (or rebuild chunks) sent to Redis before the first of them is awaited (each is conditional on the one before). */
 const IN_FLIGHT = 8;
+/** Events per hand-over of a fold (no Redis call per batch: only the callback's overhead). */
+const FOLD_BATCH = 4096;
+/** Aggregates per script call of a rebuild's writes at most (a shared index gets one ZADD of 2 arguments per member). */
+const CHUNK_STATES = 1000;
 
 export interface ProjectorOptions {
-  /** Events per replay batch (one Lua call each). */
+  /** Events per catch-up batch (one Lua call each); also aggregates per rebuild chunk (at most CHUNK_STATES). */
   batch?: number;
   /** How long a caller waits for the projection to be complete before Unavailable. */
   waitMs?: number;
@@ -188,8 +193,9 @@ export class Projector {
       const started = performance.now();
       this.logger.warn({ epoch, reason: judged.reason }, "projection rebuild started");
       const wiped = await this.store.wipeProjection();
-      const last = await this.#replay(1, epoch);
-      if (last !== undefined && (await this.store.markComplete(epoch, last))) {
+      const states: States = new Map();
+      const last = await this.fold(states);
+      if ((await this.#writeFresh(epoch, states, last)) && (await this.store.markComplete(epoch, last))) {
         this.logger.info({ epoch, from: 1, to: last, wiped, ms: Math.round(performance.now() - started) }, "projection rebuilt");
         return;
       }
@@ -200,14 +206,36 @@ export class Projector {
   }
 
   /**
-   * Replay the log from `from` in batches, each applied only if the projection is still the one
-   * this replay runs on (its rebuild's `epoch`, or complete for a catch-up) and its watermark is
-   * where the batch starts. Batches are planned from the states the replay folded (a cache) or
-   * read from Redis, and sent without waiting for the one before (up to IN_FLIGHT): each one's
-   * condition holds only if the one before was applied, so a refusal stops the rest too.
-   * Returns the log's last sequence, or undefined if a batch was refused.
+   * A rebuild's writes: the log folded whole (`states`, up to `last`) written into the wiped
+   * projection once per aggregate, in chunks (`freshWrites`, at most CHUNK_STATES aggregates per
+   * script call), each applied only on this epoch after every chunk before it, the last one
+   * setting the watermark. Chunks are sent up to IN_FLIGHT ahead of their replies: a refusal
+   * (flushed, restarted, another rebuild) refuses the rest too. False: a chunk was refused.
+   * Redis's cost grows with the aggregates, not the events.
    */
-  async #replay(from: number, epoch?: string): Promise<number | undefined> {
+  async #writeFresh(epoch: string, states: States, last: number): Promise<boolean> {
+    const all = [...states.values()];
+    const size = Math.min(this.#batch, CHUNK_STATES);
+    const chunks = Math.max(1, Math.ceil(all.length / size));
+    const inFlight: Promise<boolean>[] = [];
+    let ok = true;
+    for (let i = 0; i < chunks && ok; i++) {
+      const ops = freshWrites(this.store.keys, all.slice(i * size, (i + 1) * size));
+      inFlight.push(this.store.writeFresh(epoch, i, ops, i === chunks - 1 ? last : undefined));
+      if (inFlight.length >= IN_FLIGHT) ok = (await inFlight.shift()) === true;
+    }
+    for (const p of inFlight.splice(0)) ok = (await p) && ok;
+    return ok;
+  }
+
+  /**
+   * Catch up from `from` in batches, each applied only onto a complete projection whose
+   * watermark is where the batch starts. Batches are planned from the states the replay folded
+   * (a cache) or read from Redis, and sent without waiting for the one before (up to
+   * IN_FLIGHT): each one's condition holds only if the one before was applied, so a refusal
+   * stops the rest too. Returns the log's last sequence, or undefined if a batch was refused.
+   */
+  async #replay(from: number): Promise<number | undefined> {
     const started = performance.now();
     const cache = new StateCache(CACHE_STATES);
     const inFlight: Promise<number>[] = [];
@@ -228,7 +256,7 @@ export class Projector {
         const plan = await planWithBefores(this.store, batch, cache);
         for (const [key, state] of plan.after) cache.set(key, state);
         const to = batch[batch.length - 1]?.seq ?? prev;
-        inFlight.push(this.store.applyAndUnlock(plan.mutations, [], { prev, to, ...(epoch ? { epoch } : {}) }));
+        inFlight.push(this.store.applyAndUnlock(plan.mutations, [], { prev, to }));
         prev = to;
         events += batch.length;
         if (inFlight.length >= IN_FLIGHT) await settle(inFlight.shift());
@@ -238,7 +266,7 @@ export class Projector {
     );
     for (const p of inFlight.splice(0)) await settle(p);
     if (refused) return undefined;
-    if (events > 0 && !epoch) {
+    if (events > 0) {
       this.logger.info({ from, to: prev, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
     }
     return last;
@@ -256,7 +284,7 @@ export class Projector {
         foldInto(states, batch);
         seen = batch[batch.length - 1]?.seq ?? seen;
       },
-      { batch: this.#batch },
+      { batch: FOLD_BATCH },
     );
     return seen;
   }
@@ -269,13 +297,28 @@ export class Projector {
   async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number }> {
     const states: States = new Map();
     let upTo = await this.fold(states);
-    const have = await this.store.dumpProjection(await this.store.projectionKeys());
-    let differ = diffProjection(projectionOf(this.store.keys, states.values()), have);
+    // Redis is read and compared 1,000 keys at a time (only what differs is kept); a key the log
+    // says is a hash is read without asking its type first (a wrong guess reads as different,
+    // and is read again properly below).
+    const want = projectionOf(this.store.keys, states.values());
+    const wantsHash = (k: string) => {
+      const v = want.get(k);
+      return v !== undefined && "hash" in v;
+    };
+    const keys = await this.store.projectionKeys();
+    let differ: string[] = [];
+    for (let i = 0; i < keys.length; i += 1000) {
+      const chunk = keys.slice(i, i + 1000);
+      differ.push(...diffProjection(want, await this.store.dumpProjection(chunk, wantsHash), chunk));
+    }
+    const inRedis = new Set(keys);
+    differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
+    differ.sort();
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
       upTo = await this.fold(states, upTo);
       differ = diffProjection(projectionOf(this.store.keys, states.values()), await this.store.dumpProjection(differ), differ);
     }
-    return { differ, keys: have.size, states, upTo };
+    return { differ, keys: keys.length, states, upTo };
   }
 }

@@ -116,17 +116,17 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
         },
       };
     case "VolumeCreated":
-      return onVolume(state, seq, (r) => ({ ...r, imageId: e.imageId, sizeBytes: e.sizeBytes }));
+      return onVolume(state, seq, () => ({ imageId: e.imageId, sizeBytes: e.sizeBytes }));
     case "VolumeExpanded":
-      return onVolume(state, seq, (r) => ({ ...r, sizeBytes: e.sizeBytes }));
+      return onVolume(state, seq, () => ({ sizeBytes: e.sizeBytes }));
     case "VolumeModified":
-      return onVolume(state, seq, (r) => ({ ...r, mutableParameters: e.mutableParameters }));
+      return onVolume(state, seq, () => ({ mutableParameters: e.mutableParameters }));
     case "VolumeClaimed": {
       const claim: Claim = { nodeId: e.nodeId, accessMode: e.accessMode, accessType: e.accessType, readOnly: e.readOnly };
-      return onVolume(state, seq, (r) => ({ ...r, claims: [...r.claims.filter((c) => c.nodeId !== e.nodeId), claim].sort(byNode) }));
+      return onVolume(state, seq, (r) => ({ claims: [...r.claims.filter((c) => c.nodeId !== e.nodeId), claim].sort(byNode) }));
     }
     case "VolumeUnclaimed":
-      return onVolume(state, seq, (r) => ({ ...r, claims: r.claims.filter((c) => c.nodeId !== e.nodeId) }));
+      return onVolume(state, seq, (r) => ({ claims: r.claims.filter((c) => c.nodeId !== e.nodeId) }));
     case "SnapshotReserved":
       return {
         kind: "snapshot",
@@ -141,7 +141,7 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
       };
     case "SnapshotCreated":
       // A snapshot's creation time is when it was cut (recorded), also when a retry completes it.
-      return onSnapshot(state, seq, (r) => ({ ...r, imageId: e.imageId, sizeBytes: e.sizeBytes, createdAt: e.time }));
+      return onSnapshot(state, seq, () => ({ imageId: e.imageId, sizeBytes: e.sizeBytes, createdAt: e.time }));
     case "GroupSnapshotReserved":
       return {
         kind: "groupsnapshot",
@@ -151,7 +151,7 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
       };
     case "GroupSnapshotCreated":
       // A group's creation time is when its members were recorded (their SnapshotCreated share it).
-      return onGroup(state, seq, (r) => ({ ...r, ready: true, createdAt: e.time }));
+      return onGroup(state, seq, () => ({ ready: true, createdAt: e.time }));
     case "VolumeDeleted":
       return { kind: "volume", uuid: e.uuid, seq };
     case "SnapshotDeleted":
@@ -179,17 +179,18 @@ function reservedImage(e: Extract<JournalEvent, { type: "VolumeReserved" | "Snap
 const byNode = (a: Claim, b: Claim) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0);
 
 /**
- * A change of a live record of one kind. On an ended record only the sequence moves; on an
- * aggregate never seen (a log that starts mid-way) nothing is known, so nothing is made up.
+ * A change of a live record of one kind: the fields `change` gives, over a copy of the record
+ * (one copy per event). On an ended record only the sequence moves; on an aggregate never seen
+ * (a log that starts mid-way) nothing is known, so nothing is made up.
  */
-function onRecord<K extends Kind>(kind: K, state: Aggregate | undefined, seq: number, change: (r: Records[K]) => Records[K]): Aggregate | undefined {
+function onRecord<K extends Kind>(kind: K, state: Aggregate | undefined, seq: number, change: (r: Records[K]) => Partial<Records[K]>): Aggregate | undefined {
   if (state?.kind !== kind) return state;
   const s = state as RecordState<K> & { record?: Records[K] };
-  return (s.record ? { ...s, seq, record: { ...change(s.record), seq } } : { ...s, seq }) as Aggregate;
+  return (s.record ? { kind, uuid: s.uuid, seq, record: { ...s.record, ...change(s.record), seq } } : { kind, uuid: s.uuid, seq }) as Aggregate;
 }
-const onVolume = (s: Aggregate | undefined, seq: number, f: (r: VolumeRecord) => VolumeRecord) => onRecord("volume", s, seq, f);
-const onSnapshot = (s: Aggregate | undefined, seq: number, f: (r: SnapshotRecord) => SnapshotRecord) => onRecord("snapshot", s, seq, f);
-const onGroup = (s: Aggregate | undefined, seq: number, f: (r: GroupRecord) => GroupRecord) => onRecord("groupsnapshot", s, seq, f);
+const onVolume = (s: Aggregate | undefined, seq: number, f: (r: VolumeRecord) => Partial<VolumeRecord>) => onRecord("volume", s, seq, f);
+const onSnapshot = (s: Aggregate | undefined, seq: number, f: (r: SnapshotRecord) => Partial<SnapshotRecord>) => onRecord("snapshot", s, seq, f);
+const onGroup = (s: Aggregate | undefined, seq: number, f: (r: GroupRecord) => Partial<GroupRecord>) => onRecord("groupsnapshot", s, seq, f);
 
 /** The states of many aggregates: the accumulator of a fold (entries are replaced, never changed). */
 export type States = Map<string, Aggregate>;

@@ -81,6 +81,11 @@ export class ProjectionModel {
     }
   }
 
+  /** Plain commands, unguarded (a rebuild's `freshWrites`). */
+  run(ops: RedisOp[]): void {
+    for (const op of ops) this.#op(op);
+  }
+
   /** Every key with its value. */
   dump(): Map<string, Stored> {
     const out = new Map<string, Stored>();
@@ -91,7 +96,7 @@ export class ProjectionModel {
 
   #op(op: RedisOp): void {
     const [cmd, ...a] = op;
-    const [key = "", x = "", y = ""] = a.map(String);
+    const [key = "", x = ""] = a.map(String);
     switch (cmd) {
       case "HSET":
         for (let i = 1; i + 1 < a.length; i += 2) this.#hset(key, String(a[i]), String(a[i + 1]));
@@ -103,11 +108,11 @@ export class ProjectionModel {
         this.#hashes.delete(key);
         this.#sets.delete(key);
         break;
-      case "ZADD": // ZADD key score member
-        this.#sadd(key, y);
+      case "ZADD": // ZADD key score member [score member …]
+        for (let i = 2; i < a.length; i += 2) this.#sadd(key, String(a[i]));
         break;
       case "SADD":
-        this.#sadd(key, x);
+        for (const m of a.slice(1)) this.#sadd(key, String(m));
         break;
       case "ZREM":
       case "SREM":
@@ -140,18 +145,43 @@ export class ProjectionModel {
   }
 }
 
-/** A tombstone (what a deleted aggregate leaves for 24 h) may have expired in Redis: not compared. */
-function canonical(v: Stored | undefined): string | undefined {
+/** A value as compared: a tombstone (what a deleted aggregate leaves for 24 h) may have expired in Redis, and an empty set is no set. */
+function compared(v: Stored | undefined): Stored | undefined {
   if (!v) return undefined;
-  if ("hash" in v) {
-    if (v.hash._gone === "1") return undefined;
-    return JSON.stringify(Object.entries(v.hash).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  if ("hash" in v) return v.hash._gone === "1" ? undefined : v;
+  return v.members.length ? v : undefined;
+}
+
+/** Whether two stored values are equal: hashes field by field, sets by members (in any order). */
+function sameValue(a: Stored | undefined, b: Stored | undefined): boolean {
+  const x = compared(a);
+  const y = compared(b);
+  if (!x || !y) return x === y;
+  if ("hash" in x) {
+    if (!("hash" in y)) return false;
+    let n = 0;
+    for (const f in x.hash) {
+      if (x.hash[f] !== y.hash[f]) return false;
+      n++;
+    }
+    for (const _ in y.hash) n--;
+    return n === 0;
   }
-  return v.members.length ? JSON.stringify([...v.members].sort()) : undefined;
+  if (!("members" in y) || x.members.length !== y.members.length) return false;
+  const set = new Set(x.members);
+  return set.size === x.members.length && y.members.every((m) => set.has(m));
 }
 
 /** Keys whose value differs between what the log says (`want`) and what Redis holds (`have`); only `only` if given. */
 export function diffProjection(want: Map<string, Stored>, have: Map<string, Stored>, only?: string[]): string[] {
-  const keys = new Set(only ?? [...want.keys(), ...have.keys()]);
-  return [...keys].filter((k) => canonical(want.get(k)) !== canonical(have.get(k))).sort();
+  const differ: string[] = [];
+  const check = (k: string) => {
+    if (!sameValue(want.get(k), have.get(k))) differ.push(k);
+  };
+  if (only) for (const k of new Set(only)) check(k);
+  else {
+    for (const k of want.keys()) check(k);
+    for (const k of have.keys()) if (!want.has(k)) check(k);
+  }
+  return differ.sort();
 }

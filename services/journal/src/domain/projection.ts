@@ -180,3 +180,43 @@ export function projectionOf(k: Keys, states: Iterable<Aggregate>): Map<string, 
   for (const [key, set] of sets) out.set(key, { members: [...set] });
   return out;
 }
+
+/**
+ * The writes that put `states` into a projection that holds none of their keys (a rebuild's,
+ * after its wipe): each record hash whole with its guard (`_seq`), a tombstone with its TTL,
+ * and the keys many states share (a kind's request names and their sequences, the indexes, a
+ * node's claims) one command per key for all of `states`. What they leave is `projectionOf`
+ * the states (plus the tombstones); the aggregates' guards are set as the Lua applier sets them.
+ */
+export function freshWrites(k: Keys, states: Iterable<Aggregate>): RedisOp[] {
+  const ops: RedisOp[] = [];
+  const shared = new Map<string, RedisOp>();
+  const add = (cmd: string, key: string, ...args: (string | number)[]) => {
+    const id = `${cmd}\u0000${key}`;
+    const op = shared.get(id);
+    if (op) op.push(...args);
+    else shared.set(id, [cmd, key, ...args]);
+  };
+  for (const s of states) {
+    if (s.kind === "name") {
+      add("HSET", k.dirSeq(s.of), s.name, s.seq);
+      if (s.uuid) add("HSET", k.dir(s.of), k.dirField(s.of, s.name), s.uuid);
+      continue;
+    }
+    const key = k.record(s.kind, s.uuid);
+    const hash = recordHash(s);
+    if (!hash) {
+      ops.push(["HSET", key, "_seq", s.seq, "_gone", "1"], ["PEXPIRE", key, TOMBSTONE_TTL_MS]);
+      continue;
+    }
+    const hset: RedisOp = ["HSET", key];
+    for (const f in hash) hset.push(f, hash[f] as string);
+    hset.push("_seq", s.seq);
+    ops.push(hset);
+    for (const m of memberships(k, s)) {
+      if (m.type === "z") add("ZADD", m.key, 0, m.member);
+      else add("SADD", m.key, m.member);
+    }
+  }
+  return [...ops, ...shared.values()];
+}
