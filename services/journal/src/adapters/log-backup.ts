@@ -3,7 +3,7 @@
  * and restore"), in the file format of domain/log-backup.ts.
  *
  * - `exportLog` reads the stream from its first message to its last as it is when the export
- *   starts, raw (payloads byte for byte), through one ordered consumer, with bounded memory.
+ *   starts, raw (payloads byte for byte), through `readStreamRange`, with bounded memory.
  * - `importLog` restores such a file into the cluster's stream, which must be empty (or absent:
  *   it is created as the journal creates it). The file is checked whole first — nothing is
  *   written for a truncated, edited or foreign file — then every message is published in order
@@ -14,7 +14,8 @@
  * so a journal rebuilds the projection from it when it starts, or `csictl rebuild` does.
  */
 import { DriverError, subjects } from "@csi/contracts";
-import { DeliverPolicy, jetstream, jetstreamManager, type PubAck } from "@nats-io/jetstream";
+import { readStreamRange } from "@csi/runtime";
+import { jetstream, jetstreamManager, type PubAck } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BackupReader, BackupWriter } from "../domain/log-backup.js";
 import { EventLog } from "./event-log.js";
@@ -46,17 +47,12 @@ export async function exportLog(
   await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: first, lastSeq: last, exportedAt: new Date().toISOString() }));
   let count = 0;
   if (info.state.messages > 0) {
-    const consumer = await jetstream(nc).consumers.get(stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: first });
-    const messages = await consumer.consume({ max_messages: 1024 });
-    try {
-      for await (const m of messages) {
-        await write(w.message({ seq: m.seq, subject: m.subject, data: m.string() }));
+    for await (const chunk of readStreamRange(nc, jsm, stream, { from: first, to: last })) {
+      for (const m of chunk) {
+        await write(w.message({ seq: m.seq, subject: m.subject, data: Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString("utf8") }));
         count++;
-        if (count % 1024 === 0) progress(m.seq, last);
-        if (m.seq >= last) break;
       }
-    } finally {
-      messages.stop();
+      progress(chunk[chunk.length - 1]?.seq ?? first, last);
     }
     if (count !== last - first + 1)
       throw new DriverError("Internal", `read ${count} messages of ${stream}, expected ${last - first + 1} (messages removed while exporting?)`);
