@@ -77,8 +77,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
   await events.ensureStream();
   // Journals make the streams and queues nodes use: a locked-down node-agent may not (docs/security.md).
-  await ensureNodeStreams(nc);
-  const nodeQueueMaker = makeNodeQueues(nc, log);
+  const streams = { replicas: cfg.streamReplicas };
+  await ensureNodeStreams(nc, streams);
+  const nodeQueueMaker = makeNodeQueues(nc, log, streams);
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
@@ -117,7 +118,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return journal.reportDevice(r);
     },
     log,
-    { what: "device reports" },
+    { what: "device reports", ...streams },
   );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
