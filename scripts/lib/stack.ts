@@ -28,6 +28,7 @@ import path from "node:path";
 import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
+import type { RedisAccess } from "@csi/runtime";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
@@ -92,6 +93,8 @@ export interface Stack {
   /** With `ha`: the sentinels (REDIS_SENTINELS) and the master's name. */
   redisSentinels?: string;
   redisMasterName?: string;
+  /** How a client reaches the stack's Redis (the URL, or the sentinels): for redisConnectOptions. */
+  redisAccess: RedisAccess;
   /** The clusters file the services run with. */
   clustersFile: string;
   /** The clusters served (journals for each), the default first. */
@@ -233,6 +236,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       natsUrl,
       redisUrl,
       ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}),
+      redisAccess: { redisUrl, ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}) },
       clustersFile: env.CLUSTERS_FILE,
       clusters,
       get services() {

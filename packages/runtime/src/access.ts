@@ -84,6 +84,9 @@ export function natsConnectOptions(a: NatsAccess, more: ConnectionOptions = {}):
   return opts;
 }
 
+/** How long ioredis waits for one sentinel's answer before asking the next. */
+const SENTINEL_COMMAND_TIMEOUT_MS = 1000;
+
 /** The master name ioredis asks the sentinels for when REDIS_MASTER_NAME is not set. */
 export const DEFAULT_REDIS_MASTER_NAME = "csi";
 
@@ -131,6 +134,8 @@ export function redisConnectOptions(a: RedisAccess): RedisOptions {
           sentinels: parseSentinels(a.redisSentinels),
           name: a.redisMasterName || DEFAULT_REDIS_MASTER_NAME,
           role: "master" as const,
+          // A sentinel that does not answer (frozen, cut off) is passed over after this, not waited on.
+          sentinelCommandTimeout: SENTINEL_COMMAND_TIMEOUT_MS,
           ...(a.redisSentinelPassword !== undefined ? { sentinelPassword: a.redisSentinelPassword } : {}),
           ...(tls ? { enableTLSForSentinelMode: true, sentinelTLS: tlsOptions.tls } : {}),
           // Told of a failover by the sentinels (+switch-master), reconnect at once instead of at the next error.
