@@ -9,6 +9,10 @@
  * sentinels promote it — without A's lock. Writer B takes the lock on the new primary and records
  * the volume. When A wakes, its append is refused by the JetStream expected-last-subject-sequence
  * fence: one VolumeCreated (B's), one image, and A answers B's volume.
+ *
+ * And the other loss of an asynchronous replica: a volume acknowledged just before the failover
+ * whose projection writes never reached the replica. The journal catches its projection up from
+ * the log when Redis comes back (Projector.distrust), so the volume is found, not NOT_FOUND.
  */
 import assert from "node:assert/strict";
 import { readdir, rm } from "node:fs/promises";
@@ -22,7 +26,7 @@ import type { LocalServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { FilePool } from "../services/journal/src/adapters/file-pool.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
-import { fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
+import { fencedAsk, fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
 import { tempDir } from "./support/servers.js";
 
 let dir: string;
@@ -105,4 +109,43 @@ test("a lock lost in a Sentinel failover: the JetStream sequence fence refuses t
   });
   const images = (await readdir(root)).filter((f) => f.endsWith(".img"));
   assert.equal(images.length, 1, `one image: ${images.join(", ")}`);
+});
+
+test("projection writes lost in a Sentinel failover: the journal catches up from the log when Redis is back", { timeout: 180_000 }, async () => {
+  // After the test above: redis[1] is the master, redis[0] dead. Bring redis[0] back as its replica.
+  const [replica, primary] = ha.redis;
+  assert.ok(primary && replica);
+  await replica.restart();
+  await until("the old primary back as a replica in sync", async () => /master_link_status:up/.test(await direct(replica, (r) => r.info("replication"))));
+  assert.equal(await ha.redisPrimary(), primary);
+  const events = new EventLog(nc, { cluster: "f2", replicas: 3 });
+  await events.ensureStream();
+  const root = path.join(dir, "pools", "f2", "default");
+  const journal = journalReplica({ cluster: "f2", dir, redis, events, pool: new FilePool({ name: "default", id: 1, root }), redisDrops: true });
+  await until("the writers' client on the master", async () => (await redis.ping()) === "PONG");
+  // A first volume: the projection exists and is complete, on the replica too.
+  await journal.createVolume({ ...fencedAsk("pvc-before"), requestId: "before" });
+  await until("the replica has it", async () => {
+    const [m, r] = await Promise.all([primary, replica].map((s) => direct(s, (c) => c.info("replication"))));
+    const offset = (info: string | undefined) => /(?:master_repl_offset|slave_repl_offset):(\d+)/.exec(info ?? "")?.[1];
+    return offset(m) !== undefined && offset(m) === offset(r);
+  });
+
+  assert.ok(replica.pid);
+  process.kill(replica.pid, "SIGSTOP");
+  assert.equal(await direct(primary, (r) => r.call("CLIENT", "KILL", "TYPE", "replica")), 1, "the replica's link cut");
+  const v = await journal.createVolume({ ...fencedAsk("pvc-lost-write"), requestId: "create" });
+  const recordKey = keysFor("f2", "default").record("volume", v.uuid);
+  assert.equal(await direct(primary, (r) => r.exists(recordKey)), 1, "acknowledged: in the projection on the master");
+  await primary.kill();
+  process.kill(replica.pid, "SIGCONT");
+  await until("the sentinels promote the replica", async () => (await ha.redisPrimary()) === replica);
+  assert.equal(await direct(replica, (r) => r.exists(recordKey)), 0, "the new master lost the volume's projection");
+  await until("the client reaches the new master", async () => (await redis.ping()) === "PONG");
+
+  // Without the catch-up this is NOT_FOUND ("source volume … does not exist").
+  const snap = await journal.createSnapshot({ requestId: "snap", name: "snap-after-failover", sourceUuid: v.uuid, parameters: {} });
+  assert.ok(snap.uuid);
+  assert.equal((await journal.getVolume({ uuid: v.uuid })).uuid, v.uuid, "the volume is found again");
+  assert.equal(await direct(replica, (r) => r.exists(recordKey)), 1, "its projection restored from the log");
 });

@@ -14,7 +14,7 @@ import type { EventLog } from "../../services/journal/src/adapters/event-log.js"
 import { FilePool } from "../../services/journal/src/adapters/file-pool.js";
 import { RedisStore } from "../../services/journal/src/adapters/redis-store.js";
 import { Journal } from "../../services/journal/src/app/journal.js";
-import { Projector } from "../../services/journal/src/app/projector.js";
+import { distrustAfterRedisDrops, Projector } from "../../services/journal/src/app/projector.js";
 import { keysFor } from "../../services/journal/src/domain/kinds.js";
 import type { ImageInfo } from "../../services/journal/src/domain/pool-backend.js";
 
@@ -30,13 +30,25 @@ export class GatedPool extends FilePool {
   }
 }
 
-/** One journal replica of `cluster` in this process, on the given Redis client, event log and pool. */
-export function journalReplica(o: { cluster: string; dir: string; redis: Redis; events: EventLog; pool: FilePool; lockTtlMs?: number }): Journal {
+/**
+ * One journal replica of `cluster` in this process, on the given Redis client, event log and pool;
+ * `redisDrops`: its projection is caught up whenever that client reconnects, as the journal's main does.
+ */
+export function journalReplica(o: {
+  cluster: string;
+  dir: string;
+  redis: Redis;
+  events: EventLog;
+  pool: FilePool;
+  lockTtlMs?: number;
+  redisDrops?: boolean;
+}): Journal {
   const cluster = resolveClusters({ clusters: [{ clusterID: o.cluster, pools: [{ name: "default", id: 1, root: o.pool.root }] }] }, o.dir).get(o.cluster);
   assert.ok(cluster);
   const logger = createLogger("journal-fence-test", "silent");
   const store = new RedisStore(o.redis, keysFor(o.cluster, cluster.instance));
   const projector = new Projector(o.events, store, logger);
+  if (o.redisDrops) distrustAfterRedisDrops(o.redis, projector);
   const actor = { service: "journal", replica: randomUUID() };
   return new Journal({
     cluster,

@@ -23,7 +23,7 @@ import { FilePool } from "./adapters/file-pool.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
-import { Projector } from "./app/projector.js";
+import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
@@ -70,6 +70,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   );
   const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
   metrics.watchRedis(redis);
@@ -86,6 +87,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     return { last: info.last, applied: meta?.applied ?? 0 };
   });
   const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
+  distrustAfterRedisDrops(redis, projector);
   await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
 
   const eventLog = withFaults(events, { SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
