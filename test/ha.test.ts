@@ -178,8 +178,22 @@ async function checkState(label: string): Promise<void> {
     for (const id of acked.deletedVolumes) assert.equal(count(volumes, id), 0, `${label}: acknowledged delete of ${id} is gone`);
     for (const [name, id] of acked.snapshots) assert.equal(count(snapshots, id), 1, `${label}: acknowledged snapshot ${name} (${id}) listed exactly once`);
     for (const id of acked.deletedSnapshots) assert.equal(count(snapshots, id), 0, `${label}: acknowledged snapshot delete of ${id} is gone`);
-    assert.equal(volumes.length, acked.volumes.size, `${label}: no volume the CO was not told of`);
-    assert.equal(snapshots.length, acked.snapshots.size, `${label}: no snapshot the CO was not told of`);
+    const journal = new JournalClient(nc, 30_000);
+    /** The history of ids the CO was not told of: what went wrong, if something did. */
+    const unknown = async (ids: string[], known: Iterable<string>) => {
+      const told = new Set(known);
+      const extra = ids.filter((id) => !told.has(id));
+      const stories = await Promise.all(
+        extra.slice(0, 5).map(async (id) => {
+          const h = await journal.call(CLUSTER, "volume.history", { uuid: decomposeVolumeId(id).uuid, maxEntries: 0 }).catch((e: Error) => e.message);
+          return `${id}: ${JSON.stringify(h).slice(0, 1500)}`;
+        }),
+      );
+      return stories.join("\n");
+    };
+    if (volumes.length !== acked.volumes.size) assert.fail(`${label}: volumes the CO was not told of:\n${await unknown(volumes, acked.volumes.values())}`);
+    if (snapshots.length !== acked.snapshots.size)
+      assert.fail(`${label}: snapshots the CO was not told of:\n${await unknown(snapshots, acked.snapshots.values())}`);
     // The pool holds exactly the live images: none leaked, none lost.
     const pool = resolveClusters(JSON.parse(readFileSync(stack.clustersFile, "utf8")), path.join(dir, "data"))
       .get(CLUSTER)
@@ -195,7 +209,7 @@ async function checkState(label: string): Promise<void> {
       .sort();
     assert.deepEqual(files, expected, `${label}: the pool holds exactly the live images`);
     // The journal's own audit: log vs projection vs pool.
-    const verify = await new JournalClient(nc, 30_000).call(CLUSTER, "audit.verify", { olderThanMs: 0 });
+    const verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
     assert.deepEqual(
       verify.counts,
       { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 },
