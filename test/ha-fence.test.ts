@@ -21,7 +21,7 @@ import { after, before, test } from "node:test";
 import { redisConnectOptions } from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { type HaServers, startHaServers } from "../scripts/lib/ha-servers.js";
+import { type HaServers, startHaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
 import type { LocalServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { FilePool } from "../services/journal/src/adapters/file-pool.js";
@@ -33,7 +33,6 @@ let dir: string;
 let ha: HaServers;
 let nc: NatsConnection;
 let redis: Redis;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
   dir = await tempDir("csi-ha-fence-");
@@ -53,24 +52,7 @@ after(async () => {
 });
 
 /** Runs `f` on a direct connection to one Redis server (not through the sentinels). */
-async function direct<T>(s: LocalServer, f: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(s.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on("error", () => {});
-  try {
-    await r.connect();
-    return await f(r);
-  } finally {
-    r.disconnect();
-  }
-}
-
-async function until(what: string, probe: () => Promise<boolean>, ms = 60_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await probe().catch(() => false))) {
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(200);
-  }
-}
+const direct = <T>(s: LocalServer, f: (r: Redis) => Promise<T>) => withRedis(s.url, f);
 
 test("a lock lost in a Sentinel failover: the JetStream sequence fence refuses the second writer", { timeout: 180_000 }, async () => {
   const name = "pvc-failover";

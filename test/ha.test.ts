@@ -24,9 +24,9 @@ import { decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volume
 import { JournalClient } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
 import { CoClient, CoStats } from "../scripts/lib/chaos/co-client.js";
-import type { HaServers } from "../scripts/lib/ha-servers.js";
+import { listed } from "../scripts/lib/chaos/observe.js";
+import { type HaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
 import { type AttemptMark, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
 import type { LocalServer } from "../scripts/lib/local-servers.js";
 import { seeded } from "../scripts/lib/random.js";
@@ -150,29 +150,13 @@ function startLoad(prefix: string, workers = 2) {
   };
 }
 
-/** Every id of a paged listing. */
-async function listAll(page: (token: string) => Promise<{ ids: string[]; next: string }>): Promise<string[]> {
-  const ids: string[] = [];
-  for (let token = "", first = true; first || token; first = false) {
-    const p = await page(token);
-    ids.push(...p.ids);
-    token = p.next;
-  }
-  return ids;
-}
-
 /** The checks after a fault: no acknowledged operation lost, no duplicate, no leak, projection == log. */
 async function checkState(label: string): Promise<void> {
   const co = new CoClient({ controllerEndpoint: stack.controllerEndpoint, nodeEndpoint: stack.nodeEndpoint, random: seeded(1), stats: new CoStats() });
   try {
-    const volumes = await listAll(async (starting_token) => {
-      const r = await co.controller("ListVolumes", { max_entries: 200, starting_token });
-      return { ids: r.entries.map((e) => e.volume?.volume_id ?? ""), next: r.next_token };
-    });
-    const snapshots = await listAll(async (starting_token) => {
-      const r = await co.controller("ListSnapshots", { max_entries: 200, starting_token });
-      return { ids: r.entries.map((e) => e.snapshot?.snapshot_id ?? ""), next: r.next_token };
-    });
+    const list = await listed(co);
+    if ("error" in list) assert.fail(`${label}: the controller could not list: ${list.error}`);
+    const { volumes, snapshots } = list;
     const count = (ids: string[], id: string) => ids.filter((x) => x === id).length;
     for (const [name, id] of acked.volumes) assert.equal(count(volumes, id), 1, `${label}: acknowledged volume ${name} (${id}) listed exactly once`);
     for (const id of acked.deletedVolumes) assert.equal(count(volumes, id), 0, `${label}: acknowledged delete of ${id} is gone`);
@@ -220,15 +204,6 @@ async function checkState(label: string): Promise<void> {
   }
 }
 
-const until = async (what: string, probe: () => Promise<boolean>, ms = 60_000) => {
-  const end = Date.now() + ms;
-  for (;;) {
-    if (await probe().catch(() => false)) return;
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(200);
-  }
-};
-
 /** Every replica of the event stream current again (a restarted node has caught up). */
 const streamHealed = () =>
   until("every replica of the event stream current", async () => {
@@ -240,15 +215,8 @@ const streamHealed = () =>
 /** The Redis server `s` runs as a replica whose link to the master is up. */
 const replicaInSync = (s: LocalServer) =>
   until(`redis :${s.port} a replica in sync`, async () => {
-    const r = new Redis(s.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    r.on("error", () => {});
-    try {
-      await r.connect();
-      const info = await r.info("replication");
-      return /role:slave/.test(info) && /master_link_status:up/.test(info);
-    } finally {
-      r.disconnect();
-    }
+    const info = await withRedis(s.url, (r) => r.info("replication"));
+    return /role:slave/.test(info) && /master_link_status:up/.test(info);
   });
 
 /** A new master named by the sentinels (not `old`). */

@@ -55,7 +55,7 @@ export interface HaServers {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Polls `probe` until it returns true; throws with `what` and the last error after `ms`. */
-async function until(what: string, probe: () => Promise<boolean>, ms = READY_WITHIN_MS): Promise<void> {
+export async function until(what: string, probe: () => Promise<boolean>, ms = READY_WITHIN_MS): Promise<void> {
   const end = Date.now() + ms;
   let last: unknown;
   for (;;) {
@@ -75,7 +75,8 @@ const pairs = (flat: unknown): Record<string, string> => {
   return Object.fromEntries(Array.from({ length: a.length / 2 }, (_, i) => [a[2 * i], a[2 * i + 1]]));
 };
 
-async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
+/** Runs `f` on a direct, single-shot connection to one Redis server or sentinel (no reconnects, no Sentinel). */
+export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
   const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 });
   r.on("error", () => {});
   try {

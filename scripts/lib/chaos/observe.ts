@@ -121,7 +121,8 @@ async function listAll(page: (token: string) => Promise<{ ids: string[]; next: s
   return ids;
 }
 
-async function listed(co: CoClient): Promise<Observation["listed"]> {
+/** Every volume and snapshot id the controller lists (paged), or why it could not list. */
+export async function listed(co: CoClient): Promise<Observation["listed"]> {
   try {
     const volumes = await listAll(async (starting_token) => {
       const r = await co.controller("ListVolumes", { max_entries: 200, starting_token });
