@@ -13,7 +13,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { Session } from "node:inspector";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
-import { createLogger } from "@csi/runtime";
+import { createLogger, redisConnectOptions } from "@csi/runtime";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
@@ -105,7 +105,7 @@ export async function replayScenario(dir: string): Promise<void> {
   const nats = await startServer("nats", path.join(dir, "replay-nats"));
   const redisServer = await startServer("redis", path.join(dir, "replay-redis"));
   const nc = await connect({ servers: nats.url });
-  const redis = new Redis(redisServer.url, { enableAutoPipelining: true });
+  const redis = new Redis(redisServer.url, { ...redisConnectOptions({ redisUrl: redisServer.url }), enableAutoPipelining: true });
   try {
     const log = new EventLog(nc, { cluster: CLUSTER });
     await log.ensureStream();

@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { composeVolumeId, type EventBody, JournalEvent, subjects } from "@csi/contracts";
-import { connectNats, csiClient } from "@csi/runtime";
+import { connectNats, csiClient, redisConnectOptions } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
@@ -57,7 +57,7 @@ export async function scaleScenario(dir: string, report: Report): Promise<void> 
   const nats = await startServer("nats", path.join(dir, "scale-nats"));
   const redisServer = await startServer("redis", path.join(dir, "scale-redis"));
   const nc = await connectNats({ servers: nats.url, noAsyncTraces: true }); // as the controller connects
-  const redis = new Redis(redisServer.url);
+  const redis = new Redis(redisServer.url, redisConnectOptions({ redisUrl: redisServer.url }));
   const n = Math.min(1000, Number(process.env.BENCH_N ?? 2000));
   try {
     let seeded = 0;

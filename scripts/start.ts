@@ -14,11 +14,16 @@
  *  - SECURE=1: locked down (docs/security.md): credentials for every role generated into
  *    <runDir>/auth (0600), our nats-server and redis-server started with them, each service with
  *    its own; csictl finds them through stack.json (its authDir), which holds no secret.
+ *  - `npm start -- --ha` (or HA=1): replicated servers instead (lib/ha-servers.ts): a 3-node NATS
+ *    cluster with JetStream on every node, a Redis primary + replica behind 3 Sentinels, streams with
+ *    3 replicas, 2 journal replicas; their data under <dataDir>/ha (docs/operations.md, "Beyond one
+ *    machine").
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
  *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
  */
 import path from "node:path";
+import { parseArgs } from "node:util";
 import { removeStackFile, writeStackFile } from "@csi/cli/stack-file";
 import { redactUrl } from "@csi/runtime";
 import { ROOT } from "./lib/processes.js";
@@ -30,6 +35,13 @@ const say = (msg: string, extra: Record<string, unknown> = {}) =>
 
 const dataDir = path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data"));
 const runDir = path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run"));
+let ha: boolean;
+try {
+  ha = parseArgs({ options: { ha: { type: "boolean" } }, strict: true }).values.ha === true || process.env.HA === "1";
+} catch (err) {
+  process.stderr.write(`npm start: ${(err as Error).message}\nusage: npm start [-- --ha]\n`);
+  process.exit(2);
+}
 const abort = new AbortController();
 const starting = startStack({
   dataDir,
@@ -39,6 +51,7 @@ const starting = startStack({
   nodeId: process.env.NODE_ID,
   clusters: process.env.CLUSTERS,
   secure: process.env.SECURE === "1",
+  ha,
   onLine: (line) => process.stdout.write(`${line}\n`),
   onStep: say,
   signal: abort.signal,
@@ -66,7 +79,8 @@ try {
     say("a service exited; stopping", { code });
     void stopAll(1);
   });
-  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters, authDir } = stack;
+  const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters, authDir, redisSentinels } = stack;
+  const sentinels = redisSentinels ? { redisSentinels, redisMasterName: stack.redisMasterName } : {};
   const metrics = stack.metricsUrls();
   const stackFile = writeStackFile(runDir, {
     pid: process.pid,
@@ -76,13 +90,26 @@ try {
     nodeId,
     natsUrl: nats,
     redisUrl: redis,
+    ...sentinels,
     clustersFile,
     dataDir,
     metrics,
     ...(authDir ? { authDir } : {}),
   });
   // A URL given with user:password in it is never printed as it is.
-  say("csi stack ready", { controller, node, nats: redactUrl(nats), redis: redactUrl(redis), nodeId, clusters, metrics, stackFile, secure: !!authDir });
+  say("csi stack ready", {
+    controller,
+    node,
+    nats: redactUrl(nats),
+    redis: redactUrl(redis),
+    ...sentinels,
+    nodeId,
+    clusters,
+    metrics,
+    stackFile,
+    secure: !!authDir,
+    ha,
+  });
 } catch (err) {
   if (err instanceof StackInUse) {
     process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);

@@ -3,7 +3,8 @@
  * Identity calls over real gRPC, unimplemented methods are UNIMPLEMENTED, and SIGTERM stops
  * everything cleanly (exit 0, sockets removed). Once with embedded servers, once with
  * NATS_URL/REDIS_URL pointing at servers of our own. A second `npm start` on the same
- * directories is refused and touches nothing; the directory lock behind that, on its own.
+ * directories is refused and touches nothing; the directory lock behind that, on its own. And the
+ * replicated stack (`HA=1`, as `npm start -- --ha`): up, used, and down with nothing left running.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -107,6 +108,48 @@ test("npm start's stack against given NATS_URL / REDIS_URL", async (t) => {
   await exercise(cleanups, { NATS_URL: servers.nats.url, REDIS_URL: servers.redis.url });
   assert.ok(servers.nats.running && servers.redis.running, "external servers are left running");
 });
+
+test("npm start with HA=1: a 3-node NATS cluster, Redis behind 3 sentinels, 2 journals; used through CSI; SIGTERM leaves no process", async (t) => {
+  const cleanups = cleanupsOf(t);
+  const stack = await runStack(cleanups, { HA: "1", LOG_LEVEL: "warn" }, 180_000);
+  assert.match(stack.output(), /started embedded replicated servers/);
+  assert.doesNotMatch(stack.output(), /started embedded (nats|redis)-server/, "no single servers");
+  const written = JSON.parse(await readFile(path.join(stack.runDir, "stack.json"), "utf8"));
+  assert.equal(written.natsUrl.split(",").length, 3, "three NATS client URLs");
+  assert.equal(written.redisSentinels.split(",").length, 3, "three sentinels");
+  assert.equal(written.redisMasterName, "csi");
+  const lock = JSON.parse(await readFile(path.join(stack.dir, "data", LOCK_FILE), "utf8")) as { procs: { role: string; pid: number }[] };
+  const roles = lock.procs.map((p) => p.role).sort();
+  for (const role of [
+    "nats-n1",
+    "nats-n2",
+    "nats-n3",
+    "redis-1",
+    "redis-2",
+    "sentinel-1",
+    "sentinel-2",
+    "sentinel-3",
+    "journal-1",
+    "journal-2",
+    "controller",
+    "node-agent",
+  ])
+    assert.ok(roles.includes(role), `${role} in the stack lock (${roles.join(", ")})`);
+  await lifecycle(path.join(stack.runDir, "csi-controller.sock"), stack.runDir);
+  stack.child.kill("SIGTERM");
+  assert.equal(await stack.exited, 0, stack.output());
+  const alive = lock.procs.filter((p) => p.pid !== stack.child.pid && isAlive(p.pid));
+  assert.deepEqual(alive, [], "every process of the stack stopped");
+});
+
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
 
 test("a second npm start on the same data directory is refused: exit 1, a clear message, the running stack untouched", async (t) => {
   const cleanups = cleanupsOf(t);

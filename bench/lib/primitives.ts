@@ -6,7 +6,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { AckedPublisher } from "@csi/runtime";
+import { AckedPublisher, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -75,7 +75,7 @@ export async function measureFloors(nats: LocalServer, redis: LocalServer, n: nu
   await jsm.streams.add({ name: "FLOOR", subjects: ["floor.js.>"] });
   const js = jetstream(nc);
   const acked = new AckedPublisher(nc);
-  const r = new Redis(redis.url);
+  const r = new Redis(redis.url, redisConnectOptions({ redisUrl: redis.url }));
   const g = await bareGrpc();
   const payload = new Uint8Array(100);
   const ops: Record<keyof Floors, () => Promise<unknown>> = {

@@ -1,6 +1,6 @@
 /**
- * Real nats-server (JetStream) and redis-server processes on free ports, with data in a
- * directory of the caller's choice. Used by `npm start` (the embedded local stack) and by the
+ * Real nats-server (JetStream), redis-server and Redis Sentinel processes on free ports, with data
+ * in a directory of the caller's choice. Used by `npm start` (the embedded local stack) and by the
  * test harness (per-file servers that tests can stop, kill and restart to inject faults).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -8,8 +8,10 @@ import { existsSync, mkdirSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
+export type ServerKind = "nats" | "redis" | "sentinel";
+
 export interface LocalServer {
-  readonly kind: "nats" | "redis";
+  readonly kind: ServerKind;
   readonly port: number;
   readonly url: string;
   readonly dataDir: string;
@@ -63,7 +65,7 @@ export interface ServerTls {
 }
 
 interface Spec {
-  kind: "nats" | "redis";
+  kind: ServerKind;
   args: (port: number, dataDir: string) => string[];
   /** Listening with TLS only, on the same port (clients are not asked for certificates). */
   tlsArgs: (port: number, tls: ServerTls) => string[];
@@ -71,7 +73,10 @@ interface Spec {
   url: (port: number, tls: boolean) => string;
 }
 
-const specs: Record<"nats" | "redis", Spec> = {
+/** Where a sentinel's configuration lives in its data directory (written by the caller; Sentinel rewrites it as it learns). */
+export const SENTINEL_CONF = "sentinel.conf";
+
+const specs: Record<ServerKind, Spec> = {
   nats: {
     kind: "nats",
     args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
@@ -89,6 +94,16 @@ const specs: Record<"nats" | "redis", Spec> = {
     ],
     ready: /Ready to accept connections/,
     url: (port, tls) => `${tls ? "rediss" : "redis"}://127.0.0.1:${port}`,
+  },
+  sentinel: {
+    kind: "sentinel",
+    // The configuration file must come first; ready once it monitors the master named in it.
+    args: (port, dir) => [path.join(dir, SENTINEL_CONF), "--sentinel", "--port", String(port), "--bind", "127.0.0.1", "--dir", dir],
+    tlsArgs: () => {
+      throw new Error("TLS sentinels are not supported by the local launcher");
+    },
+    ready: /\+monitor master/,
+    url: (port) => `redis://127.0.0.1:${port}`,
   },
 };
 
@@ -132,7 +147,7 @@ function exited(child: ChildProcess): Promise<void> {
  * server speaks TLS only (redis-server's URL is then rediss://).
  */
 export async function startServer(
-  kind: "nats" | "redis",
+  kind: ServerKind,
   dataDir: string,
   port?: number,
   extraArgs: readonly string[] = [],

@@ -11,6 +11,10 @@
  *   await stack.journals[0].kill(); await stack.journals[0].start();
  *   await stack.stop();                                     // services first, then our servers
  *
+ * `ha: true` (`npm start -- --ha`): instead of one nats-server and one redis-server, a 3-node NATS
+ * cluster and a Redis primary + replica behind 3 Sentinels (ha-servers.ts), streams with 3 replicas,
+ * and 2 journal replicas per cluster unless `journalReplicas` says otherwise.
+ *
  * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
  * stack on them is refused (StackInUse) before it starts or writes anything.
  *
@@ -24,6 +28,8 @@ import path from "node:path";
 import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
+import type { RedisAccess } from "@csi/runtime";
+import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
 import { StackLock } from "./stack-lock.js";
@@ -56,6 +62,8 @@ export interface StackOptions {
    * its role's. Only with the servers the stack starts itself.
    */
   secure?: boolean;
+  /** Replicated servers (ha-servers.ts) under <dataDir>/ha: a NATS cluster, Redis with Sentinel; streams with 3 replicas. */
+  ha?: boolean;
 }
 
 /** One service of the stack, which can be killed and started again with the same environment and arguments. */
@@ -80,7 +88,13 @@ export interface Stack {
   nodeEndpoint: string;
   nodeId: string;
   natsUrl: string;
+  /** The Redis server (with `ha`: the primary at start; the services find the master through the sentinels). */
   redisUrl: string;
+  /** With `ha`: the sentinels (REDIS_SENTINELS) and the master's name. */
+  redisSentinels?: string;
+  redisMasterName?: string;
+  /** How a client reaches the stack's Redis (the URL, or the sentinels): for redisConnectOptions. */
+  redisAccess: RedisAccess;
   /** The clusters file the services run with. */
   clustersFile: string;
   /** The clusters served (journals for each), the default first. */
@@ -92,8 +106,8 @@ export interface Stack {
   nodeAgent: StackService;
   /** Each running service's ops listener (/metrics, /healthz, /readyz), by service name. */
   metricsUrls(): Record<string, string>;
-  /** The servers this stack started (absent when given by URL). */
-  servers: { nats?: LocalServer; redis?: LocalServer };
+  /** The servers this stack started (absent when given by URL); `ha` with `ha: true`. */
+  servers: { nats?: LocalServer; redis?: LocalServer; ha?: HaServers };
   /** A locked-down stack's credentials directory (csictl finds it through stack.json). */
   authDir?: string;
   /** Settles with the exit code of the first service that exits by itself (not through kill/stop above). */
@@ -110,6 +124,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     throw new Error(
       "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
     );
+  if (opts.ha && (opts.natsUrl || opts.redisUrl || opts.secure))
+    throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL, and not with SECURE=1 (not built for the HA stack)");
   mkdirSync(opts.dataDir, { recursive: true });
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
@@ -119,7 +135,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const stop = () => {
     stopped ??= (async () => {
       await Promise.all(managed.map((s) => s.stop()));
-      await Promise.all([servers.nats, servers.redis].map((s) => s?.stop()));
+      await Promise.all([servers.nats, servers.redis, servers.ha].map((s) => s?.stop()));
       await lock.release();
     })();
     return stopped;
@@ -137,6 +153,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     opts.signal?.throwIfAborted();
     return s.url;
   };
+  const haServers = async () => {
+    const h = await startHaServers(path.join(opts.dataDir, "ha"));
+    servers.ha = h;
+    for (const { name, server: s } of h.named()) await lock.add(name, s.pid);
+    step("started embedded replicated servers", { nats: h.natsUrl, sentinels: h.sentinelAddrs, masterName: h.masterName });
+    opts.signal?.throwIfAborted();
+    return h;
+  };
   try {
     const nodeId = opts.nodeId || os.hostname();
     const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count);
@@ -144,8 +168,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
     const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
     if (auth) step("locked down: credentials generated", { authDir: auth.dir });
-    const natsUrl = opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
-    const redisUrl = opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
+    const ha = opts.ha ? await haServers() : undefined;
+    const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
+    const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
     /** A role's credentials (none on an open stack). */
     const roleEnv = (role: NatsRole) => (auth ? accessEnv(auth.dir, role) : {});
     const env = {
@@ -154,6 +179,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       DATA_DIR: opts.dataDir,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",
       CLUSTERS_FILE: clustersFile,
+      ...ha?.env,
       ...opts.env,
     };
     const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
@@ -173,7 +199,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       managed.push(s);
       return s;
     };
-    const replicas = Math.max(1, opts.journalReplicas ?? 1);
+    const replicas = Math.max(1, opts.journalReplicas ?? (ha ? 2 : 1));
     // One cluster: "journal", or "journal-1", "journal-2"… for replicas; several: the cluster too ("journal-local-2", "journal-local-2-1").
     const journals = clusters.flatMap((cluster) =>
       Array.from({ length: replicas }, (_, i) => {
@@ -209,6 +235,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       nodeId,
       natsUrl,
       redisUrl,
+      ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}),
+      redisAccess: { redisUrl, ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}) },
       clustersFile: env.CLUSTERS_FILE,
       clusters,
       get services() {

@@ -40,7 +40,7 @@ export function spawnStart(dir: string, extraEnv: Record<string, string>) {
   return { child, exited, runDir };
 }
 
-export async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>) {
+export async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>, readyMs = 60_000) {
   const dir = await tempDir("csi-stack-");
   const { child, exited, runDir } = spawnStart(dir, extraEnv);
   let out = "";
@@ -54,7 +54,7 @@ export async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Reco
     await rm(dir, { recursive: true, force: true });
   });
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`stack not ready in 60s:\n${out}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`stack not ready in ${readyMs / 1000}s:\n${out}`)), readyMs);
     const onData = (b: Buffer) => {
       out += b.toString();
       if (out.includes('"msg":"csi stack ready"')) {

@@ -12,6 +12,7 @@ import {
   type CsiService,
   connectNats,
   csiClient,
+  describeRedis,
   JournalClient,
   loadClusters,
   natsConnectOptions,
@@ -96,7 +97,8 @@ export class Session {
   redis(): Promise<Redis> {
     const url = this.#need("redisUrl", "--redis", "Redis server");
     const { redisAuthDir, redisAccess } = this.targets;
-    const access = this.#access(() => redisConnectOptions({ redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir) : redisAccess) }));
+    const given = { redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir) : redisAccess) };
+    const access = this.#access(() => redisConnectOptions(given));
     this.#redis ??= (async () => {
       const r = new Redis(url, {
         ...access,
@@ -111,7 +113,7 @@ export class Session {
         await r.connect();
       } catch (err) {
         r.disconnect();
-        throw unreachable(`cannot reach Redis at ${redactUrl(url)}: ${(err as Error).message}`, err);
+        throw unreachable(`cannot reach Redis at ${describeRedis(given)}: ${(err as Error).message}`, err);
       }
       return r;
     })();

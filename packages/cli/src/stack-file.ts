@@ -18,6 +18,9 @@ export const StackFile = z.object({
   nodeId: z.string().min(1),
   natsUrl: z.string().min(1),
   redisUrl: z.string().min(1),
+  /** An HA stack (`npm start -- --ha`): the sentinels (host:port,…) and the master name; redisUrl is then the primary at start. */
+  redisSentinels: z.string().min(1).optional(),
+  redisMasterName: z.string().min(1).optional(),
   clustersFile: z.string().min(1).optional(),
   dataDir: z.string().min(1),
   /** Each service's ops listener (/metrics, /healthz, /readyz) when the stack was ready, by service name. */

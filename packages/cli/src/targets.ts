@@ -2,8 +2,9 @@
  * Where csictl finds the stack: flags first, then the environment the services themselves read
  * (NATS_URL, REDIS_URL, CLUSTERS_FILE; CSI_ENDPOINT, CSI_NODE_ENDPOINT), then the running
  * `npm start`'s run/stack.json. Credentials likewise: the services' access variables (NATS_USER,
- * NATS_PASSWORD, NATS_CREDS, NATS_TLS_*, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA), else the
- * auth directory of a locked-down stack (SECURE=1) when its server is the one used. Pure: the stack
+ * NATS_PASSWORD, NATS_CREDS, NATS_TLS_*, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA, REDIS_SENTINELS…),
+ * else the auth directory of a locked-down stack (SECURE=1), or the sentinels of an HA stack, when its
+ * server is the one used. Pure: the stack
  * file comes in already read.
  */
 import { NATS_ACCESS_SETTINGS, type NatsAccess, REDIS_ACCESS_SETTINGS, type RedisAccess } from "@csi/runtime";
@@ -54,6 +55,9 @@ export function resolveTargets(flags: ConnectionFlags, env: NodeJS.ProcessEnv, l
   set("redisAccess", accessFromEnv(REDIS_ACCESS_SETTINGS, "redisUrl", env));
   if (stack?.authDir && t.natsUrl === stack.natsUrl && !t.natsAccess) t.natsAuthDir = stack.authDir;
   if (stack?.authDir && t.redisUrl === stack.redisUrl && !t.redisAccess) t.redisAuthDir = stack.authDir;
+  // An HA stack (`npm start -- --ha`): its Redis master is found through its sentinels (it moves on a failover).
+  if (stack?.redisSentinels && t.redisUrl === stack.redisUrl && !t.redisAccess)
+    t.redisAccess = { redisSentinels: stack.redisSentinels, ...(stack.redisMasterName ? { redisMasterName: stack.redisMasterName } : {}) };
   set("controllerEndpoint", pick(flags.endpoint, env.CSI_ENDPOINT, stack?.controllerEndpoint));
   set("nodeEndpoint", pick(flags.nodeEndpoint, env.CSI_NODE_ENDPOINT, stack?.nodeEndpoint));
   set("clustersFile", pick(flags.clustersFile, env.CLUSTERS_FILE, stack?.clustersFile));

@@ -1,6 +1,7 @@
 /**
  * How every process reaches NATS and Redis: the access settings (NATS_URL, NATS_USER,
- * NATS_PASSWORD, NATS_CREDS, NATS_TLS_*; REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA)
+ * NATS_PASSWORD, NATS_CREDS, NATS_TLS_*; REDIS_URL, REDIS_USERNAME, REDIS_PASSWORD, REDIS_TLS_CA,
+ * REDIS_SENTINELS, REDIS_MASTER_NAME, REDIS_SENTINEL_PASSWORD)
  * turned into @nats-io/transport-node connect options and ioredis options — one place for the
  * services and csictl (docs/security.md). Secrets never reach a log line: `redactUrl` strips the
  * user:password part of a URL before anything prints it.
@@ -25,6 +26,10 @@ export interface RedisAccess {
   redisUsername?: string | undefined;
   redisPassword?: string | undefined;
   redisTlsCa?: string | undefined;
+  /** Sentinel: "host:port,host:port" of the sentinels; the master is found through them by name. */
+  redisSentinels?: string | undefined;
+  redisMasterName?: string | undefined;
+  redisSentinelPassword?: string | undefined;
 }
 
 /** A misconfigured access setting: names the variable, never quotes a secret. */
@@ -79,18 +84,71 @@ export function natsConnectOptions(a: NatsAccess, more: ConnectionOptions = {}):
   return opts;
 }
 
+/** How long ioredis waits for one sentinel's answer before asking the next. */
+const SENTINEL_COMMAND_TIMEOUT_MS = 1000;
+
+/** The master name ioredis asks the sentinels for when REDIS_MASTER_NAME is not set. */
+export const DEFAULT_REDIS_MASTER_NAME = "csi";
+
+/** "host:port,host:port" → ioredis sentinel addresses; a malformed entry is an AccessError naming REDIS_SENTINELS. */
+export function parseSentinels(list: string): { host: string; port: number }[] {
+  const out = list
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const m = /^(\[[0-9a-fA-F:]+\]|[^:\s]+):([0-9]{1,5})$/.exec(entry);
+      const port = Number(m?.[2]);
+      if (!m?.[1] || port < 1 || port > 65535) throw new AccessError(`REDIS_SENTINELS: ${JSON.stringify(entry.slice(0, 80))} is not host:port`);
+      return { host: m[1].replace(/^\[|\]$/g, ""), port };
+    });
+  if (out.length === 0) throw new AccessError("REDIS_SENTINELS is set but names no sentinel");
+  return out;
+}
+
+/**
+ * After a failover the old primary comes back as a replica: a write that reaches it is refused
+ * with READONLY. Reconnect (through Sentinel, to the new master) and resend the command.
+ */
+export const reconnectOnReadonly = (err: Error): 2 | false => (err.message.startsWith("READONLY") ? 2 : false);
+
 /**
  * ioredis options to go with `new Redis(a.redisUrl, …)`: the ACL user and password, and TLS for a
  * rediss:// URL or a CA file (which turns TLS on). Credentials inside the URL win, as ioredis does.
+ * With REDIS_SENTINELS: ioredis's own Sentinel support (it asks the sentinels for the master
+ * `redisMasterName`, connects to it, checks its role, and on a failover asks again), the sentinels'
+ * password, and a reconnect on READONLY (a demoted master). The URL's host and port are then not
+ * used.
  */
 export function redisConnectOptions(a: RedisAccess): RedisOptions {
   if (a.redisPassword === undefined && a.redisUsername) throw new AccessError("REDIS_USERNAME is set without REDIS_PASSWORD");
+  if (a.redisSentinelPassword !== undefined && !a.redisSentinels) throw new AccessError("REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS");
   const tls = a.redisUrl.startsWith("rediss://") || a.redisTlsCa !== undefined;
+  const tlsOptions = tls ? { tls: a.redisTlsCa ? { ca: readSecretFile(a.redisTlsCa, "REDIS_TLS_CA") } : {} } : {};
   return {
     ...(a.redisUsername ? { username: a.redisUsername } : {}),
     ...(a.redisPassword !== undefined ? { password: a.redisPassword } : {}),
-    ...(tls ? { tls: a.redisTlsCa ? { ca: readSecretFile(a.redisTlsCa, "REDIS_TLS_CA") } : {} } : {}),
+    ...tlsOptions,
+    ...(a.redisSentinels
+      ? {
+          sentinels: parseSentinels(a.redisSentinels),
+          name: a.redisMasterName || DEFAULT_REDIS_MASTER_NAME,
+          role: "master" as const,
+          // A sentinel that does not answer (frozen, cut off) is passed over after this, not waited on.
+          sentinelCommandTimeout: SENTINEL_COMMAND_TIMEOUT_MS,
+          ...(a.redisSentinelPassword !== undefined ? { sentinelPassword: a.redisSentinelPassword } : {}),
+          ...(tls ? { enableTLSForSentinelMode: true, sentinelTLS: tlsOptions.tls } : {}),
+          // Told of a failover by the sentinels (+switch-master), reconnect at once instead of at the next error.
+          failoverDetector: true,
+          reconnectOnError: reconnectOnReadonly,
+        }
+      : {}),
   };
+}
+
+/** Where a Redis client connects, for log lines and errors: the redacted URL, or the sentinels and master name. */
+export function describeRedis(a: RedisAccess): string {
+  return a.redisSentinels ? `sentinels ${a.redisSentinels} (master ${a.redisMasterName || DEFAULT_REDIS_MASTER_NAME})` : redactUrl(a.redisUrl);
 }
 
 /**

@@ -106,18 +106,39 @@ export const NATS_ACCESS_SETTINGS = {
   natsTlsKey: { env: "NATS_TLS_KEY" },
 } as const;
 
-/** Redis access (the journal): URL (rediss:// for TLS) plus an ACL user/password and a CA file. */
+/**
+ * Redis access (the journal): URL (rediss:// for TLS) plus an ACL user/password and a CA file; or,
+ * with Sentinel, the sentinels' addresses (comma list host:port; REDIS_URL is then not needed, its
+ * credentials and database still apply), the master's name and the sentinels' own password.
+ */
 export const redisAccessShape = {
   redisUrl: z.string().default("redis://127.0.0.1:6379"),
   redisUsername: z.string().optional(),
   redisPassword: z.string().optional(),
   redisTlsCa: z.string().optional(),
+  redisSentinels: z.string().optional(),
+  redisMasterName: z.string().min(1).default("csi"),
+  redisSentinelPassword: z.string().optional(),
 };
 export const REDIS_ACCESS_SETTINGS = {
   redisUrl: { env: "REDIS_URL" },
   redisUsername: { env: "REDIS_USERNAME" },
   redisPassword: { env: "REDIS_PASSWORD", secret: true },
   redisTlsCa: { env: "REDIS_TLS_CA" },
+  redisSentinels: { env: "REDIS_SENTINELS" },
+  redisMasterName: { env: "REDIS_MASTER_NAME" },
+  redisSentinelPassword: { env: "REDIS_SENTINEL_PASSWORD", secret: true },
+} as const;
+
+/**
+ * JetStream replicas of every stream a service makes (the journal's event log, the node streams and
+ * queues; consumers follow their stream): 1 on one nats-server, 3 on a NATS cluster.
+ */
+export const streamShape = {
+  streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
+};
+export const STREAM_SETTINGS = {
+  streamReplicas: { env: "STREAM_REPLICAS" },
 } as const;
 
 /**

@@ -71,4 +71,35 @@ describe("redisConnectOptions", () => {
   test("a user without a password is a mistake", () => {
     assert.throws(() => redisConnectOptions({ redisUrl: "redis://h:1", redisUsername: "journal" }), /REDIS_USERNAME is set without REDIS_PASSWORD/);
   });
+  test("Sentinel: the sentinels, the master's name (default csi), role master, reconnect on READONLY", () => {
+    const o = redisConnectOptions({ redisUrl: "redis://h:1", redisSentinels: "s1:26379, [::1]:26380,10.0.0.3:26381", redisSentinelPassword: "SECRET" });
+    assert.deepEqual(o.sentinels, [
+      { host: "s1", port: 26379 },
+      { host: "::1", port: 26380 },
+      { host: "10.0.0.3", port: 26381 },
+    ]);
+    assert.equal(o.name, "csi");
+    assert.equal(o.role, "master");
+    assert.equal(o.sentinelPassword, "SECRET");
+    assert.equal(o.failoverDetector, true);
+    assert.equal(redisConnectOptions({ redisUrl: "redis://h:1", redisSentinels: "s:1", redisMasterName: "other" }).name, "other");
+    const reconnect = o.reconnectOnError;
+    assert.ok(typeof reconnect === "function");
+    assert.equal(reconnect(new Error("READONLY You can't write against a read only replica.")), 2, "a demoted master: reconnect and resend");
+    assert.equal(reconnect(new Error("WRONGTYPE Operation against a key")), false);
+    // Without sentinels nothing of this is set: the single-server client stays as it was.
+    assert.deepEqual(redisConnectOptions({ redisUrl: "redis://h:1", redisMasterName: "csi" }), {});
+  });
+  test("bad sentinel settings name the variable and never echo a secret", () => {
+    for (const [a, re] of [
+      [{ redisUrl: "redis://h:1", redisSentinels: "nohost" }, /REDIS_SENTINELS: "nohost" is not host:port/],
+      [{ redisUrl: "redis://h:1", redisSentinels: "h:99999" }, /REDIS_SENTINELS: "h:99999" is not host:port/],
+      [{ redisUrl: "redis://h:1", redisSentinels: " , " }, /REDIS_SENTINELS is set but names no sentinel/],
+      [{ redisUrl: "redis://h:1", redisSentinelPassword: "SECRET" }, /REDIS_SENTINEL_PASSWORD is set without REDIS_SENTINELS/],
+    ] as const)
+      assert.throws(
+        () => redisConnectOptions(a),
+        (e: unknown) => e instanceof AccessError && re.test(e.message) && !e.message.includes("SECRET"),
+      );
+  });
 });

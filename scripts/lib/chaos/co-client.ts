@@ -66,6 +66,8 @@ export interface CoClientOptions {
   backoff?: Backoff;
   /** Stops retrying (the run is being aborted). */
   signal?: AbortSignal;
+  /** Told of every attempt as it ends: when, and whether it succeeded (failure windows are measured from these). */
+  onAttempt?: (at: number, ok: boolean) => void;
 }
 
 type Service = "Controller" | "Node";
@@ -111,8 +113,11 @@ export class CoClient {
       try {
         const fn = this.#client(s)[method];
         if (!fn) throw new Error(`no method ${s}.${method}`);
-        return await fn(req, undefined, { deadline: Date.now() + deadlineMs });
+        const res = await fn(req, undefined, { deadline: Date.now() + deadlineMs });
+        this.o.onAttempt?.(Date.now(), true);
+        return res;
       } catch (err) {
+        this.o.onAttempt?.(Date.now(), false);
         const e = err as { code?: number; details?: string; message?: string };
         const code = typeof e.code === "number" ? e.code : undefined;
         const details = e.details ?? e.message ?? String(err);

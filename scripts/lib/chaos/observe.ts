@@ -6,7 +6,7 @@
  */
 import { readdir } from "node:fs/promises";
 import path from "node:path";
-import { createLogger } from "@csi/runtime";
+import { createLogger, type RedisAccess, redisConnectOptions } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { EventLog } from "../../../services/journal/src/adapters/event-log.js";
@@ -24,7 +24,8 @@ export const REPLAY_DB = 1;
 
 export interface ObserveDeps {
   label: string;
-  redisUrl: string;
+  /** The stack's Redis (URL or sentinels). */
+  redis: RedisAccess;
   nc: NatsConnection;
   cluster: string;
   keys: Keys;
@@ -74,8 +75,8 @@ const projectionPattern = (k: Keys) => `${escapeGlob(k.prefix)}csi.*`;
 const escapeGlob = (s: string) => s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 
 /** Replays the whole log into database REPLAY_DB (emptied first) with the journal's projector, and dumps it. */
-export async function replayLog(d: Pick<ObserveDeps, "redisUrl" | "nc" | "cluster" | "keys">): Promise<Keyspace> {
-  const redis = new Redis(d.redisUrl, { db: REPLAY_DB, maxRetriesPerRequest: 2 });
+export async function replayLog(d: Pick<ObserveDeps, "redis" | "nc" | "cluster" | "keys">): Promise<Keyspace> {
+  const redis = new Redis(d.redis.redisUrl, { ...redisConnectOptions(d.redis), db: REPLAY_DB, maxRetriesPerRequest: 2 });
   try {
     await redis.flushdb();
     const log = new EventLog(d.nc, { cluster: d.cluster });
@@ -120,7 +121,8 @@ async function listAll(page: (token: string) => Promise<{ ids: string[]; next: s
   return ids;
 }
 
-async function listed(co: CoClient): Promise<Observation["listed"]> {
+/** Every volume and snapshot id the controller lists (paged), or why it could not list. */
+export async function listed(co: CoClient): Promise<Observation["listed"]> {
   try {
     const volumes = await listAll(async (starting_token) => {
       const r = await co.controller("ListVolumes", { max_entries: 200, starting_token });
@@ -137,7 +139,7 @@ async function listed(co: CoClient): Promise<Observation["listed"]> {
 }
 
 export async function observe(d: ObserveDeps): Promise<Observation> {
-  const redis = new Redis(d.redisUrl, { maxRetriesPerRequest: 2 });
+  const redis = new Redis(d.redis.redisUrl, { ...redisConnectOptions(d.redis), maxRetriesPerRequest: 2 });
   try {
     const locks = await heldLocks(redis, d.keys, d.lockGraceMs);
     const projection = await dumpKeys(redis, projectionPattern(d.keys));

@@ -16,7 +16,7 @@ import { createWriteStream, type WriteStream } from "node:fs";
 import { mkdir, mkdtemp, realpath } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { csiClient, loadClusters } from "@csi/runtime";
+import { csiClient, loadClusters, redisConnectOptions } from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { keysFor } from "../../../services/journal/src/domain/kinds.js";
@@ -103,7 +103,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const pool = cluster?.pools[0];
     if (!cluster || !pool) throw new Error("the chaos stack has no default cluster/pool");
     const keys = keysFor(cluster.clusterID, cluster.instance);
-    redis = new Redis(stack.redisUrl, { maxRetriesPerRequest: 3 });
+    redis = new Redis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
     redis.on("error", () => {}); // the injector restarts it
 
     const stats = new CoStats();
@@ -177,7 +177,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const look = async (label: string) => {
       const deps = {
         label,
-        redisUrl: s.redisUrl,
+        redis: s.redisAccess,
         nc: nc as NatsConnection,
         cluster: cluster.clusterID,
         keys,

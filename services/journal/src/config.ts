@@ -9,6 +9,8 @@ import {
   REDIS_ACCESS_SETTINGS,
   redisAccessShape,
   type Settings,
+  STREAM_SETTINGS,
+  streamShape,
 } from "@csi/runtime";
 import { z } from "zod";
 
@@ -24,7 +26,7 @@ export const JournalConfig = z.object({
   logLevel: z.string().default("info"),
   ...opsShape(METRICS_PORTS.journal),
   replica: z.string().optional(),
-  streamReplicas: z.coerce.number().int().min(1).max(5).default(1),
+  ...streamShape,
   /** Short, renewed every TTL/3 by a live holder: a killed holder's locks are free within it (docs/journal.md, "Failover"). */
   lockTtlMs: z.coerce.number().int().min(100).default(DEFAULT_LOCK_TTL_MS),
   /** Longer than the TTL, so a command resent after a replica died outwaits the dead holder's lock. */
@@ -55,7 +57,7 @@ export const JOURNAL_SETTINGS = {
   logLevel: { env: "LOG_LEVEL" },
   ...OPS_SETTINGS,
   replica: { env: "REPLICA_ID" },
-  streamReplicas: { env: "STREAM_REPLICAS" },
+  ...STREAM_SETTINGS,
   lockTtlMs: { env: "LOCK_TTL_MS" },
   lockWaitMs: { env: "LOCK_WAIT_MS" },
   catchUpEveryMs: { env: "CATCHUP_EVERY_MS" },

@@ -23,7 +23,7 @@ import { FilePool } from "./adapters/file-pool.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
-import { Projector } from "./app/projector.js";
+import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
@@ -71,6 +71,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   );
   const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
   metrics.watchRedis(redis);
@@ -78,14 +79,16 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
   await events.ensureStream();
   // Journals make the streams and queues nodes use: a locked-down node-agent may not (docs/security.md).
-  await ensureNodeStreams(nc);
-  const nodeQueueMaker = makeNodeQueues(nc, log);
+  const streams = { replicas: cfg.streamReplicas };
+  await ensureNodeStreams(nc, streams);
+  const nodeQueueMaker = makeNodeQueues(nc, log, streams);
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
     return { last: info.last, applied: meta?.applied ?? 0 };
   });
   const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
+  distrustAfterRedisDrops(redis, projector);
   await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
 
   const eventLog = withFaults(events, { SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
@@ -118,7 +121,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return journal.reportDevice(r);
     },
     log,
-    { what: "device reports" },
+    { what: "device reports", ...streams },
   );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;

@@ -1,12 +1,23 @@
 /** The node-agent's configuration, parsed once from the environment and the command line. */
 import os from "node:os";
 import path from "node:path";
-import { loadConfig, METRICS_PORTS, NATS_ACCESS_SETTINGS, natsAccessShape, OPS_SETTINGS, opsShape, type Settings } from "@csi/runtime";
+import {
+  loadConfig,
+  METRICS_PORTS,
+  NATS_ACCESS_SETTINGS,
+  natsAccessShape,
+  OPS_SETTINGS,
+  opsShape,
+  type Settings,
+  STREAM_SETTINGS,
+  streamShape,
+} from "@csi/runtime";
 import { z } from "zod";
 import { parseForbiddenRoots } from "./domain/paths.js";
 
 export const NodeAgentConfig = z.object({
   ...natsAccessShape,
+  ...streamShape,
   endpoint: z.string().default("unix:///run/csi/csi-node.sock"),
   nodeId: z.string().min(1).max(128).default(os.hostname()),
   dataDir: z.string().default(".data"),
@@ -49,6 +60,7 @@ export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const NODE_AGENT_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
+  ...STREAM_SETTINGS,
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
   nodeId: { env: "NODE_ID", flag: "nodeid" },
   dataDir: { env: "DATA_DIR" },

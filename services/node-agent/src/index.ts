@@ -71,7 +71,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
-  await ensureNodeStreams(nc);
+  const streams = { replicas: cfg.streamReplicas };
+  await ensureNodeStreams(nc, streams);
   const heartbeat = startHeartbeat(
     nc,
     () => ({
@@ -91,6 +92,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, {
     what: "node work",
     waitForQueue: true,
+    ...streams,
   });
   const server = await startCsiServer({
     endpoint: cfg.endpoint,

@@ -47,21 +47,30 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
   });
 }
 
+/** How a service makes its streams: `replicas` (STREAM_REPLICAS) JetStream replicas each, 1 by default. */
+export interface StreamOptions {
+  replicas?: number | undefined;
+}
+
 /** The stream of a queue (work-queue retention), made if missing. */
-export async function ensureQueueStream(jsm: JetStreamManager, q: Pick<QueueSpec, "stream" | "subjects">): Promise<void> {
+export async function ensureQueueStream(jsm: JetStreamManager, q: Pick<QueueSpec, "stream" | "subjects">, o: StreamOptions = {}): Promise<void> {
   await ensureStream(jsm, {
     name: q.stream,
     subjects: q.subjects,
     storage: StorageType.File,
     retention: RetentionPolicy.Workqueue,
     duplicate_window: 2 * 60 * NANOS,
+    num_replicas: o.replicas ?? 1,
   });
 }
 
-/** Create the stream and the durable consumer if missing (safe from several processes at once). */
-export async function ensureQueue(nc: NatsConnection, q: QueueSpec): Promise<void> {
+/**
+ * Create the stream and the durable consumer if missing (safe from several processes at once). The
+ * consumer is made without a replica count: JetStream gives it its stream's.
+ */
+export async function ensureQueue(nc: NatsConnection, q: QueueSpec, o: StreamOptions = {}): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  await ensureQueueStream(jsm, q);
+  await ensureQueueStream(jsm, q, o);
   await jsm.consumers.info(q.stream, q.consumer).catch(() =>
     jsm.consumers
       .add(q.stream, {
@@ -95,13 +104,13 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
   schema: S,
   handle: (item: z.output<S>, from: { subject: string }) => Promise<void>,
   log: Logger,
-  opts: { what?: string; waitForQueue?: boolean } = {},
+  opts: { what?: string; waitForQueue?: boolean } & StreamOptions = {},
 ): Promise<Drainable> {
   let stopped = false;
   let messages: ConsumerMessages | undefined;
   let handling = 0;
   const open = async () => {
-    await ensureQueue(nc, q);
+    await ensureQueue(nc, q, opts);
     return (await jetstream(nc).consumers.get(q.stream, q.consumer)).consume({ max_messages: 1 });
   };
   if (!opts.waitForQueue) messages = await open();

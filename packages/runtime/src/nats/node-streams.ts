@@ -7,9 +7,9 @@
 import { NODE_WORK_STREAM, NODES_STREAM, nodeSubjects, nodeWorkSubjects } from "@csi/contracts";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { ensureQueueStream, ensureStream } from "./durable-queue.js";
+import { ensureQueueStream, ensureStream, type StreamOptions } from "./durable-queue.js";
 
-export async function ensureNodeStreams(nc: NatsConnection): Promise<void> {
+export async function ensureNodeStreams(nc: NatsConnection, o: StreamOptions = {}): Promise<void> {
   const jsm = await jetstreamManager(nc);
   await ensureStream(jsm, {
     name: NODES_STREAM,
@@ -17,6 +17,7 @@ export async function ensureNodeStreams(nc: NatsConnection): Promise<void> {
     storage: StorageType.File,
     retention: RetentionPolicy.Limits,
     max_msgs_per_subject: 1,
+    num_replicas: o.replicas ?? 1,
   });
-  await ensureQueueStream(jsm, { stream: NODE_WORK_STREAM, subjects: [nodeWorkSubjects.wildcard] });
+  await ensureQueueStream(jsm, { stream: NODE_WORK_STREAM, subjects: [nodeWorkSubjects.wildcard] }, o);
 }

@@ -3,7 +3,7 @@
  * kept one per node), what `verify` judges claims by; and each node's work queue, made here.
  */
 import { NodeRegistration, nameToken, nodeQueues, nodeSubjects } from "@csi/contracts";
-import { ensureQueue, nodeRegistration } from "@csi/runtime";
+import { ensureQueue, nodeRegistration, type StreamOptions } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -23,7 +23,7 @@ export async function lastHeartbeats(nc: NatsConnection, nodeIds: string[]): Pro
  * (docs/security.md). The node's token comes from the subject, which only that node may publish on;
  * a registration whose node id does not match it is ignored.
  */
-export function makeNodeQueues(nc: NatsConnection, log: Logger): { stop(): void } {
+export function makeNodeQueues(nc: NatsConnection, log: Logger, streams: StreamOptions = {}): { stop(): void } {
   const made = new Set<string>();
   const sub = nc.subscribe(nodeSubjects.wildcard, {
     callback: (err, msg) => {
@@ -39,7 +39,7 @@ export function makeNodeQueues(nc: NatsConnection, log: Logger): { stop(): void 
       if (!reg.success || nameToken(reg.data.nodeId) !== token) return;
       made.add(token);
       const nodeId = reg.data.nodeId;
-      ensureQueue(nc, nodeQueues.work(nodeId)).then(
+      ensureQueue(nc, nodeQueues.work(nodeId), streams).then(
         () => log.debug({ nodeId }, "node work queue there"),
         (e: unknown) => {
           made.delete(token); // its next heartbeat tries again

@@ -69,6 +69,14 @@ export class Journal {
     return this.#a.keys;
   }
 
+  /**
+   * Before a command: if Redis came back since the last catch-up (a Sentinel failover may have lost
+   * its last writes), catch the projection up first, so reads and decisions see the whole log.
+   */
+  current(): Promise<void> {
+    return this.#d.projector.current();
+  }
+
   // ---------------------------------------------------------------- volumes
 
   async createVolume(req: ParsedRequest<"volume.create">): Promise<VolumeView> {

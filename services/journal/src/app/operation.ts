@@ -51,7 +51,13 @@ export class Operation {
   /** Take `spec.locks` (all or none, waiting a bounded time) and read `spec`'s keys. */
   async lock(spec: ReadSpec): Promise<ReadResult> {
     for (;;) {
+      await this.env.projector.current();
       const read = await this.#take(spec);
+      if (this.env.projector.distrusted) {
+        // Redis came back while we read (e.g. a Sentinel failover): read again once caught up.
+        await this.#release(spec.locks);
+        continue;
+      }
       if (read.projectionComplete) return read;
       // Redis lost the projection (flushed, replaced) or it is being rebuilt: wait for it (one
       // rebuild per cluster, shared by every operation; bounded → Unavailable), then read again.

@@ -16,6 +16,7 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError, type StoredEvent } from "@csi/contracts";
+import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
 import { RedisStore } from "../adapters/redis-store.js";
@@ -62,6 +63,18 @@ class StateCache {
   }
 }
 
+/**
+ * Every time Redis is back after a drop (a restart; a Sentinel failover to a replica that missed the
+ * last writes), the projection is caught up before the next command reads it (Projector.distrust).
+ */
+export function distrustAfterRedisDrops(redis: Redis, projector: Projector): void {
+  let wasReady = redis.status === "ready" || redis.status === "reconnecting";
+  redis.on("ready", () => {
+    if (wasReady) projector.distrust();
+    wasReady = true;
+  });
+}
+
 /** Aggregates a replay keeps in memory between its batches. */
 const CACHE_STATES = 50_000;
 /** Replay batches (or rebuild chunks) sent to Redis before the first of them is awaited (each is conditional on the one before). */
@@ -82,6 +95,9 @@ export interface ProjectorOptions {
 
 export class Projector {
   #busy?: Promise<number>;
+  /** Redis came back since the last catch-up: the projection may be behind its own watermark's writes. */
+  #distrusted = false;
+  #owed?: Promise<void>;
   readonly #batch: number;
   readonly #waitMs: number;
   readonly #lockTtlMs: number;
@@ -102,6 +118,44 @@ export class Projector {
     return this.#run();
   }
 
+  /**
+   * Redis came back after its connection dropped — maybe to a replica Sentinel promoted, which lacks
+   * the last writes the old primary had not yet replicated (Redis replicates asynchronously). What
+   * it has is a prefix of what was written (projection data and watermark together), so a catch-up
+   * from its watermark restores the rest; until then, no operation reads from it (`current`).
+   */
+  distrust(): void {
+    this.#distrusted = true;
+  }
+
+  /** Whether a catch-up is owed since Redis came back (an operation that read meanwhile reads again after `current`). */
+  get distrusted(): boolean {
+    return this.#distrusted;
+  }
+
+  /**
+   * Resolves at once unless Redis came back since the last catch-up; then catches up first
+   * (single-flight, shared by every caller), waiting at most `waitMs` like `ready`.
+   */
+  async current(): Promise<void> {
+    if (this.#distrusted) {
+      this.#distrusted = false;
+      const p: Promise<void> = this.catchUp()
+        .then(
+          () => {},
+          (err: unknown) => {
+            this.#distrusted = true; // the next caller tries again
+            throw err;
+          },
+        )
+        .finally(() => {
+          if (this.#owed === p) this.#owed = undefined;
+        });
+      this.#owed = p;
+    }
+    if (this.#owed) await this.#within(this.#owed);
+  }
+
   /** Drop the projection and rebuild it from the log, even if it looks fine (admin `rebuild`). */
   rebuild(reason = "asked for"): Promise<number> {
     return this.#run(reason);
@@ -113,12 +167,17 @@ export class Projector {
    */
   async ready(): Promise<void> {
     if (await this.store.projectionComplete()) return;
+    await this.#within(this.catchUp());
+  }
+
+  /** `p`, or Unavailable after `waitMs` (the caller retries; `p` goes on). */
+  async #within(p: Promise<unknown>): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new DriverError("Unavailable", "the projection is being rebuilt from the event log, retry")), this.#waitMs);
     });
     try {
-      await Promise.race([this.catchUp(), late]);
+      await Promise.race([p, late]);
     } finally {
       clearTimeout(timer);
     }

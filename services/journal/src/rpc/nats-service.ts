@@ -120,6 +120,7 @@ export async function serveJournal(
           const parsed = schema.safeParse(raw);
           if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
           requestId = (parsed.data as { requestId?: string }).requestId;
+          await journal.current();
           return handlers[command](parsed.data as never);
         };
         const send = (body: string, outcome: string) => {

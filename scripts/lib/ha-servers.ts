@@ -1,0 +1,197 @@
+/**
+ * The replicated servers of `npm start -- --ha` and test/ha.test.ts, on loopback (docs/operations.md,
+ * "Beyond one machine"):
+ *
+ *  - a 3-node nats-server cluster (cluster name `csi`, server names n1..n3, JetStream on each with
+ *    its own store directory, routes between them on free ports); the services get the three
+ *    client URLs as one comma list;
+ *  - a Redis primary and one replica (AOF on both), watched by 3 Sentinels (master name `csi`,
+ *    quorum 2, short timeouts: a dead primary is replaced within a few seconds).
+ *
+ * Each server is a LocalServer (local-servers.ts): it can be stopped, SIGKILLed and restarted on the
+ * same port with the same data. `startHaServers` returns once JetStream has a meta leader and every
+ * sentinel knows the replica and the other two sentinels, so streams with 3 replicas can be made and
+ * a failover can happen at once.
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
+import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "./local-servers.js";
+
+export const HA_NATS_CLUSTER = "csi";
+export const HA_MASTER_NAME = "csi";
+/** Sentinel's view of a dead primary: subjectively down after this, then a failover. */
+export const HA_DOWN_AFTER_MS = 1000;
+const HA_FAILOVER_TIMEOUT_MS = 3000;
+const HA_NATS_NODES = 3;
+const HA_SENTINELS = 3;
+const READY_WITHIN_MS = 30_000;
+
+export interface HaServers {
+  /** n1, n2, n3. */
+  nats: LocalServer[];
+  /** The client URLs of the NATS nodes as one comma list (NATS_URL). */
+  natsUrl: string;
+  /** The Redis server started as primary, then the one started as its replica (which is which changes on a failover). */
+  redis: LocalServer[];
+  sentinels: LocalServer[];
+  /** The sentinels' addresses, `127.0.0.1:port,…` (REDIS_SENTINELS). */
+  sentinelAddrs: string;
+  masterName: string;
+  /** What the services need: NATS_URL, REDIS_SENTINELS, REDIS_MASTER_NAME, STREAM_REPLICAS=3. */
+  env: Record<string, string>;
+  /** Every server, each with a name for the stack lock ("nats-n1", "redis-1", "sentinel-2"). */
+  named(): { name: string; server: LocalServer }[];
+  /** The Redis server the sentinels name as master now. */
+  redisPrimary(): Promise<LocalServer>;
+  /** The NATS node that leads a stream now (JetStream's stream info). */
+  streamLeader(stream: string): Promise<LocalServer>;
+  /** Stops every server: the sentinels first (no failover while stopping), then Redis, then NATS. */
+  stop(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `probe` until it returns true; throws with `what` and the last error after `ms`. */
+export async function until(what: string, probe: () => Promise<boolean>, ms = READY_WITHIN_MS): Promise<void> {
+  const end = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      if (await probe()) return;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`${what} not within ${ms} ms${last ? `: ${(last as Error).message ?? last}` : ""}`);
+    await sleep(200);
+  }
+}
+
+/** A flat Redis reply (`[k1, v1, k2, v2…]`) as a record. */
+const pairs = (flat: unknown): Record<string, string> => {
+  const a = Array.isArray(flat) ? (flat as string[]) : [];
+  return Object.fromEntries(Array.from({ length: a.length / 2 }, (_, i) => [a[2 * i], a[2 * i + 1]]));
+};
+
+/** Runs `f` on a direct, single-shot connection to one Redis server or sentinel (no reconnects, no Sentinel). */
+export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Promise<T> {
+  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 });
+  r.on("error", () => {});
+  try {
+    await r.connect();
+    return await f(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
+async function startNatsCluster(dir: string): Promise<LocalServer[]> {
+  const ports = await Promise.all(Array.from({ length: HA_NATS_NODES }, async () => ({ client: await freePort(), route: await freePort() })));
+  const route = (p: number) => `nats://127.0.0.1:${p}`;
+  return Promise.all(
+    ports.map((p, i) =>
+      startServer("nats", path.join(dir, `n${i + 1}`), p.client, [
+        ...["--name", `n${i + 1}`, "--cluster_name", HA_NATS_CLUSTER, "--cluster", route(p.route)],
+        ...[
+          "--routes",
+          ports
+            .filter((o) => o !== p)
+            .map((o) => route(o.route))
+            .join(","),
+        ],
+      ]),
+    ),
+  );
+}
+
+async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServer[]; sentinels: LocalServer[] }> {
+  const primary = await startServer("redis", path.join(dir, "redis-1"));
+  const replica = await startServer("redis", path.join(dir, "redis-2"), undefined, ["--replicaof", "127.0.0.1", String(primary.port)]);
+  await until("the Redis replica in sync", () => withRedis(replica.url, async (r) => /master_link_status:up/.test(await r.info("replication"))));
+  const sentinels: LocalServer[] = [];
+  for (let i = 1; i <= HA_SENTINELS; i++) {
+    const sdir = path.join(dir, `sentinel-${i}`);
+    const conf = [
+      `sentinel monitor ${HA_MASTER_NAME} 127.0.0.1 ${primary.port} 2`,
+      `sentinel down-after-milliseconds ${HA_MASTER_NAME} ${HA_DOWN_AFTER_MS}`,
+      `sentinel failover-timeout ${HA_MASTER_NAME} ${HA_FAILOVER_TIMEOUT_MS}`,
+      `sentinel parallel-syncs ${HA_MASTER_NAME} 1`,
+    ];
+    mkdirSync(sdir, { recursive: true });
+    writeFileSync(path.join(sdir, SENTINEL_CONF), `${conf.join("\n")}\n`);
+    sentinels.push(await startServer("sentinel", sdir));
+  }
+  // A failover needs a quorum that knows the replica: wait until every sentinel sees it and the others.
+  await until("the sentinels to know the replica and each other", async () => {
+    const views = await Promise.all(sentinels.map((s) => withRedis(s.url, async (r) => pairs(await r.call("SENTINEL", "MASTER", HA_MASTER_NAME)))));
+    return views.every((v) => Number(v["num-slaves"]) >= 1 && Number(v["num-other-sentinels"]) >= HA_SENTINELS - 1);
+  });
+  return { redis: [primary, replica], sentinels };
+}
+
+export async function startHaServers(dir: string): Promise<HaServers> {
+  const started: LocalServer[] = [];
+  try {
+    const nats = await startNatsCluster(dir);
+    started.push(...nats);
+    const natsUrl = nats.map((n) => n.url).join(",");
+    // JetStream answers once the cluster has elected its meta leader.
+    const nc = await connect({ servers: nats.map((n) => n.url) });
+    try {
+      await until("the JetStream cluster (meta leader)", async () => {
+        await (await jetstreamManager(nc)).getAccountInfo();
+        return true;
+      });
+    } finally {
+      await nc.close();
+    }
+    const { redis, sentinels } = await startRedisWithSentinels(dir);
+    started.push(...redis, ...sentinels);
+    const sentinelAddrs = sentinels.map((s) => `127.0.0.1:${s.port}`).join(",");
+    return {
+      nats,
+      natsUrl,
+      redis,
+      sentinels,
+      sentinelAddrs,
+      masterName: HA_MASTER_NAME,
+      env: { NATS_URL: natsUrl, REDIS_SENTINELS: sentinelAddrs, REDIS_MASTER_NAME: HA_MASTER_NAME, STREAM_REPLICAS: String(HA_NATS_NODES) },
+      named: () => [
+        ...nats.map((server, i) => ({ name: `nats-n${i + 1}`, server })),
+        ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),
+        ...sentinels.map((server, i) => ({ name: `sentinel-${i + 1}`, server })),
+      ],
+      redisPrimary: async () => {
+        for (const s of sentinels.filter((x) => x.running)) {
+          const addr = await withRedis(s.url, (r) => r.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", HA_MASTER_NAME)).catch(() => undefined);
+          const port = Array.isArray(addr) ? Number(addr[1]) : undefined;
+          const found = redis.find((x) => x.port === port);
+          if (found) return found;
+        }
+        throw new Error("no sentinel names a master");
+      },
+      streamLeader: async (stream) => {
+        const up = nats.filter((n) => n.running);
+        const c = await connect({ servers: up.map((n) => n.url) });
+        try {
+          const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
+          const found = nats.find((_, i) => leader === `n${i + 1}`);
+          if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
+          return found;
+        } finally {
+          await c.close();
+        }
+      },
+      stop: async () => {
+        await Promise.all(sentinels.map((s) => s.stop()));
+        await Promise.all(redis.map((s) => s.stop()));
+        await Promise.all(nats.map((s) => s.stop()));
+      },
+    };
+  } catch (err) {
+    await Promise.all(started.map((s) => s.stop()));
+    throw err;
+  }
+}

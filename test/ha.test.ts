@@ -1,0 +1,323 @@
+/**
+ * Issue 14: the replicated system on real servers (scripts/lib/ha-servers.ts through startStack's
+ * `ha`, as `npm start -- --ha` runs it): a 3-node NATS cluster with every stream at 3 replicas, a
+ * Redis primary + replica behind 3 Sentinels, 2 journal replicas, the controller and a node-agent.
+ * Under a steady create / snapshot / delete load through the controller's CSI socket (a client that
+ * retries as a CO does), three faults:
+ *
+ *   (a) SIGKILL the NATS node that leads the cluster's event stream, restart it later;
+ *   (b) SIGKILL the Redis primary: the sentinels promote the replica; the old one comes back as a replica;
+ *   (c) both at once.
+ *
+ * After each: every acknowledged create is listed exactly once, every acknowledged delete is gone,
+ * the pool holds exactly the live images, and the journal's own audit (audit.verify: leaked images,
+ * orphaned reservations, missing images, projection ≠ log) finds nothing. The longest window in
+ * which calls failed and the throughput before / during / after are printed (README, docs/operations.md);
+ * they are figures, not asserted.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { readdir, rm } from "node:fs/promises";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
+import { JournalClient } from "@csi/runtime";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { CoClient, CoStats } from "../scripts/lib/chaos/co-client.js";
+import { listed } from "../scripts/lib/chaos/observe.js";
+import { type HaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
+import { type AttemptMark, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
+import type { LocalServer } from "../scripts/lib/local-servers.js";
+import { seeded } from "../scripts/lib/random.js";
+import { type Stack, startStack } from "../scripts/lib/stack.js";
+import { tempDir } from "./support/servers.js";
+
+const MiB = 1024 * 1024;
+const CLUSTER = "local";
+const STREAM = subjects.streamName(CLUSTER);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4", mount_flags: [] as string[] } };
+
+describe("load figures (pure)", () => {
+  test("the longest failure window runs from the first failure after a success to the next success", () => {
+    const m = (at: number, ok: boolean) => ({ at, ok });
+    assert.deepEqual(longestFailureWindow([]), { ms: 0 });
+    assert.deepEqual(longestFailureWindow([m(1, true), m(2, true)]), { ms: 0 });
+    assert.deepEqual(longestFailureWindow([m(10, true), m(20, false), m(25, false), m(70, true), m(80, false), m(90, true)]), { ms: 50, from: 20 });
+    // out of order marks are sorted; a failure still open at the end counts up to `end`
+    assert.deepEqual(longestFailureWindow([m(30, false), m(10, true)], 200), { ms: 170, from: 30 });
+    assert.deepEqual(longestFailureWindow([m(30, false)]), { ms: 0 });
+  });
+  test("throughput counts completions in [from, to)", () => {
+    assert.equal(throughput([0, 500, 999, 1000, 1500], 0, 1000), 3);
+    assert.equal(throughput([0, 500, 1000, 1500], 1000, 2000), 2);
+    assert.equal(throughput([1], 5, 5), 0);
+  });
+});
+
+/** What the CO was told, over every case. */
+interface Acked {
+  /** Acknowledged creates not deleted since: name → volume id. */
+  volumes: Map<string, string>;
+  deletedVolumes: Set<string>;
+  snapshots: Map<string, string>;
+  deletedSnapshots: Set<string>;
+}
+
+interface CaseFigures {
+  fault: string;
+  /** Longest window (ms) in which attempts failed and none succeeded. */
+  failureWindowMs: number;
+  failedAttempts: number;
+  /** The slowest operation that succeeded (its retries included). */
+  slowestOpMs: number;
+  ops: { before: number; during: number; after: number };
+  /** Operations per second before the fault, while it lasted (until the servers were back), after. */
+  opsPerSec: { before: number; during: number; after: number };
+}
+
+let dir: string;
+let stack: Stack;
+let ha: HaServers;
+let nc: NatsConnection;
+const acked: Acked = { volumes: new Map(), deletedVolumes: new Set(), snapshots: new Map(), deletedSnapshots: new Set() };
+const figures: CaseFigures[] = [];
+
+/**
+ * A steady load from `workers` loops until stopped: create a volume; every other one a snapshot of
+ * it (deleted again every other time); every third volume deleted. Every acknowledged answer is
+ * recorded in `acked`; every attempt's outcome in `marks`, every completed operation's time in `done`.
+ */
+function startLoad(prefix: string, workers = 2) {
+  const marks: AttemptMark[] = [];
+  const done: number[] = [];
+  let slowestMs = 0;
+  const co = new CoClient({
+    controllerEndpoint: stack.controllerEndpoint,
+    nodeEndpoint: stack.nodeEndpoint,
+    random: seeded(prefix.length),
+    stats: new CoStats(),
+    deadlineMs: 10_000,
+    budgetMs: 120_000,
+    onAttempt: (at, ok) => marks.push({ at, ok }),
+  });
+  let running = true;
+  const op = async <T>(call: () => Promise<T>): Promise<T> => {
+    const start = Date.now();
+    const r = await call();
+    done.push(Date.now());
+    slowestMs = Math.max(slowestMs, Date.now() - start);
+    return r;
+  };
+  const loops = Array.from({ length: workers }, async (_, w) => {
+    for (let i = 0; running; i++) {
+      const name = `${prefix}-${w}-${i}`;
+      const v = await op(() => co.controller("CreateVolume", { name, capacity_range: { required_bytes: String(4 * MiB) }, volume_capabilities: [cap] }));
+      const id = v.volume?.volume_id ?? "";
+      assert.ok(id, `${name}: a volume id`);
+      acked.volumes.set(name, id);
+      if (i % 2 === 0) {
+        const sname = `${name}-snap`;
+        const s = await op(() => co.controller("CreateSnapshot", { name: sname, source_volume_id: id }));
+        const sid = s.snapshot?.snapshot_id ?? "";
+        assert.ok(sid, `${sname}: a snapshot id`);
+        acked.snapshots.set(sname, sid);
+        if (i % 4 === 0) {
+          await op(() => co.controller("DeleteSnapshot", { snapshot_id: sid }));
+          acked.snapshots.delete(sname);
+          acked.deletedSnapshots.add(sid);
+        }
+      }
+      if (i % 3 === 0) {
+        await op(() => co.controller("DeleteVolume", { volume_id: id }));
+        acked.volumes.delete(name);
+        acked.deletedVolumes.add(id);
+      }
+    }
+  });
+  const all = Promise.all(loops);
+  all.catch(() => {}); // awaited by stop()
+  return {
+    marks,
+    done,
+    slowestMs: () => slowestMs,
+    stop: async () => {
+      running = false;
+      await all;
+      co.close();
+    },
+  };
+}
+
+/** The checks after a fault: no acknowledged operation lost, no duplicate, no leak, projection == log. */
+async function checkState(label: string): Promise<void> {
+  const co = new CoClient({ controllerEndpoint: stack.controllerEndpoint, nodeEndpoint: stack.nodeEndpoint, random: seeded(1), stats: new CoStats() });
+  try {
+    const list = await listed(co);
+    if ("error" in list) assert.fail(`${label}: the controller could not list: ${list.error}`);
+    const { volumes, snapshots } = list;
+    const count = (ids: string[], id: string) => ids.filter((x) => x === id).length;
+    for (const [name, id] of acked.volumes) assert.equal(count(volumes, id), 1, `${label}: acknowledged volume ${name} (${id}) listed exactly once`);
+    for (const id of acked.deletedVolumes) assert.equal(count(volumes, id), 0, `${label}: acknowledged delete of ${id} is gone`);
+    for (const [name, id] of acked.snapshots) assert.equal(count(snapshots, id), 1, `${label}: acknowledged snapshot ${name} (${id}) listed exactly once`);
+    for (const id of acked.deletedSnapshots) assert.equal(count(snapshots, id), 0, `${label}: acknowledged snapshot delete of ${id} is gone`);
+    const journal = new JournalClient(nc, 30_000);
+    /** The history of ids the CO was not told of: what went wrong, if something did. */
+    const unknown = async (ids: string[], known: Iterable<string>) => {
+      const told = new Set(known);
+      const extra = ids.filter((id) => !told.has(id));
+      const stories = await Promise.all(
+        extra.slice(0, 5).map(async (id) => {
+          const h = await journal.call(CLUSTER, "volume.history", { uuid: decomposeVolumeId(id).uuid, maxEntries: 0 }).catch((e: Error) => e.message);
+          return `${id}: ${JSON.stringify(h).slice(0, 1500)}`;
+        }),
+      );
+      return stories.join("\n");
+    };
+    if (volumes.length !== acked.volumes.size) assert.fail(`${label}: volumes the CO was not told of:\n${await unknown(volumes, acked.volumes.values())}`);
+    if (snapshots.length !== acked.snapshots.size)
+      assert.fail(`${label}: snapshots the CO was not told of:\n${await unknown(snapshots, acked.snapshots.values())}`);
+    // The pool holds exactly the live images: none leaked, none lost.
+    const pool = resolveClusters(JSON.parse(readFileSync(stack.clustersFile, "utf8")), path.join(dir, "data"))
+      .get(CLUSTER)
+      ?.pools.find((p) => p.name === "default");
+    assert.ok(pool, "the default pool");
+    const files = (await readdir(pool.root)).filter((f) => !f.startsWith(".")).sort();
+    // The file pool keeps an image as <name>.img (services/journal/src/adapters/file-pool.ts).
+    const expected = [
+      ...[...acked.volumes.values()].map((id) => volumeImageName(decomposeVolumeId(id).uuid)),
+      ...[...acked.snapshots.values()].map((id) => snapshotImageName(decomposeVolumeId(id).uuid)),
+    ]
+      .map((name) => `${name}.img`)
+      .sort();
+    assert.deepEqual(files, expected, `${label}: the pool holds exactly the live images`);
+    // The journal's own audit: log vs projection vs pool.
+    const verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
+    assert.deepEqual(
+      verify.counts,
+      { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 },
+      `${label}: audit.verify\n${JSON.stringify(verify.findings, null, 1).slice(0, 2000)}`,
+    );
+  } finally {
+    co.close();
+  }
+}
+
+/** Every replica of the event stream current again (a restarted node has caught up). */
+const streamHealed = () =>
+  until("every replica of the event stream current", async () => {
+    const info = await (await jetstreamManager(nc)).streams.info(STREAM);
+    const peers = info.cluster?.replicas ?? [];
+    return info.cluster?.leader !== undefined && peers.length === 2 && peers.every((p) => p.current && !p.offline);
+  });
+
+/** The Redis server `s` runs as a replica whose link to the master is up. */
+const replicaInSync = (s: LocalServer) =>
+  until(`redis :${s.port} a replica in sync`, async () => {
+    const info = await withRedis(s.url, (r) => r.info("replication"));
+    return /role:slave/.test(info) && /master_link_status:up/.test(info);
+  });
+
+/** A new master named by the sentinels (not `old`). */
+const promotedAway = (old: LocalServer) => until("the sentinels name a new master", async () => (await ha.redisPrimary()) !== old);
+
+/** Runs the load around one fault: `inject` does the kill and returns once the killed servers run again. */
+async function faultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
+  const load = startLoad(prefix);
+  const t0 = Date.now();
+  await sleep(4000);
+  const tFault = Date.now();
+  await inject();
+  const tBack = Date.now();
+  await sleep(5000);
+  const tEnd = Date.now();
+  await load.stop();
+  const window = longestFailureWindow(load.marks, tEnd);
+  const ops = {
+    before: load.done.filter((t) => t < tFault).length,
+    during: load.done.filter((t) => t >= tFault && t < tBack).length,
+    after: load.done.filter((t) => t >= tBack && t < tEnd).length,
+  };
+  figures.push({
+    fault,
+    failureWindowMs: window.ms,
+    failedAttempts: load.marks.filter((m) => !m.ok).length,
+    slowestOpMs: load.slowestMs(),
+    ops,
+    opsPerSec: { before: throughput(load.done, t0, tFault), during: throughput(load.done, tFault, tBack), after: throughput(load.done, tBack, tEnd) },
+  });
+  assert.ok(ops.before > 0 && ops.after > 0, `${fault}: the load ran before and after the fault (${JSON.stringify(ops)})`);
+  await checkState(fault);
+}
+
+describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000 }, () => {
+  before(async () => {
+    dir = await tempDir("csi-ha-");
+    stack = await startStack({
+      dataDir: path.join(dir, "data"),
+      runDir: path.join(dir, "run"),
+      ha: true,
+      readyTimeoutMs: 120_000,
+      env: { LOG_LEVEL: "warn" },
+    });
+    assert.ok(stack.servers.ha, "the HA servers");
+    ha = stack.servers.ha;
+    nc = await connect({ servers: ha.natsUrl.split(","), maxReconnectAttempts: -1 });
+  });
+
+  after(async () => {
+    if (figures.length > 0) {
+      const row = (f: CaseFigures) =>
+        `${f.fault.padEnd(24)} longest failure window ${String(f.failureWindowMs).padStart(6)} ms, ${String(f.failedAttempts).padStart(3)} failed attempts, slowest op ${f.slowestOpMs} ms; ops/s before ${f.opsPerSec.before.toFixed(1)}, during ${f.opsPerSec.during.toFixed(1)}, after ${f.opsPerSec.after.toFixed(1)} (${f.ops.before}/${f.ops.during}/${f.ops.after} ops)`;
+      process.stdout.write(`\nHA figures (this machine):\n${figures.map(row).join("\n")}\n`);
+    }
+    await nc?.close();
+    await stack?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  test("every stream the services made has 3 replicas, on a 3-node cluster", async () => {
+    const jsm = await jetstreamManager(nc);
+    const names: string[] = [];
+    for await (const s of jsm.streams.list()) {
+      names.push(s.config.name);
+      assert.equal(s.config.num_replicas, 3, `${s.config.name}: 3 replicas`);
+      assert.equal(s.cluster?.name, "csi", `${s.config.name}: on cluster csi`);
+    }
+    for (const want of [STREAM, "CSI_NODES", "CSI_NODE_WORK"]) assert.ok(names.includes(want), `${want} made (${names.join(", ")})`);
+  });
+
+  test("(a) SIGKILL the NATS node leading the event stream, restart it later", async () => {
+    await faultCase("NATS stream leader kill", "ha-a", async () => {
+      const leader = await ha.streamLeader(STREAM);
+      await leader.kill();
+      await until("a new leader of the event stream", async () => (await ha.streamLeader(STREAM)) !== leader);
+      await sleep(5000);
+      await leader.restart();
+      await streamHealed();
+    });
+  });
+
+  test("(b) SIGKILL the Redis primary: the sentinels promote the replica", async () => {
+    await faultCase("Redis primary kill", "ha-b", async () => {
+      const primary = await ha.redisPrimary();
+      await primary.kill();
+      await promotedAway(primary);
+      await sleep(2000);
+      await primary.restart(); // comes back as a replica of the new master (the sentinels reconfigure it)
+      await replicaInSync(primary);
+    });
+  });
+
+  test("(c) both at once", async () => {
+    await faultCase("both at once", "ha-c", async () => {
+      const [leader, primary] = await Promise.all([ha.streamLeader(STREAM), ha.redisPrimary()]);
+      await Promise.all([leader.kill(), primary.kill()]);
+      await promotedAway(primary);
+      await sleep(3000);
+      await Promise.all([leader.restart(), primary.restart()]);
+      await Promise.all([streamHealed(), replicaInSync(primary)]);
+    });
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * Two journal writers racing on one name, in process, on real servers: writer A makes the image
+ * and stalls before recording it (a GatedPool), its lock is lost meanwhile (however the test
+ * loses it), writer B takes the name; then A wakes and its append must be fenced by the log's
+ * expected-last-subject-sequence. Used by test/journal-fence.test.ts (the lock deleted) and
+ * test/ha-fence.test.ts (the lock lost in a Redis Sentinel failover).
+ */
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { resolveClusters } from "@csi/contracts";
+import { createLogger } from "@csi/runtime";
+import type { Redis } from "ioredis";
+import type { EventLog } from "../../services/journal/src/adapters/event-log.js";
+import { FilePool } from "../../services/journal/src/adapters/file-pool.js";
+import { RedisStore } from "../../services/journal/src/adapters/redis-store.js";
+import { Journal } from "../../services/journal/src/app/journal.js";
+import { distrustAfterRedisDrops, Projector } from "../../services/journal/src/app/projector.js";
+import { keysFor } from "../../services/journal/src/domain/kinds.js";
+import type { ImageInfo } from "../../services/journal/src/domain/pool-backend.js";
+
+/** A pool whose image creation can be held after the image is made, before the journal hears of it. */
+export class GatedPool extends FilePool {
+  gate?: Promise<void>;
+  made?: () => void;
+  override async createImage(name: string, sizeBytes: number): Promise<ImageInfo> {
+    const img = await super.createImage(name, sizeBytes);
+    this.made?.();
+    await this.gate;
+    return img;
+  }
+}
+
+/**
+ * One journal replica of `cluster` in this process, on the given Redis client, event log and pool;
+ * `redisDrops`: its projection is caught up whenever that client reconnects, as the journal's main does.
+ */
+export function journalReplica(o: {
+  cluster: string;
+  dir: string;
+  redis: Redis;
+  events: EventLog;
+  pool: FilePool;
+  lockTtlMs?: number;
+  redisDrops?: boolean;
+}): Journal {
+  const cluster = resolveClusters({ clusters: [{ clusterID: o.cluster, pools: [{ name: "default", id: 1, root: o.pool.root }] }] }, o.dir).get(o.cluster);
+  assert.ok(cluster);
+  const logger = createLogger("journal-fence-test", "silent");
+  const store = new RedisStore(o.redis, keysFor(o.cluster, cluster.instance));
+  const projector = new Projector(o.events, store, logger);
+  if (o.redisDrops) distrustAfterRedisDrops(o.redis, projector);
+  const actor = { service: "journal", replica: randomUUID() };
+  return new Journal({
+    cluster,
+    pools: new Map([["default", o.pool]]),
+    log: o.events,
+    store,
+    projector,
+    actor,
+    logger,
+    lockTtlMs: o.lockTtlMs ?? 5000,
+    lockWaitMs: 200,
+    now: () => new Date(),
+  });
+}
+
+const MiB = 1024 * 1024;
+
+/** The create both writers ask for. */
+export const fencedAsk = (name: string) => ({
+  name,
+  sizeBytes: 4 * MiB,
+  limitBytes: 0,
+  parameters: {},
+  capabilities: [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }],
+});
+
+/**
+ * The race: A makes the image and stalls; `loseLock` takes A's lock away; B creates the volume;
+ * A is let go. Then: A (fenced off, caught up) answers B's volume, the volume has its image, and the
+ * log holds one VolumeCreated, B's.
+ */
+export async function fencedRace(o: { a: Journal; gated: GatedPool; b: Journal; name: string; loseLock: () => Promise<void> }): Promise<void> {
+  let release = () => {};
+  o.gated.gate = new Promise((r) => (release = r));
+  const made = new Promise<void>((r) => (o.gated.made = r));
+  const ask = fencedAsk(o.name);
+  const first = o.a.createVolume({ ...ask, requestId: "a" }).then(
+    (view) => view.uuid,
+    (e: { code?: string }) => e.code,
+  );
+  await made; // A has made the image and stalls before recording it
+  await o.loseLock();
+  // B finds the image and records it. (Its first try may be fenced itself: A's reservation is in
+  // the log but not yet in the projection; the fence conflict makes B catch up, as a CO's retry would.)
+  const v = await o.b.createVolume({ ...ask, requestId: "b1" }).catch(() => o.b.createVolume({ ...ask, requestId: "b2" }));
+  assert.equal(v.sizeBytes, ask.sizeBytes);
+  release();
+  assert.equal(await first, v.uuid, "A, fenced off, caught up and answered the volume B recorded");
+  const got = await o.b.getVolume({ uuid: v.uuid });
+  assert.deepEqual(got.condition, { abnormal: false, message: "image present" }, "the volume B answered still has its image");
+  const created = (await o.b.history({ uuid: v.uuid, maxEntries: 0 })).events.filter((e) => e.event.type === "VolumeCreated");
+  assert.equal(created.length, 1, "one VolumeCreated");
+  assert.match(String(created[0]?.event.requestId), /^b/, "B's: A's was fenced off");
+}
