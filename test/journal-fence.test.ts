@@ -5,14 +5,16 @@
  * image and records it ("complete"); A wakes, its append is fenced — and the volume keeps its image.
  * A then catches up with the log and decides again (as a CO's retry would): it answers B's volume.
  */
+import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { EventLog } from "../services/journal/src/adapters/event-log.js";
+import { AppendUncertain, EventLog } from "../services/journal/src/adapters/event-log.js";
 import { FilePool } from "../services/journal/src/adapters/file-pool.js";
+import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
 import { keysFor } from "../services/journal/src/domain/kinds.js";
-import { fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
+import { fencedAsk, fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
@@ -45,4 +47,40 @@ test("a fenced writer keeps the image another writer recorded", async () => {
     // A's lock expires.
     loseLock: async () => void (await redis.del(keysFor("f1", "default").nameLock("volume", "pvc-fenced"))),
   });
+});
+
+/** An event log that loses the ack of the next NameReserved it appends: the event lands, the writer hears nothing. */
+class LosingAcks extends EventLog {
+  loseNext = false;
+  override async append(...args: Parameters<EventLog["append"]>): ReturnType<EventLog["append"]> {
+    const stored = await super.append(...args);
+    if (this.loseNext && args[0].body.type === "NameReserved") {
+      this.loseNext = false;
+      throw new AppendUncertain({ cause: new Error("ack lost (test)") });
+    }
+    return stored;
+  }
+}
+
+test("an append that got no answer makes the next command catch the projection up with the log before it reads", async () => {
+  const cluster = "f2";
+  const root = path.join(env.dir, "pools", cluster, "default");
+  const events = new LosingAcks(nc, { cluster });
+  await events.ensureStream();
+  const journal = journalReplica({ cluster, dir: env.dir, redis, events, pool: new FilePool({ name: "default", id: 1, root }) });
+  const store = new RedisStore(redis, keysFor(cluster, "default"));
+  await journal.createVolume({ ...fencedAsk("pvc-warm"), requestId: "warm" }); // the projection is built
+
+  events.loseNext = true;
+  await assert.rejects(journal.createVolume({ ...fencedAsk("pvc-lost"), requestId: "lost" }), (e: { code?: string }) => e.code === "Unavailable");
+  const logEnd = await events.lastSeq();
+  assert.ok(((await store.projectionMeta())?.applied ?? 0) < logEnd, "the lost NameReserved is in the log, not in the projection");
+
+  // The next command (any name) first catches up: the projection's watermark reaches the log's end.
+  await journal.createVolume({ ...fencedAsk("pvc-next"), requestId: "next" });
+  assert.ok(((await store.projectionMeta())?.applied ?? 0) >= logEnd, "caught up before reading");
+  // And the retry of the lost create answers one volume for the name, decided on the log.
+  const retried = await journal.createVolume({ ...fencedAsk("pvc-lost"), requestId: "lost-2" });
+  const again = await journal.createVolume({ ...fencedAsk("pvc-lost"), requestId: "lost-3" });
+  assert.equal(again.uuid, retried.uuid);
 });

@@ -24,6 +24,18 @@ export class SequenceConflict extends DriverError {
 }
 
 /**
+ * An append got no answer (no ack in time, the connection or the stream leader went away): it may
+ * or may not have landed. Unavailable to the caller, like any unreachable log; the journal then
+ * distrusts its projection (it cannot know whether its own event is in the log) and catches up
+ * with the log before the next command reads it.
+ */
+export class AppendUncertain extends DriverError {
+  constructor(options?: { cause?: unknown }) {
+    super("Unavailable", "event log unavailable", options);
+  }
+}
+
+/**
  * Some appends of a batch failed. `landed[i]` is the i-th append as stored, or undefined if it
  * did not land; the code and message are those of the first failure (its cause).
  */
@@ -31,10 +43,17 @@ export class AppendError extends DriverError {
   constructor(
     readonly landed: (StoredEvent | undefined)[],
     cause: unknown,
+    /** Some failed append got no answer: it may have landed after all. */
+    readonly uncertain = cause instanceof AppendUncertain,
   ) {
     const first = cause instanceof DriverError ? cause : new DriverError("Internal", "append failed");
     super(first.code, first.message, { cause });
   }
+}
+
+/** Whether an append (or one of a batch) may have landed although it failed. */
+export function isUncertain(err: unknown): boolean {
+  return err instanceof AppendUncertain || (err instanceof AppendError && err.uncertain);
 }
 
 /** Whether an append failed on its sequence fence (another writer changed the subject first). */
@@ -120,7 +139,8 @@ export class EventLog {
       return { seq, subject: a.subject, event };
     } catch (err) {
       if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
-      throw new DriverError("Unavailable", "event log unavailable", { cause: err });
+      if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
+      throw new AppendUncertain({ cause: err });
     }
   }
 
@@ -133,7 +153,8 @@ export class EventLog {
     const results = await Promise.allSettled(list.map((a) => this.append(a, meta)));
     const failed = results.find((r) => r.status === "rejected");
     const landed = results.map((r) => (r.status === "fulfilled" ? r.value : undefined));
-    if (failed) throw new AppendError(landed, failed.reason);
+    const uncertain = results.some((r) => r.status === "rejected" && r.reason instanceof AppendUncertain);
+    if (failed) throw new AppendError(landed, failed.reason, uncertain);
     return landed as StoredEvent[];
   }
 

@@ -6,7 +6,7 @@
 import { type Actor, aborted, type StoredEvent } from "@csi/contracts";
 import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
-import { type Append, AppendError, type EventLog, isFenced } from "../adapters/event-log.js";
+import { type Append, AppendError, type EventLog, isFenced, isUncertain } from "../adapters/event-log.js";
 import { type ReadResult, type ReadSpec, RedisStore } from "../adapters/redis-store.js";
 import { type Address, type Aggregate, addressKey, addressOf } from "../domain/evolve.js";
 import { nameFromRedis, stateFromHash } from "../domain/projection.js";
@@ -107,6 +107,11 @@ export class Operation {
       return stored;
     } catch (err) {
       if (err instanceof AppendError) this.#landed.push(...err.landed.filter((e) => e !== undefined));
+      // An append without an answer may still land (e.g. committed by a new stream leader): the
+      // projection cannot know, so the next command catches up with the log before it reads.
+      // Its decision then rests on the log, not on a fence check alone (nats-server before 2.10
+      // does not enforce an expected subject sequence of 0 on replicated streams: nats-server#5644).
+      if (isUncertain(err)) this.env.projector.distrust();
       throw err;
     }
   }

@@ -123,6 +123,8 @@ export class Projector {
    * the last writes the old primary had not yet replicated (Redis replicates asynchronously). What
    * it has is a prefix of what was written (projection data and watermark together), so a catch-up
    * from its watermark restores the rest; until then, no operation reads from it (`current`).
+   * Also called when an append got no answer (Operation.append): the event may be in the log
+   * without the projection knowing, and the next decision must see it.
    */
   distrust(): void {
     this.#distrusted = true;
