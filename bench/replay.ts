@@ -4,21 +4,24 @@
  * appended straight to JetStream in the setup), then, in this process against the real servers:
  *   - rebuild: the projector's forced rebuild into an empty Redis (wipe, replay, complete mark);
  *   - check:   the start-up check (the log folded in memory, compared with every Redis key);
- *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis).
+ *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis);
+ *   - backup:  `csictl log export` of the whole log to a file, then `log import` of it (checked
+ *              whole, then restored on the same sequences) into the deleted stream.
  * Reported: events/s and CPU µs per event of each process (journal = this process, nats-server,
  * redis-server). Every rebuild is checked against the log key by key. BENCH_PROFILE=<dir>: a CPU
  * profile of this process per step.
  */
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { Session } from "node:inspector";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { createLogger, redisConnectOptions } from "@csi/runtime";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
+import { backupFileLines, exportLogToFile, importLog } from "../services/journal/src/adapters/log-backup.js";
 import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
 import { Projector } from "../services/journal/src/app/projector.js";
 import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
@@ -144,6 +147,23 @@ export async function replayScenario(dir: string): Promise<void> {
       if (r.upTo.seq !== EVENTS) throw new Error(`replay folded up to ${r.upTo.seq}, not ${EVENTS}`);
     });
     console.log(`keys in the projection: ${(await store.projectionKeys()).length}`);
+
+    // Backup and restore of the log (csictl log export / import): the whole stream to a file, the
+    // stream deleted, the file checked and restored on the same sequences.
+    const backup = path.join(dir, `replay-backup-${Date.now()}.jsonl`);
+    await measure("log export (to a file)", async () => {
+      const r = await exportLogToFile(nc, CLUSTER, backup);
+      if (r.messages !== EVENTS) throw new Error(`exported ${r.messages} messages, not ${EVENTS}`);
+    });
+    const before = await log.info();
+    await (await jetstreamManager(nc)).streams.delete(log.stream);
+    await measure("log import (check, then restore)", async () => {
+      const r = await importLog(nc, CLUSTER, () => backupFileLines(backup));
+      const after = await log.info();
+      if (r.lastSeq !== before.last || after.last !== before.last) throw new Error(`restored up to ${after.last}, the log had ${before.last}`);
+    });
+    console.log(`backup file: ${((await stat(backup)).size / EVENTS).toFixed(0)} bytes per event`);
+    await rm(backup, { force: true });
   } finally {
     await nc.close();
     redis.disconnect();

@@ -4,10 +4,10 @@
  * the event log, the Redis store and its key layout, the projector, the subjects of a uuid.
  */
 export { EventLog } from "./adapters/event-log.js";
-export { exportLog, importLog } from "./adapters/log-backup.js";
+export { backupFileLines, exportLogToFile, importLog } from "./adapters/log-backup.js";
 export { RedisStore } from "./adapters/redis-store.js";
 export { Projector } from "./app/projector.js";
 export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
-export { BackupError, MAX_BACKUP_LINE } from "./domain/log-backup.js";
+export { BackupError } from "./domain/log-backup.js";
 export type { ProjectionMeta } from "./domain/projection-state.js";
 export { JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./domain/redis-acl.js";

@@ -5,26 +5,13 @@
  * name is always a whole backup. An import checks the whole file first, restores only into an
  * empty stream, and writes as the cluster's journal (the role that may append to its log).
  */
-import { once } from "node:events";
-import { constants, createReadStream, createWriteStream } from "node:fs";
-import { access, rename, rm } from "node:fs/promises";
-import { BackupError, exportLog, importLog, MAX_BACKUP_LINE } from "@csi/journal/operator";
+import { constants } from "node:fs";
+import { access } from "node:fs/promises";
+import { BackupError, backupFileLines, exportLogToFile, importLog } from "@csi/journal/operator";
 import { CliError, EXIT, usageError } from "../errors.js";
 import { fields } from "../output.js";
 import { startProgress } from "../progress.js";
 import type { Session } from "../session.js";
-
-/** The lines of a file, none longer than MAX_BACKUP_LINE (a longer one is refused before it fills memory). */
-async function* linesOf(file: string): AsyncGenerator<string> {
-  let rest = "";
-  for await (const chunk of createReadStream(file, { encoding: "utf8", highWaterMark: 256 * 1024 })) {
-    const parts = (rest + (chunk as string)).split("\n");
-    rest = parts.pop() as string;
-    if (rest.length > MAX_BACKUP_LINE) throw new BackupError(`a line is longer than ${MAX_BACKUP_LINE} bytes; not a backup of this driver`);
-    yield* parts;
-  }
-  if (rest !== "") yield rest;
-}
 
 /** A progress bar started on the first report (when the total is known). */
 function lazyProgress(s: Session, label: string) {
@@ -56,28 +43,14 @@ function printResult(
 export async function logExport(s: Session, file: string): Promise<void> {
   const cluster = s.cluster().clusterID;
   const nc = await s.nats();
-  const partial = `${file}.partial`;
-  const out = createWriteStream(partial, { flags: "wx", mode: 0o600 });
-  await once(out, "open").catch((err: NodeJS.ErrnoException) => {
-    throw usageError(`cannot write ${partial}: ${err.code ?? err.message}`);
-  });
-  const write = async (text: string) => {
-    if (!out.write(text)) await once(out, "drain");
-  };
   const progress = lazyProgress(s, `export ${cluster}`);
-  try {
-    const started = performance.now();
-    const r = await exportLog(nc, cluster, write, progress.update);
-    progress.finish(r.lastSeq);
-    out.end();
-    await once(out, "finish");
-    await rename(partial, file);
-    printResult(s, cluster, file, r, started, [["FILE", file]]);
-  } catch (err) {
-    out.destroy();
-    await rm(partial, { force: true });
+  const started = performance.now();
+  const r = await exportLogToFile(nc, cluster, file, progress.update).catch((err: NodeJS.ErrnoException) => {
+    if (err.syscall === "open") throw usageError(`cannot write ${file}.partial: ${err.code ?? err.message}`);
     throw err;
-  }
+  });
+  progress.finish(r.lastSeq);
+  printResult(s, cluster, file, r, started, [["FILE", file]]);
 }
 
 export async function logImport(s: Session, file: string, o: { replicas?: string }): Promise<void> {
@@ -92,7 +65,7 @@ export async function logImport(s: Session, file: string, o: { replicas?: string
   const progress = lazyProgress(s, `import ${cluster}`);
   const started = performance.now();
   try {
-    const r = await importLog(nc, cluster, () => linesOf(file), { ...(replicas ? { replicas } : {}), progress: progress.update });
+    const r = await importLog(nc, cluster, () => backupFileLines(file), { ...(replicas ? { replicas } : {}), progress: progress.update });
     progress.finish(r.lastSeq);
     printResult(s, cluster, file, r, started, [
       ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log (or run csictl rebuild)"],

@@ -4,7 +4,7 @@
  * makes a RequestError even for an answered request). Measured: bench/lib/primitives.ts
  * ("jetstream" against "jetstream (acked-publish)").
  */
-import { createInbox, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { createInbox, headers, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { inboxPrefixOf } from "../access.js";
 
 /** JetStream refused the message: its API error (e.g. err_code 10071, wrong last subject sequence). */
@@ -22,6 +22,25 @@ export class PublishRefused extends Error {
 /** No ack: nobody listens on the subject (no stream), the connection is gone, or it timed out. */
 export class PublishUnacked extends Error {
   override readonly name = "PublishUnacked";
+}
+
+/** What JetStream must find before it stores the message (else it refuses it: PublishRefused). */
+export interface Expectations {
+  /** The subject's last sequence (Nats-Expected-Last-Subject-Sequence; 0: the subject is empty). */
+  expectedLastSubjectSequence?: number;
+  /** The stream's last sequence (Nats-Expected-Last-Sequence). */
+  expectedLastSequence?: number;
+  /** The stream that stores the subject (Nats-Expected-Stream). */
+  expectedStream?: string;
+}
+
+function expectationHeaders(e: Expectations): MsgHdrs | undefined {
+  if (e.expectedLastSubjectSequence === undefined && e.expectedLastSequence === undefined && e.expectedStream === undefined) return undefined;
+  const h = headers();
+  if (e.expectedLastSubjectSequence !== undefined) h.set("Nats-Expected-Last-Subject-Sequence", String(e.expectedLastSubjectSequence));
+  if (e.expectedLastSequence !== undefined) h.set("Nats-Expected-Last-Sequence", String(e.expectedLastSequence));
+  if (e.expectedStream !== undefined) h.set("Nats-Expected-Stream", e.expectedStream);
+  return h;
 }
 
 interface Waiting {
@@ -42,7 +61,7 @@ export class AckedPublisher {
   ) {}
 
   /** Publish and wait for the stream's ack; resolves with the message's stream sequence. */
-  publish(subject: string, data: string | Uint8Array, opts: { expectedLastSubjectSequence?: number } = {}): Promise<number> {
+  publish(subject: string, data: string | Uint8Array, opts: Expectations = {}): Promise<number> {
     return new Promise<number>((resolve, reject) => {
       const id = this.#next++;
       let reply: string;
@@ -55,8 +74,7 @@ export class AckedPublisher {
       const timer = setTimeout(() => this.#settle(id)?.reject(new PublishUnacked(`no ack within ${this.timeoutMs} ms`)), this.timeoutMs);
       this.#waiting.set(id, { resolve, reject, timer });
       try {
-        const h = opts.expectedLastSubjectSequence === undefined ? undefined : headers();
-        h?.set("Nats-Expected-Last-Subject-Sequence", String(opts.expectedLastSubjectSequence));
+        const h = expectationHeaders(opts);
         this.nc.publish(subject, data, h ? { reply, headers: h } : { reply });
       } catch (err) {
         this.#settle(id)?.reject(new PublishUnacked(`cannot publish: ${(err as Error).message}`, { cause: err }));

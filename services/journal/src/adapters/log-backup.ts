@@ -13,15 +13,18 @@
  * The projection is not touched: the restored stream is another log (its creation time differs),
  * so a journal rebuilds the projection from it when it starts, or `csictl rebuild` does.
  */
+import { once } from "node:events";
+import { createReadStream, createWriteStream } from "node:fs";
+import { rename, rm } from "node:fs/promises";
 import { DriverError, subjects } from "@csi/contracts";
-import { readStreamRange } from "@csi/runtime";
-import { jetstream, jetstreamManager, type PubAck } from "@nats-io/jetstream";
+import { AckedPublisher, readStreamRange } from "@csi/runtime";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { BackupReader, BackupWriter } from "../domain/log-backup.js";
+import { BackupError, BackupReader, BackupWriter, MAX_BACKUP_LINE } from "../domain/log-backup.js";
 import { EventLog } from "./event-log.js";
 
 /** Publishes of an import in flight at once (acks are awaited in order). */
-const IMPORT_WINDOW = 256;
+const IMPORT_WINDOW = 1024;
 
 export interface ExportResult {
   stream: string;
@@ -95,18 +98,18 @@ export async function importLog(
     );
 
   // 3. Every message in order, each on the sequence it had.
-  const js = jetstream(nc);
+  const publisher = new AckedPublisher(nc, 30_000);
   const reader = new BackupReader(cluster);
-  const inFlight: { seq: number; ack: Promise<PubAck> }[] = [];
+  const inFlight: { seq: number; ack: Promise<number> }[] = [];
   const settle = async (upTo: number) => {
     while (inFlight.length > upTo) {
-      const { seq, ack } = inFlight.shift() as { seq: number; ack: Promise<PubAck> };
+      const { seq, ack } = inFlight.shift() as { seq: number; ack: Promise<number> };
       const got = await ack.catch((err: unknown) => {
         throw new DriverError("Aborted", `restoring sequence ${seq} failed: ${(err as Error).message} (did something append to ${log.stream} meanwhile?)`, {
           cause: err,
         });
       });
-      if (got.seq !== seq) throw new DriverError("Internal", `sequence ${seq} was stored as ${got.seq}`);
+      if (got !== seq) throw new DriverError("Internal", `sequence ${seq} was stored as ${got}`);
       if (seq % 1024 === 0) opts.progress?.(seq, header.lastSeq);
     }
   };
@@ -114,7 +117,7 @@ export async function importLog(
     for await (const line of lines()) {
       const m = reader.line(line);
       if (!m) continue;
-      const ack = js.publish(m.subject, m.data, { expect: { lastSequence: m.seq - 1, streamName: log.stream } });
+      const ack = publisher.publish(m.subject, m.data, { expectedLastSequence: m.seq - 1, expectedStream: log.stream });
       ack.catch(() => {}); // awaited in settle(); never an unhandled rejection if an earlier one throws first
       inFlight.push({ seq: m.seq, ack });
       if (inFlight.length >= IMPORT_WINDOW) await settle(IMPORT_WINDOW / 2);
@@ -126,4 +129,51 @@ export async function importLog(
   reader.end();
   opts.progress?.(header.lastSeq, header.lastSeq);
   return { stream: log.stream, messages: header.lastSeq - header.firstSeq + 1, lastSeq: header.lastSeq };
+}
+
+/**
+ * `exportLog` into a file: written as `<file>.partial` (created exclusively, mode 0600) and renamed
+ * to `<file>` once whole, so a file under the given name is always a complete backup; on failure
+ * the partial file is removed. A file that cannot be created rejects with its errno error
+ * (syscall "open").
+ */
+export async function exportLogToFile(
+  nc: NatsConnection,
+  cluster: string,
+  file: string,
+  progress?: (seq: number, last: number) => void,
+): Promise<ExportResult> {
+  const partial = `${file}.partial`;
+  const out = createWriteStream(partial, { flags: "wx", mode: 0o600 });
+  await once(out, "open");
+  try {
+    const r = await exportLog(
+      nc,
+      cluster,
+      async (text) => {
+        if (!out.write(text)) await once(out, "drain");
+      },
+      progress,
+    );
+    out.end();
+    await once(out, "finish");
+    await rename(partial, file);
+    return r;
+  } catch (err) {
+    out.destroy();
+    await rm(partial, { force: true });
+    throw err;
+  }
+}
+
+/** The lines of a backup file, none longer than MAX_BACKUP_LINE (a longer one is refused before it fills memory). */
+export async function* backupFileLines(file: string): AsyncGenerator<string> {
+  let rest = "";
+  for await (const chunk of createReadStream(file, { encoding: "utf8", highWaterMark: 256 * 1024 })) {
+    const parts = (rest + (chunk as string)).split("\n");
+    rest = parts.pop() as string;
+    if (rest.length > MAX_BACKUP_LINE) throw new BackupError(`a line is longer than ${MAX_BACKUP_LINE} bytes; not a backup of this driver`);
+    yield* parts;
+  }
+  if (rest !== "") yield rest;
 }
