@@ -71,7 +71,6 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   );
   const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
-
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
   metrics.watchRedis(redis);
