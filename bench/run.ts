@@ -13,15 +13,18 @@
  * Every answer is checked; a scenario with errors is reported as FAILED and the bench exits 1.
  * CPU ms per operation is read from /proc for every process (bench = this load generator).
  * Env: BENCH_N (default 2000), BENCH_CONCURRENCY ("1,16,64"), BENCH_JOURNALS (replicas, 1),
- * BENCH_ONLY ("floors,ops,scale,replay"), BENCH_SCALE (100000), BENCH_REPLAY_EVENTS (200000),
+ * BENCH_ONLY ("floors,ops,scale,replay"), BENCH_PATHS ("journal,csi,bare": which paths the ops step drives; bare = the same hops with no application code), BENCH_SCALE (100000), BENCH_REPLAY_EVENTS (200000),
  * BENCH_DIR, BENCH_PROFILE=<dir> (CPU profiles of journal and controller).
  */
 import { randomUUID } from "node:crypto";
-import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
+import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, rmSync, unlinkSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
+import { prepareDataDir } from "../scripts/lib/data-dir.js";
 import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
+import { startBareChain } from "./lib/bare-chain.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { type Floors, measureFloors } from "./lib/primitives.js";
@@ -32,65 +35,124 @@ import { scaleScenario } from "./scale.js";
 const N = Number(process.env.BENCH_N ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,16,64").split(",").map(Number);
 const REPLICAS = Number(process.env.BENCH_JOURNALS ?? 1);
+/** Which paths the ops step drives: the journal over NATS, the CSI socket, or both. */
+const PATHS = (process.env.BENCH_PATHS ?? "journal,csi,bare").split(",");
 const ONLY = (process.env.BENCH_ONLY ?? "floors,ops,scale,replay").split(",");
 const MiB = 1024 * 1024;
 
 const failures: string[] = [];
 
 /** Print a measured step: figures, CPU ms per op of each process, and the latency ratio to its floor. */
-export function report(label: string, f: Figures, cpu: Record<string, number>, floorMs?: number): void {
+export function report(label: string, f: Figures, cpu: Record<string, number>, floorMs?: number, writes?: Record<string, number>): void {
   const ratio = floorMs ? `   p50 = ${(f.p50 / floorMs).toFixed(1)}× floor` : "";
   console.log(`${row(label, f)}${ratio}\n${"".padEnd(32)}cpu ms/op: ${cpuLine(cpu)}`);
+  if (writes) console.log(`${"".padEnd(32)}writes/op: ${cpuLine(writes, 1)}`);
   if (f.errors > 0) {
     failures.push(`${label}: ${f.errors} errors (${f.firstErrors.join("; ")})`);
     console.log(`${"".padEnd(32)}FAILED: ${f.firstErrors.join("; ")}`);
   }
 }
 
-interface Scenario {
+/** One path a create can take: the journal's NATS command, the CSI socket, or the bare chain. */
+interface CreatePath {
+  label: string;
   create(name: string): Promise<string>;
+  /** Delete what a create made: measured for the real paths; the bare chain's cleanup is not. */
   remove(id: string): Promise<unknown>;
-  countImages(): Promise<number>;
+  measureRemove: boolean;
+  procs: Processes;
+  /** The serial chain of bare calls it makes at c=1 (p50 ms), for the ratio. */
+  floorMs?: number;
 }
 
-async function scenario(label: string, s: Scenario, procs: Processes, floorMs: number | undefined) {
-  console.log(`\n${label} (N=${N})`);
+/** A step's figures and its CPU ms per operation by process. */
+type Step = { f: Figures; cpu: Record<string, number> };
+
+/**
+ * At each level, every path in turn: N distinct-name creates, then N deletes (each path leaves
+ * the pool as it found it, so the file system is in the same state for the next one). Returns the
+ * creates' figures by path and level.
+ */
+async function levels(paths: CreatePath[]): Promise<Map<string, Map<number, Step>>> {
+  const out = new Map(paths.map((p) => [p.label, new Map<number, Step>()]));
   for (const c of LEVELS) {
-    const ids: string[] = [];
-    const tag = randomUUID().slice(0, 8);
-    let cpu = cpuMeter(procs);
-    const created = await measure(N, c, async (i) => {
-      ids[i] = await s.create(`bench-${tag}-${i}`);
-    });
-    report(`create  c=${c}`, created, cpu.perOp(N), c === 1 ? floorMs : undefined);
-    cpu = cpuMeter(procs);
-    const deleted = await measure(N, c, (i) => s.remove(ids[i] as string));
-    report(`delete  c=${c}`, deleted, cpu.perOp(N));
+    console.log(`\nconcurrency ${c} (N=${N} each)`);
+    for (const p of paths) {
+      const ids: string[] = [];
+      const tag = randomUUID().slice(0, 8);
+      let cpu = cpuMeter(p.procs);
+      const created = await measure(N, c, async (i) => {
+        ids[i] = await p.create(`bench-${tag}-${i}`);
+      });
+      const createCpu = cpu.perOp(N);
+      out.get(p.label)?.set(c, { f: created, cpu: createCpu });
+      report(`${p.label} create`, created, createCpu, c === 1 ? p.floorMs : undefined, cpu.writesPerOp(N));
+      if (new Set(ids).size !== N && created.errors === 0) failures.push(`${p.label} c=${c}: ${new Set(ids).size} distinct answers for ${N} creates`);
+      cpu = cpuMeter(p.procs);
+      const deleted = await measure(N, c, (i) => p.remove(ids[i] as string));
+      if (p.measureRemove) report(`${p.label} delete`, deleted, cpu.perOp(N), undefined, cpu.writesPerOp(N));
+      else if (deleted.errors > 0) failures.push(`${p.label} cleanup: ${deleted.firstErrors.join("; ")}`);
+    }
   }
-  const before = await s.countImages();
+  return out;
+}
+
+/** 200 concurrent creates of one name through `create`: one image and one volume id, or FAILED. */
+async function storm(label: string, create: (name: string) => Promise<string>, procs: Processes, countImages: () => Promise<number>) {
+  const before = await countImages();
   const stormName = `storm-${randomUUID().slice(0, 8)}`;
   const ids = new Set<string>();
   const cpu = cpuMeter(procs);
-  const storm = await measure(200, 200, async () => ids.add(await s.create(stormName)));
-  report("storm: 200 × one name, c=200", storm, cpu.perOp(200));
-  const made = (await s.countImages()) - before;
+  const f = await measure(200, 200, async () => ids.add(await create(stormName)));
+  report(`${label} storm: 200 × one name, c=200`, f, cpu.perOp(200));
+  const made = (await countImages()) - before;
   console.log(`${"".padEnd(32)}images created: ${made}, distinct volumes answered: ${ids.size}`);
-  if (made !== 1 || ids.size !== 1) failures.push(`storm: ${made} images, ${ids.size} distinct answers (must be 1 and 1)`);
+  if (made !== 1 || ids.size !== 1) failures.push(`${label} storm: ${made} images, ${ids.size} distinct answers (must be 1 and 1)`);
 }
 
-/** What the disk under the pool charges for one file create (it varies a lot on shared VMs). */
-async function fileCreateMicros(dir: string): Promise<number> {
-  const probe = path.join(dir, "probe");
-  await mkdir(probe, { recursive: true });
-  const t = performance.now();
-  for (let i = 0; i < 200; i++) {
-    const fh = await open(path.join(probe, `f${i}`), "wx");
-    await fh.truncate(MiB);
-    await fh.close();
+/** The CSI creates against the bare chain's, level by level (same run, same pool directory). */
+function compare(csi: Map<number, Step> | undefined, bare: Map<number, Step> | undefined): void {
+  if (!csi || !bare) return;
+  console.log("\nCSI CreateVolume against the bare chain, same run (CPU ms per create, all processes incl. the load generator):");
+  const total = (x: Step) => x.cpu.total ?? 0;
+  for (const [c, b] of bare) {
+    const a = csi.get(c);
+    if (!a) continue;
+    console.log(
+      `  c=${String(c).padEnd(3)} CSI ${a.f.opsPerSec.toFixed(0).padStart(5)}/s p50 ${a.f.p50.toFixed(2).padStart(6)} ms cpu ${total(a).toFixed(2)}` +
+        `   bare ${b.f.opsPerSec.toFixed(0).padStart(5)}/s p50 ${b.f.p50.toFixed(2).padStart(6)} ms cpu ${total(b).toFixed(2)}` +
+        `   CSI/bare: cpu ${(total(a) / total(b)).toFixed(2)}× p50 ${(a.f.p50 / b.f.p50).toFixed(2)}×`,
+    );
   }
-  const us = ((performance.now() - t) * 1000) / 200;
-  await rm(probe, { recursive: true, force: true });
-  return us;
+}
+
+/**
+ * What the file pool's create costs on this disk right now, as the pool does it (open O_EXCL,
+ * ftruncate, fstat, close, synchronously) in a directory made as the pool's is: CPU µs per create
+ * in a fresh directory, and after rounds of creates and deletes (a bench run's pattern; ext4 then
+ * searches past recently freed inodes).
+ */
+function fileCreateCost(dir: string): { fresh: number; churned: number } {
+  const probe = path.join(dir, "pools", "probe");
+  mkdirSync(probe, { recursive: true });
+  const round = (r: number) => {
+    const files = Array.from({ length: 500 }, (_, i) => path.join(probe, `r${r}-${i}.img`));
+    const before = process.cpuUsage();
+    for (const f of files) {
+      const fd = openSync(f, "wx", 0o600);
+      ftruncateSync(fd, MiB);
+      fstatSync(fd);
+      closeSync(fd);
+    }
+    const used = process.cpuUsage(before);
+    for (const f of files) unlinkSync(f);
+    return (used.user + used.system) / files.length;
+  };
+  const fresh = round(0);
+  let churned = fresh;
+  for (let r = 1; r <= 6; r++) churned = round(r);
+  rmSync(probe, { recursive: true, force: true });
+  return { fresh, churned };
 }
 
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
@@ -107,40 +169,63 @@ async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, 
     nats: nats.pid,
     redis: redis.pid,
   };
+  // The bare chain puts its files in the journal's pool directory: the same file system state.
+  const bare = PATHS.includes("bare") ? await startBareChain(dir, nats, redis, svc.poolDir) : undefined;
   // The floor of each path: its serial chain of bare calls at c=1 (p50): lock+read and
   // apply+unlock in Redis, the reservation and the created event acked by JetStream.
   const journalFloor = floors && floors.nats.p50 + 2 * floors.jetstream.p50 + 2 * floors.redis.p50;
+  const journalCreate = async (name: string) => {
+    const v = await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap });
+    check(v.name === name && v.sizeBytes === MiB, `volume.create ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+    return v.uuid;
+  };
+  const csiCreate = async (name: string) => {
+    const v = (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume;
+    check(!!v?.volume_id && Number(v.capacity_bytes) === MiB, `CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+    return v?.volume_id ?? "";
+  };
+  const paths: CreatePath[] = [];
+  if (PATHS.includes("journal"))
+    paths.push({
+      label: "journal",
+      create: journalCreate,
+      remove: async (uuid) => check((await client.call("bench", "volume.delete", { requestId: uuid, uuid })).deleted === true, `volume.delete ${uuid}`),
+      measureRemove: true,
+      procs,
+      ...(journalFloor ? { floorMs: journalFloor } : {}),
+    });
+  if (PATHS.includes("csi"))
+    paths.push({
+      label: "CSI",
+      create: csiCreate,
+      remove: (id) => ctrl.DeleteVolume({ volume_id: id }),
+      measureRemove: true,
+      procs,
+      ...(journalFloor && floors ? { floorMs: journalFloor + floors.grpc.p50 } : {}),
+    });
+  if (bare)
+    paths.push({
+      label: "bare",
+      create: bare.create,
+      remove: bare.remove,
+      measureRemove: false,
+      procs: { bench: process.pid, ...bare.pids, nats: nats.pid, redis: redis.pid },
+    });
   try {
-    console.log(`this disk right now: ${(await fileCreateMicros(dir)).toFixed(0)} µs to create, size and close one file (the pool's per-create cost)`);
-    await scenario(
-      "journal commands over NATS",
-      {
-        create: async (name) => {
-          const v = await client.call("bench", "volume.create", { requestId: name, name, sizeBytes: MiB, capabilities: cap });
-          check(v.name === name && v.sizeBytes === MiB, `volume.create ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
-          return v.uuid;
-        },
-        remove: async (uuid) => check((await client.call("bench", "volume.delete", { requestId: uuid, uuid })).deleted === true, `volume.delete ${uuid}`),
-        countImages: svc.countImages,
-      },
-      procs,
-      journalFloor,
+    const file = fileCreateCost(dir);
+    console.log(
+      `the pool's file create on this disk right now: ${file.fresh.toFixed(0)} µs of CPU in a fresh directory, ${file.churned.toFixed(0)} µs after 3,000 creates and deletes`,
     );
-    await scenario(
-      "CSI CreateVolume/DeleteVolume through the controller's gRPC socket",
-      {
-        create: async (name) => {
-          const v = (await ctrl.CreateVolume({ name, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume;
-          check(!!v?.volume_id && Number(v.capacity_bytes) === MiB, `CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
-          return v?.volume_id ?? "";
-        },
-        remove: (id) => ctrl.DeleteVolume({ volume_id: id }),
-        countImages: svc.countImages,
-      },
-      procs,
-      journalFloor && floors && journalFloor + floors.grpc.p50,
+    console.log(
+      "paths: journal = its NATS command; CSI = CreateVolume/DeleteVolume through the controller's gRPC socket; bare = the same hops, round trips and file with no application code (bench/lib/bare-chain.ts)",
     );
+    const figures = await levels(paths);
+    console.log("");
+    if (PATHS.includes("journal")) await storm("journal", journalCreate, procs, svc.countImages);
+    if (PATHS.includes("csi")) await storm("CSI", csiCreate, procs, svc.countImages);
+    compare(figures.get("CSI"), figures.get("bare"));
   } finally {
+    bare?.stop();
     ctrl.close();
     await nc.close();
     await svc.stop();
@@ -163,10 +248,10 @@ async function main(dir: string) {
   if (ONLY.includes("replay")) await replayScenario(dir);
 }
 
-// Where `npm start` keeps its data (the repo's .data): file creation costs differ a lot between
-// directories on this VM (~1 ms under /tmp, ~35 µs under /work); BENCH_DIR picks another.
+// Where `npm start` keeps its data (the repo's .data, prepared as it does: scripts/lib/data-dir.ts);
+// BENCH_DIR picks another. File creation costs differ a lot between directories on this VM.
 const benchRoot = process.env.BENCH_DIR ?? path.resolve(import.meta.dirname, "..", ".data");
-await mkdir(benchRoot, { recursive: true });
+prepareDataDir(benchRoot);
 const dir = await mkdtemp(path.join(benchRoot, "bench-"));
 try {
   await main(dir);

@@ -3,16 +3,17 @@
  * latency against the controller's and the journal's own handling time (their debug log lines),
  * so the rest is transport and scheduling between the processes.
  */
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { csiClient } from "@csi/runtime";
+import { prepareDataDir } from "../scripts/lib/data-dir.js";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { csiCap } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
 
 const N = Number(process.env.BENCH_N ?? 500);
 const root = path.resolve(import.meta.dirname, "..", ".data");
-await mkdir(root, { recursive: true });
+prepareDataDir(root);
 const dir = await mkdtemp(path.join(root, "trace-"));
 const nats = await startServer("nats", path.join(dir, "nats"));
 const redis = await startServer("redis", path.join(dir, "redis"));

@@ -18,6 +18,16 @@ export function cpuSeconds(pid: number | undefined): number {
   return t.user + t.sys;
 }
 
+/** Write-family system calls a process has made so far (`syscw` in /proc/<pid>/io): each socket write is one. 0 if it is gone. */
+export function writeCalls(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    return Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
 export type Processes = Record<string, number | undefined>;
 
 /**
@@ -25,9 +35,14 @@ export type Processes = Record<string, number | undefined>;
  * their `total`, and `kernel`: the share (%) of that total spent in the kernel (system calls,
  * socket wake-ups) rather than in the processes' own code.
  */
-export function cpuMeter(procs: Processes): { perOp(n: number): Record<string, number> } {
+export function cpuMeter(procs: Processes): { perOp(n: number): Record<string, number>; writesPerOp(n: number): Record<string, number> } {
   const before = Object.fromEntries(Object.entries(procs).map(([k, pid]) => [k, cpuTimes(pid)]));
+  const writesBefore = Object.fromEntries(Object.entries(procs).map(([k, pid]) => [k, writeCalls(pid)]));
   return {
+    /** Write system calls per operation, by process (how many socket writes a step cost each one). */
+    writesPerOp(n) {
+      return Object.fromEntries(Object.entries(procs).map(([k, pid]) => [k, (writeCalls(pid) - (writesBefore[k] ?? 0)) / n]));
+    },
     perOp(n) {
       const out: Record<string, number> = {};
       let total = 0;
@@ -47,11 +62,11 @@ export function cpuMeter(procs: Processes): { perOp(n: number): Record<string, n
   };
 }
 
-/** "bench 0.12 ctl 0.30 … total 1.10 (kernel 40%)" (ms of CPU per operation). */
-export function cpuLine(perOp: Record<string, number>): string {
+/** "bench 0.12 ctl 0.30 … total 1.10 (kernel 40%)" (ms of CPU per operation; or any per-op figures). */
+export function cpuLine(perOp: Record<string, number>, digits = 2): string {
   const { kernel, ...ms } = perOp;
   const line = Object.entries(ms)
-    .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+    .map(([k, v]) => `${k} ${v.toFixed(digits)}`)
     .join("  ");
   return kernel === undefined ? line : `${line} (kernel ${kernel.toFixed(0)}%)`;
 }

@@ -17,6 +17,7 @@ export async function startServices(dir: string, nats: LocalServer, redis: Local
     journals,
     controller,
     sock,
+    poolDir,
     countImages: async () => (await readdir(poolDir)).filter((f) => f.endsWith(".img")).length,
     stop: () => Promise.all([...journals.map((j) => j.stop()), controller.stop()]),
   };

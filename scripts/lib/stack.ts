@@ -32,6 +32,7 @@ import type { RedisAccess } from "@csi/runtime";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
+import { prepareDataDir } from "./data-dir.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
@@ -126,7 +127,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     );
   if (opts.ha && (opts.natsUrl || opts.redisUrl || opts.secure))
     throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL, and not with SECURE=1 (not built for the HA stack)");
-  mkdirSync(opts.dataDir, { recursive: true });
+  prepareDataDir(opts.dataDir);
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
   const servers: Stack["servers"] = {};

@@ -23,7 +23,7 @@ import { type Mutation, nameFromRedis, type RedisOp, stateFromHash } from "../do
 import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
 import type { Hash } from "../domain/records.js";
 
-const LOCK_AND_READ = `
+export const LOCK_AND_READ = `
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys],
 --   p=projection key, r=record key prefix: also read the hash <r><value of the first field>}
 local q = cjson.decode(ARGV[3])
@@ -47,7 +47,7 @@ if q.r and fields[1] and fields[1] ~= '' then rec = redis.call('HGETALL', q.r ..
 return {1, redis.call('HGET', q.p, 'complete') == '1' and 1 or 0, cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
 `;
 
-const APPLY_AND_UNLOCK = `
+export const APPLY_AND_UNLOCK = `
 -- ARGV[1] json [{g=[key, field], s=seq, o=[[cmd, args...]]}], ARGV[2] json [[lock key, token]],
 -- ARGV[3] projection key, ARGV[4] json condition: {} = an operation's events (the projection must be
 --   complete); {p=watermark the batch starts from, w=its last seq} (a catch-up: also on a complete projection only)

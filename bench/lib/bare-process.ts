@@ -1,0 +1,129 @@
+/**
+ * One process of the bare chain (bench/lib/bare-chain.ts): a CreateVolume's hops and round trips
+ * with no application code. `front` stands where the controller does (a gRPC unary method over a
+ * unix socket → one NATS request), `back` where the journal does (per request: the journal's own
+ * lock-and-read Lua script, two events published together and acked by JetStream with their
+ * fences, the pool's file create, the created event fenced on the volume's subject, the journal's
+ * apply-and-unlock Lua script, the reply). Transport settings are the services' own (connectNats'
+ * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
+ *
+ * node --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
+ * node --import tsx bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
+ */
+import { randomUUID } from "node:crypto";
+import { closeSync, fstatSync, ftruncateSync, openSync } from "node:fs";
+import path from "node:path";
+import { AckedPublisher, connectNats, redisConnectOptions } from "@csi/runtime";
+import * as grpc from "@grpc/grpc-js";
+import type { Msg } from "@nats-io/nats-core";
+import { Redis } from "ioredis";
+import { APPLY_AND_UNLOCK, LOCK_AND_READ } from "../../services/journal/src/adapters/redis-store.js";
+import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
+
+const raw = (b: Buffer) => b;
+
+async function front(socket: string, natsUrl: string): Promise<void> {
+  const nc = await connectNats({ servers: natsUrl, noAsyncTraces: true });
+  const server = new grpc.Server();
+  const def = {
+    Create: {
+      path: BARE_METHOD,
+      requestStream: false,
+      responseStream: false,
+      requestSerialize: raw,
+      requestDeserialize: raw,
+      responseSerialize: raw,
+      responseDeserialize: raw,
+    },
+  };
+  server.addService(def as unknown as grpc.ServiceDefinition, {
+    Create: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+      nc.request(BARE_SUBJECT, call.request, { timeout: 30_000 }).then(
+        (m) => cb(null, Buffer.from(m.data)),
+        (err: Error) => cb({ code: grpc.status.INTERNAL, details: err.message }),
+      );
+    },
+  });
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
+  );
+}
+
+/** An event of about the size the journal writes (300–500 bytes of JSON). */
+function event(type: string, uuid: string, name: string, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    type,
+    uuid,
+    name,
+    pool: "default",
+    poolId: "0001",
+    imageName: `csi-vol-${uuid}`,
+    sizeBytes: 1048576,
+    meta: { requestId: name, actor: { role: "journal", id: "bench" }, time: new Date().toISOString() },
+    ...extra,
+  });
+}
+
+async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise<void> {
+  const nc = await connectNats({ servers: natsUrl, noAsyncTraces: true });
+  const pub = new AckedPublisher(nc);
+  const r = new Redis(redisUrl, { ...redisConnectOptions({ redisUrl }), enableAutoPipelining: true }) as Redis & {
+    lockAndRead(token: string, ttl: number, q: string): Promise<unknown[]>;
+    applyAndUnlock(muts: string, locks: string, proj: string, cond: string): Promise<number>;
+  };
+  r.defineCommand("lockAndRead", { numberOfKeys: 0, lua: LOCK_AND_READ });
+  r.defineCommand("applyAndUnlock", { numberOfKeys: 0, lua: APPLY_AND_UNLOCK });
+  const p = "{bare}:projection";
+  await r.hset(p, "complete", "1");
+  const handle = async (m: Msg) => {
+    const { name } = JSON.parse(m.string()) as { name: string };
+    const token = randomUUID();
+    const lock = `{bare}:lock.name.volume.${name}`;
+    const q = {
+      l: [lock],
+      a: [],
+      f: [
+        ["{bare}:dir.volume", name],
+        ["{bare}:dirseq.volume", name],
+      ],
+      c: [],
+      p,
+      r: "{bare}:volume.",
+    };
+    await r.lockAndRead(token, 30_000, JSON.stringify(q));
+    const uuid = randomUUID();
+    const [, reservedSeq] = await Promise.all([
+      pub.publish(`${BARE_EVENTS}.name.${name}`, event("NameReserved", uuid, name), { expectedLastSubjectSequence: 0 }),
+      pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeReserved", uuid, name, { digest: "x".repeat(64) }), { expectedLastSubjectSequence: 0 }),
+    ]);
+    const fd = openSync(path.join(poolDir, `bare-${uuid}`), "wx", 0o600);
+    try {
+      ftruncateSync(fd, 1048576);
+      fstatSync(fd, { bigint: true });
+    } finally {
+      closeSync(fd);
+    }
+    const createdSeq = await pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeCreated", uuid, name, { imageId: "1" }), {
+      expectedLastSubjectSequence: reservedSeq,
+    });
+    const rec = `{bare}:volume.${uuid}`;
+    const muts = [
+      { g: ["{bare}:dirseq.volume", name], s: createdSeq, o: [["HSET", "{bare}:dir.volume", name, uuid]] },
+      {
+        g: [rec, "seq"],
+        s: createdSeq,
+        o: [["HSET", rec, "name", name, "pool", "default", "image", `csi-vol-${uuid}`, "size", "1048576", "state", "created"]],
+      },
+    ];
+    await r.applyAndUnlock(JSON.stringify(muts), JSON.stringify([[lock, token]]), p, "{}");
+    m.respond(JSON.stringify({ uuid, name, sizeBytes: 1048576, pool: "default", imageName: `csi-vol-${uuid}` }));
+  };
+  nc.subscribe(BARE_SUBJECT, { queue: "bare", callback: (_err, m) => void handle(m).catch((err: Error) => m.respond(`error: ${err.message}`)) });
+  await nc.flush();
+}
+
+const [role, ...args] = process.argv.slice(2);
+if (role === "front") await front(args[0] as string, args[1] as string);
+else if (role === "back") await back(args[0] as string, args[1] as string, args[2] as string);
+else throw new Error(`unknown role ${role}`);
+console.log("ready");
