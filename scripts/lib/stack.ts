@@ -29,10 +29,10 @@ import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import type { RedisAccess } from "@csi/runtime";
+import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
-import { prepareDataDir } from "./data-dir.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
