@@ -69,26 +69,32 @@ interface CreatePath {
 type Step = { f: Figures; cpu: Record<string, number> };
 
 /**
- * At each level, every path in turn: N distinct-name creates, then N deletes (each path leaves
- * the pool as it found it, so the file system is in the same state for the next one). Returns the
- * creates' figures by path and level.
+ * At each level, every path's N distinct-name creates, then every path's N deletes. The creates
+ * of all paths come before the deletes so that each path's creates find the pool directory in
+ * the same state: on an ext4 without a journal (this VM's), a create scans past every inode of
+ * its group deleted in the last minutes (docs/performance.md, "The file pool's create"). Returns
+ * the creates' figures by path and level.
  */
 async function levels(paths: CreatePath[]): Promise<Map<string, Map<number, Step>>> {
   const out = new Map(paths.map((p) => [p.label, new Map<number, Step>()]));
   for (const c of LEVELS) {
     console.log(`\nconcurrency ${c} (N=${N} each)`);
+    const made = new Map<CreatePath, string[]>();
     for (const p of paths) {
       const ids: string[] = [];
       const tag = randomUUID().slice(0, 8);
-      let cpu = cpuMeter(p.procs);
+      const cpu = cpuMeter(p.procs);
       const created = await measure(N, c, async (i) => {
         ids[i] = await p.create(`bench-${tag}-${i}`);
       });
-      const createCpu = cpu.perOp(N);
-      out.get(p.label)?.set(c, { f: created, cpu: createCpu });
-      report(`${p.label} create`, created, createCpu, c === 1 ? p.floorMs : undefined, cpu.writesPerOp(N));
+      const perOp = cpu.perOp(N);
+      out.get(p.label)?.set(c, { f: created, cpu: perOp });
+      made.set(p, ids);
+      report(`${p.label} create`, created, perOp, c === 1 ? p.floorMs : undefined, cpu.writesPerOp(N));
       if (new Set(ids).size !== N && created.errors === 0) failures.push(`${p.label} c=${c}: ${new Set(ids).size} distinct answers for ${N} creates`);
-      cpu = cpuMeter(p.procs);
+    }
+    for (const [p, ids] of made) {
+      const cpu = cpuMeter(p.procs);
       const deleted = await measure(N, c, (i) => p.remove(ids[i] as string));
       if (p.measureRemove) report(`${p.label} delete`, deleted, cpu.perOp(N), undefined, cpu.writesPerOp(N));
       else if (deleted.errors > 0) failures.push(`${p.label} cleanup: ${deleted.firstErrors.join("; ")}`);

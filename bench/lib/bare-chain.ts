@@ -20,7 +20,8 @@ export const BARE_EVENTS = "bare.ev";
 const SCRIPT = path.join(import.meta.dirname, "bare-process.ts");
 
 function spawnBare(args: string[]) {
-  const child = spawn(process.execPath, ["--import", "tsx", SCRIPT, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  const prof = process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
+  const child = spawn(process.execPath, [...prof, "--import", "tsx", SCRIPT, ...args], { stdio: ["ignore", "pipe", "inherit"] });
   const ready = new Promise<void>((resolve, reject) => {
     child.stdout.on("data", (b: Buffer) => b.toString().includes("ready") && resolve());
     child.once("exit", (code) => reject(new Error(`bare ${args[0]} exited with ${code} before it was ready`)));

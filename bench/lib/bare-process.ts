@@ -126,4 +126,6 @@ const [role, ...args] = process.argv.slice(2);
 if (role === "front") await front(args[0] as string, args[1] as string);
 else if (role === "back") await back(args[0] as string, args[1] as string, args[2] as string);
 else throw new Error(`unknown role ${role}`);
+// SIGTERM ends it through exit, so a --cpu-prof profile is written.
+process.once("SIGTERM", () => process.exit(0));
 console.log("ready");
