@@ -2,31 +2,35 @@
  * `npm run bench`: throughput, latency and CPU per operation (never asserted by a test).
  *
  * Against fresh nats-server / redis-server processes, one journal process and one controller
- * process, with their data where `npm start` keeps its own (the repo's .data; BENCH_DIR elsewhere):
+ * process, with their data under the repo's .data (BENCH_DIR elsewhere) on the disk BENCH_DISK
+ * picks (benchDisk: by default, as root, a fresh journaled ext4 on a loop device):
  *   0. floors: a bare grpc-js call, a NATS request, a JetStream publish+ack, a Redis PING;
- *   1. N distinct-name creates then N deletes at concurrency 1, 16, 64 through the journal's NATS
- *      commands, and a storm of 200 concurrent creates of one name (images made: must be 1);
- *   2. the same through the controller's CSI gRPC socket (CreateVolume / DeleteVolume);
- *   3. scale: create/delete, ControllerGetVolume and a ListVolumes page with 100 and then 100,000
+ *   1. at concurrency 1, 16, 64: N distinct-name creates through each path — the journal's NATS
+ *      command, the controller's CSI gRPC socket (CreateVolume), and the bare chain (the same hops,
+ *      round trips and file with no application code: bench/lib/bare-chain.ts) — then N deletes
+ *      through each; then a storm of 200 concurrent creates of one name per path (images made:
+ *      must be 1), and the CSI creates against the bare chain's, level by level;
+ *   2. scale: create/delete, ControllerGetVolume and a ListVolumes page with 100 and then 100,000
  *      volumes in the journal; Redis memory and JetStream bytes per volume (bench/scale.ts);
- *   4. replay: rebuild, start-up check and point-in-time replay of 200k events (bench/replay.ts).
+ *   3. replay: rebuild, start-up check and point-in-time replay of 200k events (bench/replay.ts).
  * Every answer is checked; a scenario with errors is reported as FAILED and the bench exits 1.
- * CPU ms per operation is read from /proc for every process (bench = this load generator).
+ * CPU ms and write system calls per operation are read from /proc for every process (bench =
+ * this load generator).
  * Env: BENCH_N (default 2000), BENCH_CONCURRENCY ("1,16,64"), BENCH_JOURNALS (replicas, 1),
- * BENCH_ONLY ("floors,ops,scale,replay"), BENCH_PATHS ("journal,csi,bare": which paths the ops step drives; bare = the same hops with no application code), BENCH_SCALE (100000), BENCH_REPLAY_EVENTS (200000),
- * BENCH_DIR, BENCH_DISK=ext4 (the data on a fresh journaled ext4, a loop device: see benchDisk),
- * BENCH_PROFILE=<dir> (CPU profiles of journal and controller).
+ * BENCH_ONLY ("floors,ops,scale,replay"), BENCH_PATHS ("journal,csi,bare"), BENCH_SCALE (100000),
+ * BENCH_REPLAY_EVENTS (200000), BENCH_DIR, BENCH_DISK ("ext4" or "here"), BENCH_PROFILE=<dir>
+ * (CPU profiles of the journal, the controller and the bare chain's processes).
  */
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, rmSync, unlinkSync } from "node:fs";
+import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
 import { prepareDataDir } from "../scripts/lib/data-dir.js";
 import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
-import { cleanupUnder } from "../scripts/lib/machine.js";
+import { cleanupUnder, whyNoDevices } from "../scripts/lib/machine.js";
 import { startBareChain } from "./lib/bare-chain.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
@@ -252,9 +256,9 @@ async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, 
   }
 }
 
-async function main(dir: string) {
+async function main({ dir, what }: { dir: string; what: string }) {
   console.log(
-    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; data (JetStream, Redis AOF, file pool) in ${dir}`,
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; data (JetStream, Redis AOF, file pool) in ${dir}: ${what}`,
   );
   const nats = await startServer("nats", path.join(dir, "nats"));
   const redis = await startServer("redis", path.join(dir, "redis"));
@@ -268,15 +272,40 @@ async function main(dir: string) {
   if (ONLY.includes("replay")) await replayScenario(dir);
 }
 
+/** Every process below `root` (its children, theirs, …), from /proc. */
+function descendants(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {} // gone meanwhile
+  }
+  const out: number[] = [];
+  const todo = [root];
+  for (let pid = todo.pop(); pid !== undefined; pid = todo.pop()) {
+    for (const child of children.get(pid) ?? []) {
+      out.push(child);
+      todo.push(child);
+    }
+  }
+  return out;
+}
+
 /**
- * BENCH_DISK=ext4: the run's data (JetStream, Redis AOF, the file pool) on a fresh 8 GiB ext4
- * with a journal on a loop device (root only), as on a server's own data disk. This VM's root
+ * Where the run's data lives (JetStream, Redis AOF, the file pool). BENCH_DISK=ext4, the default
+ * where loop devices can be used (root): a fresh 8 GiB ext4 with a journal on a loop device, as a
+ * server's own data disk would be. BENCH_DISK=here: the bench directory itself. This VM's root
  * file system is an ext4 without a journal, where a create scans past every recently deleted
- * inode of its group, so the pool's create grows from ~30 µs to ~0.5 ms over a run
- * (docs/performance.md, "The file pool's create").
+ * inode of its group, so the pool's create grows from ~30 µs to ~0.5 ms over a run and decides
+ * the figures (docs/performance.md, "The file pool's create is the disk's").
  */
-function benchDisk(dir: string): string {
-  if (process.env.BENCH_DISK !== "ext4") return dir;
+function benchDisk(dir: string): { dir: string; what: string } {
+  const disk = process.env.BENCH_DISK ?? (whyNoDevices() ? "here" : "ext4");
+  if (disk === "here") return { dir, what: "the bench directory's own disk (BENCH_DISK=here)" };
+  if (disk !== "ext4") throw new Error(`BENCH_DISK=${disk}: use ext4 or here`);
   const image = path.join(dir, "disk.img");
   const mnt = path.join(dir, "disk");
   closeSync(openSync(image, "w"));
@@ -284,7 +313,7 @@ function benchDisk(dir: string): string {
   execFileSync("mkfs.ext4", ["-q", "-F", image]);
   mkdirSync(mnt);
   execFileSync("mount", ["-o", "loop", image, mnt]);
-  return mnt;
+  return { dir: mnt, what: "a fresh ext4 with a journal on a loop device (BENCH_DISK=ext4)" };
 }
 
 // Where `npm start` keeps its data (the repo's .data, prepared as it does: scripts/lib/data-dir.ts);
@@ -292,6 +321,18 @@ function benchDisk(dir: string): string {
 const benchRoot = process.env.BENCH_DIR ?? path.resolve(import.meta.dirname, "..", ".data");
 prepareDataDir(benchRoot);
 const dir = await mkdtemp(path.join(benchRoot, "bench-"));
+// Interrupted: end every process the bench started (servers, services, the bare chain), then
+// unmount the loop disk and remove it all.
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.once(sig, () => {
+    for (const pid of descendants(process.pid)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {}
+    }
+    setTimeout(() => void cleanupUnder(dir).finally(() => process.exit(130)), 500);
+  });
+}
 try {
   await main(benchDisk(dir));
 } catch (err) {
