@@ -23,7 +23,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -31,6 +31,7 @@ import { connectNats, csiClient, JournalClient } from "@csi/runtime";
 import { prepareDataDir } from "../scripts/lib/data-dir.js";
 import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
 import { cleanupUnder, whyNoDevices } from "../scripts/lib/machine.js";
+import { createSizedFile } from "../services/journal/src/adapters/file-pool.js";
 import { startBareChain } from "./lib/bare-chain.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
@@ -89,8 +90,9 @@ async function levels(paths: CreatePath[]): Promise<Map<string, Map<number, Step
   // Warm-up, not measured: every path's code compiled and its connections settled before the first level.
   for (const p of paths) {
     const ids: string[] = [];
+    const tag = randomUUID().slice(0, 8);
     const warm = await measure(WARMUP, 16, async (i) => {
-      ids[i] = await p.create(`warmup-${randomUUID().slice(0, 8)}-${i}`);
+      ids[i] = await p.create(`warmup-${tag}-${i}`);
     });
     const removed = await measure(WARMUP, 16, (i) => p.remove(ids[i] as string));
     if (warm.errors + removed.errors > 0) failures.push(`${p.label} warm-up: ${[...warm.firstErrors, ...removed.firstErrors].join("; ")}`);
@@ -162,12 +164,7 @@ function fileCreateCost(dir: string): { fresh: number; churned: number } {
   const round = (r: number) => {
     const files = Array.from({ length: 500 }, (_, i) => path.join(probe, `r${r}-${i}.img`));
     const before = process.cpuUsage();
-    for (const f of files) {
-      const fd = openSync(f, "wx", 0o600);
-      ftruncateSync(fd, MiB);
-      fstatSync(fd);
-      closeSync(fd);
-    }
+    for (const f of files) createSizedFile(f, MiB, 0o600);
     const used = process.cpuUsage(before);
     for (const f of files) unlinkSync(f);
     return (used.user + used.system) / files.length;
@@ -308,8 +305,8 @@ function benchDisk(dir: string): { dir: string; what: string } {
   if (disk !== "ext4") throw new Error(`BENCH_DISK=${disk}: use ext4 or here`);
   const image = path.join(dir, "disk.img");
   const mnt = path.join(dir, "disk");
-  closeSync(openSync(image, "w"));
-  execFileSync("truncate", ["-s", "8G", image]);
+  writeFileSync(image, "");
+  truncateSync(image, 8 * 2 ** 30);
   execFileSync("mkfs.ext4", ["-q", "-F", image]);
   mkdirSync(mnt);
   execFileSync("mount", ["-o", "loop", image, mnt]);

@@ -11,12 +11,12 @@
  * node --import tsx bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
  */
 import { randomUUID } from "node:crypto";
-import { closeSync, fstatSync, ftruncateSync, openSync } from "node:fs";
 import path from "node:path";
 import { AckedPublisher, connectNats, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
+import { createSizedFile } from "../../services/journal/src/adapters/file-pool.js";
 import { APPLY_AND_UNLOCK, LOCK_AND_READ } from "../../services/journal/src/adapters/redis-store.js";
 import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
 
@@ -108,13 +108,7 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
       pub.publish(`${BARE_EVENTS}.name.${name}`, event("NameReserved", uuid, name), { expectedLastSubjectSequence: 0 }),
       pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeReserved", uuid, name, { digest: "x".repeat(64) }), { expectedLastSubjectSequence: 0 }),
     ]);
-    const fd = openSync(path.join(poolDir, `bare-${uuid}`), "wx", 0o600);
-    try {
-      ftruncateSync(fd, 1048576);
-      fstatSync(fd, { bigint: true });
-    } finally {
-      closeSync(fd);
-    }
+    createSizedFile(path.join(poolDir, `bare-${uuid}`), 1048576, 0o644);
     const createdSeq = await pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeCreated", uuid, name, { imageId: "1" }), {
       expectedLastSubjectSequence: reservedSeq,
     });
