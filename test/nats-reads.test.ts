@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError, subjects } from "@csi/contracts";
+import { fleetAccess } from "@csi/runtime";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { NodeDirectory } from "../services/controller/src/adapters/nodes.js";
@@ -51,7 +52,7 @@ test("a subject without events is empty; with the server gone every read is Unav
 });
 
 test("a node directory: an unknown node is undefined; with the server gone the lookup is Unavailable, not 'not registered'", async () => {
-  const nodes = new NodeDirectory(nc);
+  const nodes = new NodeDirectory(nc, fleetAccess(false));
   assert.equal(await nodes.get("nobody"), undefined, "no stream yet: nobody is registered");
   try {
     await env.nats.kill();

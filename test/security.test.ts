@@ -15,7 +15,18 @@ import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { accessEnv, natsAccessFrom, redisAccessFrom } from "@csi/cli/auth-files";
-import { DeviceStateReported, decomposeVolumeId, inboxPrefix, type NatsRole, NODE_WORK_STREAM, nodeQueues, nodeSubjects, subjects } from "@csi/contracts";
+import {
+  clusterLogApi,
+  DeviceStateReported,
+  decomposeVolumeId,
+  FLEET_API,
+  inboxPrefix,
+  type NatsRole,
+  NODE_WORK_STREAM,
+  nodeQueues,
+  nodeSubjects,
+  subjects,
+} from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient, lastMessageOf, natsConnectOptions, redisConnectOptions } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, PermissionViolationError } from "@nats-io/transport-node";
@@ -59,6 +70,14 @@ function authInit(out: string, more: string[] = []): AuthInit {
   }
   for (const f of [result.natsConfig, result.redisAcl]) assert.equal(statSync(f).mode & 0o777, 0o600, `${f} is 0600`);
   return result;
+}
+
+/** `csictl fleet init` as an operator runs it, as the fleet user of the auth directory. */
+function fleetInit(natsUrl: string, authDir: string): void {
+  execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--nats", natsUrl, "fleet", "init", "--auth-dir", authDir], {
+    encoding: "utf8",
+    env: withoutServerEnv(process.env),
+  });
 }
 
 /** A rejection by the server's permissions (nats.js turns the -ERR into a PermissionViolationError). */
@@ -112,6 +131,7 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
     // One after the other: a server that fails to start must not leave the other one running.
     nats = await startServer("nats", path.join(dir, "nats"), undefined, ["-c", auth.natsConfig]);
     redis = await startServer("redis", path.join(dir, "redis"), undefined, ["--aclfile", auth.redisAcl]);
+    fleetInit(nats.url, auth.dir);
     const clustersFile = await writeClustersFile(dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
     const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir };
     procs.push(await spawnService("journal", { ...base, ...accessEnv(auth.dir, journalRole), CLUSTER_ID: CLUSTER }));
@@ -217,7 +237,8 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
       const subject = subjects.volumeEvents(CLUSTER, uuid);
       const event = { type: "VolumeDeleted", uuid, v: 1, requestId: "forged", actor: { service: "journal", replica: "x" }, time: new Date().toISOString() };
       await assert.rejects(jetstream(nc).publish(subject, JSON.stringify(event)), isViolation("publish", subject));
-      const stored = await lastMessageOf(jetstreamManager(await connectAs(adminRole)), subjects.streamName(CLUSTER), subject);
+      const reader = jetstreamManager(await connectAs(adminRole), { apiPrefix: clusterLogApi(CLUSTER), checkAPI: false });
+      const stored = await lastMessageOf(reader, subjects.streamName(CLUSTER), subject);
       assert.equal(stored, undefined, "nothing landed in the log");
     });
 
@@ -228,14 +249,14 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
 
     test("making a consumer (a push consumer could deliver anywhere) and pulling n2's work are refused", async () => {
       const own = nodeQueues.work(N1);
-      const jsm = await jetstreamManager(nc);
+      const jsm = await jetstreamManager(nc, { checkAPI: false });
       const create = `$JS.API.CONSUMER.CREATE.${own.stream}.evil.${own.filterSubject}`;
       await assert.rejects(
         jsm.consumers.add(own.stream, { name: "evil", filter_subject: own.filterSubject, deliver_subject: subjects.volumeEvents(CLUSTER, uuid) }),
         isViolation("publish", create),
       );
       const other = nodeQueues.work(N2);
-      const next = `$JS.API.CONSUMER.MSG.NEXT.${NODE_WORK_STREAM}.${other.consumer}`;
+      const next = `${FLEET_API}.CONSUMER.MSG.NEXT.${NODE_WORK_STREAM}.${other.consumer}`;
       await assert.rejects(nc.request(next, JSON.stringify({ batch: 1, expires: 1e9 }), { timeout: 3000 }), isViolation("publish", next));
     });
 

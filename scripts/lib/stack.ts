@@ -26,9 +26,10 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { writeAuthDir } from "@csi/cli/auth";
-import { accessEnv } from "@csi/cli/auth-files";
-import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
-import type { RedisAccess } from "@csi/runtime";
+import { accessEnv, natsAccessFrom } from "@csi/cli/auth-files";
+import { DEFAULT_CLUSTERS, inboxPrefix, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
+import { initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
+import { connect } from "@nats-io/transport-node";
 import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
@@ -172,6 +173,17 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const ha = opts.ha ? await haServers() : undefined;
     const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
     const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
+    if (auth) {
+      // The account layout: the FLEET account's streams and consumers are made by its operator, before any service starts.
+      const fleet = { kind: "fleet" } as const;
+      const nc = await connect(natsConnectOptions({ natsUrl, ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }));
+      try {
+        await initFleet(nc, clusters, [nodeId]);
+      } finally {
+        await nc.close();
+      }
+      step("fleet account initialised", { clusters, nodes: [nodeId] });
+    }
     /** A role's credentials (none on an open stack). */
     const roleEnv = (role: NatsRole) => (auth ? accessEnv(auth.dir, role) : {});
     const env = {

@@ -218,6 +218,17 @@ export function buildProgram(): Command {
     .option("--force", "replace the credentials already in --out")
     .action(act(async (s, o) => (await import("./commands/auth.js")).authInit(s, o)));
 
+  program
+    .command("fleet")
+    .description("the FLEET account of the NATS account layout (docs/security.md)")
+    .command("init")
+    .description("make the node registry, node work and device report streams and every declared node's and cluster's consumer (idempotent)")
+    .option("--auth-dir <dir>", "an auth init directory: its clusters and nodes, and its fleet user's credentials")
+    .option("--nodes <ids>", "node ids, comma-separated (without --auth-dir; credentials from NATS_USER/NATS_PASSWORD or NATS_CREDS)")
+    .option("--clusters <ids>", "storage clusters, comma-separated (default: those of the clusters file)")
+    .option("--replicas <n>", "stream replicas of the streams made (default 1; 3 on a NATS cluster)")
+    .action(act(async (s, o) => (await import("./commands/fleet.js")).fleetInit(s, o)));
+
   return program;
 }
 

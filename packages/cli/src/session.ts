@@ -5,7 +5,8 @@
  * it, never a hang: every connection and call is bounded by --timeout.
  */
 import path from "node:path";
-import { type Clusters, DriverError, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
+import { type Clusters, clusterLogApi, DriverError, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
+import { EventLog } from "@csi/journal/operator";
 import {
   AccessError,
   type CsiClient,
@@ -13,12 +14,15 @@ import {
   connectNats,
   csiClient,
   describeRedis,
+  type FleetAccess,
+  fleetAccess,
   JournalClient,
   loadClusters,
   natsConnectOptions,
   redactUrl,
   redisConnectOptions,
 } from "@csi/runtime";
+import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
@@ -75,12 +79,14 @@ export class Session {
     }
   }
 
-  nats(role: NatsRole = ADMIN): Promise<NatsConnection> {
+  /** A connection as `role`: its credentials from `authDir` (an auth init directory), else as the targets say. */
+  nats(role: NatsRole = ADMIN, authDir?: string): Promise<NatsConnection> {
     const url = this.#need("natsUrl", "--nats", "NATS server");
-    const key = JSON.stringify(role);
+    const key = JSON.stringify([role, authDir]);
     const open = this.#nats.get(key);
     if (open) return open;
-    const { natsAuthDir, natsAccess } = this.targets;
+    const { natsAccess } = this.targets;
+    const natsAuthDir = authDir ?? this.targets.natsAuthDir;
     const opts = this.#access(() =>
       natsConnectOptions(
         { natsUrl: url, ...(natsAuthDir ? natsAccessFrom(natsAuthDir, role) : natsAccess) },
@@ -92,6 +98,33 @@ export class Session {
     });
     this.#nats.set(key, nc);
     return nc;
+  }
+
+  /** Whether NATS runs the account layout (docs/security.md): a locked-down stack's, or NATS_ACCOUNTS=1. */
+  accounts(): boolean {
+    return !!this.targets.natsAuthDir || (this.targets.natsAccess as { natsAccounts?: unknown } | undefined)?.natsAccounts === "1";
+  }
+
+  /** Where the node fleet's streams are reached from csictl's account. */
+  fleet(): FleetAccess {
+    return fleetAccess(this.accounts());
+  }
+
+  /** The JetStream API prefix csictl reads a cluster's log through: undefined on one account, the read API it imports in the layout. */
+  logApi(cluster: string): string | undefined {
+    return this.accounts() ? clusterLogApi(cluster) : undefined;
+  }
+
+  /** A JetStream manager for reading a cluster's log. */
+  async logManager(cluster: string): Promise<JetStreamManager> {
+    const apiPrefix = this.logApi(cluster);
+    return jetstreamManager(await this.nats(), apiPrefix ? { apiPrefix, checkAPI: false } : {});
+  }
+
+  /** A cluster's event log, read as csictl (admin) reads it. */
+  async eventLog(cluster: string): Promise<EventLog> {
+    const apiPrefix = this.logApi(cluster);
+    return new EventLog(await this.nats(), { cluster, ...(apiPrefix ? { apiPrefix } : {}) });
   }
 
   redis(): Promise<Redis> {

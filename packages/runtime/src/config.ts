@@ -95,6 +95,11 @@ export const natsAccessShape = {
   natsTlsCa: z.string().optional(),
   natsTlsCert: z.string().optional(),
   natsTlsKey: z.string().optional(),
+  /** The server runs the account layout of docs/security.md: the node fleet's streams are in the FLEET account. */
+  natsAccounts: z
+    .enum(["0", "1"])
+    .default("0")
+    .transform((v) => v === "1"),
 };
 export const NATS_ACCESS_SETTINGS = {
   natsUrl: { env: "NATS_URL" },
@@ -104,6 +109,7 @@ export const NATS_ACCESS_SETTINGS = {
   natsTlsCa: { env: "NATS_TLS_CA" },
   natsTlsCert: { env: "NATS_TLS_CERT" },
   natsTlsKey: { env: "NATS_TLS_KEY" },
+  natsAccounts: { env: "NATS_ACCOUNTS" },
 } as const;
 
 /**

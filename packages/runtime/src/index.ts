@@ -8,6 +8,7 @@ export * from "./keyed-mutex.js";
 export * from "./nats/acked-publish.js";
 export * from "./nats/connect.js";
 export * from "./nats/durable-queue.js";
+export * from "./nats/fleet.js";
 export * from "./nats/last-message.js";
 export * from "./nats/node-streams.js";
 export * from "./nats/stream-range.js";

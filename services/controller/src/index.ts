@@ -9,6 +9,7 @@ import {
   connectNats,
   csiIdentity,
   drainAll,
+  fleetAccess,
   grpcServerMetrics,
   JournalClient,
   journalAnswers,
@@ -51,7 +52,7 @@ export async function startController(cfg: ControllerConfig, logger: Logger, ops
     return silent.length === 0 || `no journal replica answers for cluster ${silent.slice(0, 5).join(", ")}${silent.length > 5 ? ", ..." : ""}`;
   });
   const journal = new JournalClient(nc, cfg.journalTimeoutMs);
-  const nodes = new NodeDirectory(nc);
+  const nodes = new NodeDirectory(nc, fleetAccess(cfg.natsAccounts));
   const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };
 
   /** Probe: ready when NATS is up and a journal replica of the default cluster answers a service ping. */

@@ -8,7 +8,8 @@ import {
   connectNats,
   consumeQueue,
   drainAll,
-  ensureNodeStreams,
+  ensureFleetStreams,
+  fleetAccess,
   loadClusters,
   natsConnectOptions,
   Ops,
@@ -77,10 +78,12 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
 
   const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
   await events.ensureStream();
-  // Journals make the streams and queues nodes use: a locked-down node-agent may not (docs/security.md).
+  // On one account, journals make the streams and queues nodes use; in the account layout they are
+  // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
-  await ensureNodeStreams(nc, streams);
-  const nodeQueueMaker = makeNodeQueues(nc, log, streams);
+  const fleet = fleetAccess(cfg.natsAccounts);
+  await ensureFleetStreams(nc, fleet, streams);
+  const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams) : { stop: () => {} };
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
@@ -103,7 +106,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     lockWaitMs: cfg.lockWaitMs,
     now: () => new Date(),
     observeLockWait: metrics.lockWait,
-    heartbeats: (nodeIds) => lastHeartbeats(nc, nodeIds),
+    heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs, observe: metrics.command });
@@ -120,7 +123,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return journal.reportDevice(r);
     },
     log,
-    { what: "device reports", ...streams },
+    { what: "device reports", at: fleet, waitForQueue: !fleet.makes, ...streams },
   );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;

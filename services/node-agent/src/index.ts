@@ -11,7 +11,8 @@ import {
   consumeQueue,
   csiIdentity,
   drainAll,
-  ensureNodeStreams,
+  ensureFleetStreams,
+  fleetAccess,
   grpcServerMetrics,
   loadClusters,
   natsConnectOptions,
@@ -72,9 +73,11 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
 
   const streams = { replicas: cfg.streamReplicas };
-  await ensureNodeStreams(nc, streams);
+  const fleet = fleetAccess(cfg.natsAccounts);
+  await ensureFleetStreams(nc, fleet, streams);
   const heartbeat = startHeartbeat(
     nc,
+    fleet,
     () => ({
       nodeId: cfg.nodeId,
       maxVolumes: cfg.maxVolumes,
@@ -88,10 +91,12 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   );
   await heartbeat.beat();
 
-  // Made by the node itself where it may, else by a journal once it sees the registration above (docs/security.md).
+  // Made by the node itself where it may, else by a journal once it sees the registration above, or
+  // by `csictl fleet init` in the account layout (docs/security.md).
   const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, {
     what: "node work",
     waitForQueue: true,
+    at: fleet,
     ...streams,
   });
   const server = await startCsiServer({

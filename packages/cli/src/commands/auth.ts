@@ -1,18 +1,19 @@
 /**
  * `auth init`: every role's credentials and the server side of them, in one directory
- * (domain/auth-files.ts): the nats-server authorization block (one user per role, permissions from
- * @csi/contracts' natsPermissions; bcrypt hashes of random passwords, or nkeys with --nkeys), the
+ * (domain/auth-files.ts): the nats-server accounts block (an account per trust domain, a user per
+ * role, exports and imports and permissions from @csi/contracts' natsAccountSpecs; bcrypt hashes of
+ * random passwords, or nkeys with --nkeys), the list of clusters and nodes it was made for, the
  * Redis ACL file (the journal's user; the default user off) and the secrets, each 0600. Nothing
  * secret is printed. docs/security.md says how to use them.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { type NatsRole, type NatsUserEntry, natsAuthorizationConfig, natsPermissions, natsRoles, natsUser } from "@csi/contracts";
+import { type NatsRole, type NatsUserEntry, natsAccountSpecs, natsAccountsConfig, natsPermissions, natsRoles, natsUser } from "@csi/contracts";
 import { redisAclFile } from "@csi/journal/operator";
 import { createUser } from "@nats-io/nkeys";
 import bcrypt from "bcryptjs";
-import { NATS_AUTH_CONF, natsPasswordFile, natsSeedFile, REDIS_ACL_FILE, REDIS_JOURNAL_USER, redisPasswordFile } from "../domain/auth-files.js";
+import { LAYOUT_FILE, NATS_AUTH_CONF, natsPasswordFile, natsSeedFile, REDIS_ACL_FILE, REDIS_JOURNAL_USER, redisPasswordFile } from "../domain/auth-files.js";
 import { CliError, EXIT, usageError } from "../errors.js";
 import { table } from "../output.js";
 import type { Session } from "../session.js";
@@ -42,7 +43,15 @@ function writeSecret(file: string, content: string): void {
 }
 
 const roleName = (r: NatsRole) =>
-  r.kind === "journal" ? `journal of ${r.cluster}` : r.kind === "node" ? `node-agent of ${r.nodeId}` : r.kind === "admin" ? "csictl" : r.kind;
+  r.kind === "journal"
+    ? `journal of ${r.cluster}`
+    : r.kind === "node"
+      ? `node-agent of ${r.nodeId}`
+      : r.kind === "admin"
+        ? "csictl"
+        : r.kind === "fleet"
+          ? "csictl fleet init"
+          : r.kind;
 
 export interface AuthDir {
   dir: string;
@@ -61,7 +70,9 @@ export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: 
   if (existsSync(path.join(dir, NATS_AUTH_CONF)) && !o.force)
     throw new CliError(EXIT.failed, `${path.join(dir, NATS_AUTH_CONF)} exists: pass --force to replace every credential in ${dir}`);
   let roles: NatsRole[];
+  let specs: ReturnType<typeof natsAccountSpecs>;
   try {
+    specs = natsAccountSpecs(o.clusters, o.nodes);
     roles = natsRoles(o.clusters, o.nodes);
   } catch (err) {
     throw usageError((err as Error).message);
@@ -77,17 +88,18 @@ export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: 
       const kp = createUser();
       const file = natsSeedFile(dir, user);
       writeSecret(file, `${new TextDecoder().decode(kp.getSeed())}\n`);
-      users.push({ user, nkey: kp.getPublicKey(), permissions });
+      users.push({ user, role, nkey: kp.getPublicKey(), permissions });
       rows.push({ user, role: roleName(role), credential: file });
     } else {
       const password = secret();
       const file = natsPasswordFile(dir, user);
       writeSecret(file, `${password}\n`);
-      users.push({ user, password: await bcrypt.hash(password, BCRYPT_COST), permissions });
+      users.push({ user, role, password: await bcrypt.hash(password, BCRYPT_COST), permissions });
       rows.push({ user, role: roleName(role), credential: file });
     }
   }
-  writeSecret(path.join(dir, NATS_AUTH_CONF), natsAuthorizationConfig(users));
+  writeSecret(path.join(dir, NATS_AUTH_CONF), natsAccountsConfig(specs, users));
+  writeSecret(path.join(dir, LAYOUT_FILE), `${JSON.stringify({ clusters: o.clusters, nodes: o.nodes }, null, 2)}\n`);
 
   const redisPassword = secret();
   writeSecret(redisPasswordFile(dir), `${redisPassword}\n`);
@@ -107,7 +119,7 @@ export async function authInit(s: Session, o: AuthInitOptions): Promise<number> 
       `${table(
         ["USER", "ROLE", "SECRET FILE"],
         result.users.map((r) => [r.user, r.role, r.credential]),
-      )}\nnats-server: -c ${result.natsConfig} (or include it); redis-server: --aclfile ${result.redisAcl} (docs/security.md)`,
+      )}\nnats-server: -c ${result.natsConfig} (or include it), then csictl fleet init; redis-server: --aclfile ${result.redisAcl}; services: NATS_ACCOUNTS=1 (docs/security.md)`,
   );
   return EXIT.ok;
 }

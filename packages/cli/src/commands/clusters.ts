@@ -6,7 +6,6 @@
  */
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
-import { jetstreamManager } from "@nats-io/jetstream";
 import { type ServiceStats, Svcm } from "@nats-io/services";
 import { clusterHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
@@ -22,19 +21,24 @@ export async function clusters(s: Session): Promise<number> {
   // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
   const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ strategy: "timer", maxWait: Math.min(DISCOVERY_MS, s.timeoutMs) });
   const replicas = new Map<string, ServiceStats[]>();
-  for await (const st of await client.stats()) {
-    const cluster = st.metadata?.cluster ?? JOURNAL_SERVICE.exec(st.name)?.[1];
-    if (!cluster || st.name !== subjects.journalServiceName(cluster)) continue;
-    replicas.set(cluster, [...(replicas.get(cluster) ?? []), st]);
-  }
   const configured = s.clusters().clusters;
+  // One account: one request finds every journal service. Accounts: csictl imports each configured cluster's discovery.
+  const asked = s.accounts() ? configured.map((c) => client.stats(subjects.journalServiceName(c.clusterID))) : [client.stats()];
+  for (const answers of await Promise.all(asked))
+    for await (const st of answers) {
+      const cluster = st.metadata?.cluster ?? JOURNAL_SERVICE.exec(st.name)?.[1];
+      if (!cluster || st.name !== subjects.journalServiceName(cluster)) continue;
+      replicas.set(cluster, [...(replicas.get(cluster) ?? []), st]);
+    }
   const chosen = s.opts.cluster ? [s.cluster().clusterID] : [...new Set([...configured.map((c) => c.clusterID), ...replicas.keys()])].sort();
-  const jsm = await jetstreamManager(nc);
   const rows = await Promise.all(
     chosen.map(async (id) => {
       const instance = configured.find((c) => c.clusterID === id)?.instance ?? "default";
       const [info, meta] = await Promise.all([
-        jsm.streams.info(subjects.streamName(id)).catch(() => undefined),
+        s
+          .logManager(id)
+          .then((jsm) => jsm.streams.info(subjects.streamName(id)))
+          .catch(() => undefined),
         new RedisStore(redis, keysFor(id, instance)).projectionMeta(),
       ]);
       const journals = (replicas.get(id) ?? []).map((r) => ({

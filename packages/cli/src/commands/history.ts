@@ -6,7 +6,7 @@
  * `--follow` then watches the aggregate's subjects live until Ctrl-C.
  */
 import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
-import { EventLog, KINDS, uuidSubjects } from "@csi/journal/operator";
+import { type EventLog, KINDS, uuidSubjects } from "@csi/journal/operator";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { parseTarget, type Target } from "../domain/target.js";
@@ -60,7 +60,7 @@ async function find(s: Session, nc: NatsConnection, target: Target): Promise<Fou
   const clusters = target.by === "id" ? [s.cluster(target.clusterID)] : target.by === "uuid" || s.opts.cluster ? [s.cluster()] : s.clusters().clusters;
   const found: Found[] = [];
   for (const cluster of clusters) {
-    const log = new EventLog(nc, { cluster: cluster.clusterID });
+    const log = await s.eventLog(cluster.clusterID);
     const lastSeq = await log.lastSeq().catch(() => 0);
     const named = target.by === "name" ? await nameLookup(log, cluster, target.name) : { nameSubjects: [], uuids: [target.uuid] };
     const entries = mergeHistories(...(await Promise.all(named.uuids.map((u) => historyOf(s, cluster.clusterID, u)))));
@@ -106,7 +106,8 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
  * new uuid meanwhile (a re-create after delete) brings that uuid's subjects in. Ends on Ctrl-C.
  */
 async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
-  const js = jetstream(nc);
+  const apiPrefix = s.logApi(f.cluster.clusterID);
+  const js = jetstream(nc, apiPrefix ? { apiPrefix, checkAPI: false } : {});
   const stream = subjects.streamName(f.cluster.clusterID);
   const from = f.lastSeq + 1;
   const reorder = new Reorder(

@@ -45,7 +45,7 @@ export async function logExport(s: Session, file: string): Promise<void> {
   const nc = await s.nats();
   const progress = lazyProgress(s, `export ${cluster}`);
   const started = performance.now();
-  const r = await exportLogToFile(nc, cluster, file, progress.update).catch((err: NodeJS.ErrnoException) => {
+  const r = await exportLogToFile(nc, cluster, file, progress.update, s.logApi(cluster)).catch((err: NodeJS.ErrnoException) => {
     if (err.syscall === "open") throw usageError(`cannot write ${file}.partial: ${err.code ?? err.message}`);
     throw err;
   });

@@ -3,29 +3,15 @@
  * registration, re-published at every heartbeat), healthy while its last heartbeat is younger
  * than MISSED_HEARTBEATS of its own intervals; healthy / expected as Nomad shows plugin health.
  */
-import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
-import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { allNodeRegistrations, fleetManager } from "@csi/runtime";
 import { ago, MISSED_HEARTBEATS, nodeHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
 import { table } from "../output.js";
 import type { Session } from "../session.js";
 
 export async function nodes(s: Session): Promise<number> {
-  const nc = await s.nats();
-  const jsm = await jetstreamManager(nc);
-  const info = await jsm.streams.info(NODES_STREAM).catch(() => undefined);
-  const registrations: NodeRegistration[] = [];
-  const count = info?.state.num_subjects ?? info?.state.messages ?? 0;
-  if (count > 0) {
-    // One ordered consumer delivering the last message of every node's subject.
-    const consumer = await jetstream(nc).consumers.get(NODES_STREAM, { filter_subjects: nodeSubjects.wildcard, deliver_policy: DeliverPolicy.LastPerSubject });
-    const msgs = await consumer.fetch({ max_messages: count, expires: Math.min(2000, s.timeoutMs) });
-    for await (const m of msgs) {
-      const r = NodeRegistration.safeParse(m.json());
-      if (r.success) registrations.push(r.data);
-      if (m.info.pending === 0) break;
-    }
-  }
+  // Stream info and a message read per node: what csictl may do across accounts (no consumer).
+  const registrations = await allNodeRegistrations(fleetManager(await s.nats(), s.fleet()));
   const now = new Date();
   const health = registrations.map((r) => nodeHealth(r, now)).sort((a, b) => a.nodeId.localeCompare(b.nodeId));
   const healthy = health.filter((h) => h.healthy).length;

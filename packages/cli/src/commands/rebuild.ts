@@ -18,7 +18,8 @@ const PROGRESS_EVERY_MS = 200;
 
 export async function rebuild(s: Session): Promise<void> {
   const cluster = s.cluster();
-  const [nc, redis] = await Promise.all([s.nats(), s.redis()]);
+  // As the cluster's journal (its Redis user already): the rebuild is the journal's own work.
+  const [nc, redis] = await Promise.all([s.nats({ kind: "journal", cluster: cluster.clusterID }), s.redis()]);
   const keys = keysFor(cluster.clusterID, cluster.instance);
   const store = new RedisStore(redis, keys);
   const log = new EventLog(nc, { cluster: cluster.clusterID });

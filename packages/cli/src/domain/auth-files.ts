@@ -2,7 +2,8 @@
  * Where `csictl auth init` puts what it generates (docs/security.md), so that `npm start` (SECURE=1)
  * and csictl find each role's credentials without anyone printing them:
  *
- *   <dir>/auth.conf                 nats-server authorization block (bcrypt hashes or nkey public keys)
+ *   <dir>/auth.conf                 nats-server accounts block (bcrypt hashes or nkey public keys)
+ *   <dir>/layout.json               the clusters and nodes it was made for (`csictl fleet init` reads it)
  *   <dir>/users.acl                 Redis ACL file (SHA-256 of the password)
  *   <dir>/nats/<user>.password      a NATS user's password      (or <user>.nk: its nkey seed, --nkeys)
  *   <dir>/redis/journal.password    the journal's Redis password
@@ -16,6 +17,14 @@ import { NATS_ACCESS_SETTINGS, REDIS_ACCESS_SETTINGS } from "@csi/runtime";
 
 export const NATS_AUTH_CONF = "auth.conf";
 export const REDIS_ACL_FILE = "users.acl";
+export const LAYOUT_FILE = "layout.json";
+
+/** The clusters and nodes an auth directory was made for. */
+export function authLayout(dir: string): { clusters: string[]; nodes: string[] } {
+  const raw = JSON.parse(readFileSync(path.join(dir, LAYOUT_FILE), "utf8")) as { clusters?: unknown; nodes?: unknown };
+  const strings = (v: unknown) => (Array.isArray(v) && v.every((x) => typeof x === "string") ? (v as string[]) : []);
+  return { clusters: strings(raw.clusters), nodes: strings(raw.nodes) };
+}
 /** The Redis ACL user of the journals (csictl's rebuild runs the journal's projector with it too). */
 export const REDIS_JOURNAL_USER = "journal";
 
@@ -39,6 +48,10 @@ export function redisAccessFrom(dir: string): { redisUsername: string; redisPass
 /** A service's environment for its role (a journal's has its Redis access too), named by the services' settings tables. */
 export function accessEnv(dir: string, role: NatsRole): Record<string, string> {
   const names: Record<string, { env: string }> = { ...NATS_ACCESS_SETTINGS, ...REDIS_ACCESS_SETTINGS };
-  const fields: Record<string, string | undefined> = { ...natsAccessFrom(dir, role), ...(role.kind === "journal" ? redisAccessFrom(dir) : {}) };
+  const fields: Record<string, string | undefined> = {
+    ...natsAccessFrom(dir, role),
+    natsAccounts: "1",
+    ...(role.kind === "journal" ? redisAccessFrom(dir) : {}),
+  };
   return Object.fromEntries(Object.entries(fields).flatMap(([k, v]) => (v === undefined || !names[k] ? [] : [[names[k].env, v]])));
 }

@@ -104,18 +104,25 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
   schema: S,
   handle: (item: z.output<S>, from: { subject: string }) => Promise<void>,
   log: Logger,
-  opts: { what?: string; waitForQueue?: boolean } & StreamOptions = {},
+  opts: {
+    what?: string;
+    waitForQueue?: boolean;
+    /** Where the queue lives and whether this process makes it (default: its own account, made if missing). */
+    at?: { apiPrefix?: string; makes: boolean };
+  } & StreamOptions = {},
 ): Promise<Drainable> {
   let stopped = false;
   let messages: ConsumerMessages | undefined;
   let handling = 0;
+  const at = opts.at ?? { makes: true };
   const open = async () => {
-    await ensureQueue(nc, q, opts);
-    return (await jetstream(nc).consumers.get(q.stream, q.consumer)).consume({ max_messages: 1 });
+    if (at.makes) await ensureQueue(nc, q, opts);
+    const js = jetstream(nc, at.apiPrefix ? { apiPrefix: at.apiPrefix, checkAPI: false } : {});
+    return (await js.consumers.get(q.stream, q.consumer)).consume({ max_messages: 1 });
   };
   if (!opts.waitForQueue) messages = await open();
   const done = (async () => {
-    // A node-agent may not make its own queue (docs/security.md): until a journal has made it, look again.
+    // A queue this process does not make (docs/security.md): until it is there, look again.
     for (let tries = 0; !messages && !stopped; tries++) {
       try {
         messages = await open();

@@ -37,7 +37,36 @@ export function lastMessageOf(jsm: JetStreamManager | Promise<JetStreamManager>,
  * registered (or the last one is not valid for it); Unavailable when the stream cannot be read.
  */
 export async function nodeRegistration(jsm: JetStreamManager | Promise<JetStreamManager>, nodeId: string): Promise<NodeRegistration | undefined> {
-  const msg = await lastMessageOf(jsm, NODES_STREAM, nodeSubjects.registration(nodeId));
-  const parsed = msg ? NodeRegistration.safeParse(msg.json()) : undefined;
-  return parsed?.success && parsed.data.nodeId === nodeId ? parsed.data : undefined;
+  return registrationAt(jsm, nodeSubjects.registration(nodeId), nodeId);
+}
+
+/** The registration last published on `subject`, if it is a valid one whose node id is `nodeId` (any, when not given). */
+async function registrationAt(jsm: JetStreamManager | Promise<JetStreamManager>, subject: string, nodeId?: string): Promise<NodeRegistration | undefined> {
+  const msg = await lastMessageOf(jsm, NODES_STREAM, subject);
+  let raw: unknown;
+  try {
+    raw = msg?.json();
+  } catch {
+    return undefined; // not JSON: not a registration
+  }
+  const parsed = raw === undefined ? undefined : NodeRegistration.safeParse(raw);
+  if (!parsed?.success) return undefined;
+  const ok = nodeId === undefined ? subject === nodeSubjects.registration(parsed.data.nodeId) : parsed.data.nodeId === nodeId;
+  return ok ? parsed.data : undefined;
+}
+
+/**
+ * Every node's registration: the stream's subjects, then the last message of each (reads a reader
+ * may make across accounts: stream info and message get, no consumer). A message that is not a
+ * valid registration of the node its subject names is left out.
+ */
+export async function allNodeRegistrations(jsm: JetStreamManager | Promise<JetStreamManager>): Promise<NodeRegistration[]> {
+  const info = await reachingNats(`stream ${NODES_STREAM}`, async () =>
+    (await jsm).streams.info(NODES_STREAM, { subjects_filter: nodeSubjects.wildcard }).catch((err: unknown) => {
+      if (err instanceof JetStreamApiError && NOTHING_THERE.has(err.code)) return undefined;
+      throw err;
+    }),
+  );
+  const regs = await Promise.all(Object.keys(info?.state.subjects ?? {}).map((subject) => registrationAt(jsm, subject)));
+  return regs.filter((r): r is NodeRegistration => r !== undefined);
 }

@@ -87,7 +87,8 @@ export async function* readStreamRange(nc: NatsConnection, jsm: JetStreamManager
       ...(opts.subject ? { filter_subject: opts.subject } : {}),
     });
     created = true;
-    const next = `$JS.API.CONSUMER.MSG.NEXT.${stream}.${name}`;
+    // The manager's API prefix: another account's stream is read through the API imported for it.
+    const next = `${jsm.getOptions().apiPrefix ?? "$JS.API"}.CONSUMER.MSG.NEXT.${stream}.${name}`;
     const request = JSON.stringify({ batch: pull, expires: nanos(expiresMs) });
     let asked = 0;
     let taken = 0;

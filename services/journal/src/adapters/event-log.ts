@@ -71,6 +71,8 @@ export interface Append {
 export interface EventLogOptions {
   cluster: string;
   replicas?: number;
+  /** Reads through this JetStream API prefix (csictl in the account layout reads the log through the API it imports). */
+  apiPrefix?: string;
 }
 
 export class EventLog {
@@ -87,7 +89,7 @@ export class EventLog {
   }
 
   async #manager(): Promise<JetStreamManager> {
-    this.#jsm ??= await jetstreamManager(this.nc);
+    this.#jsm ??= await jetstreamManager(this.nc, this.opts.apiPrefix ? { apiPrefix: this.opts.apiPrefix, checkAPI: false } : {});
     return this.#jsm;
   }
 

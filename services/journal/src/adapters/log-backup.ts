@@ -38,9 +38,10 @@ export async function exportLog(
   cluster: string,
   write: (text: string) => Promise<void>,
   progress: (seq: number, last: number) => void = () => {},
+  apiPrefix?: string,
 ): Promise<ExportResult> {
   const stream = subjects.streamName(cluster);
-  const jsm = await jetstreamManager(nc);
+  const jsm = await jetstreamManager(nc, apiPrefix ? { apiPrefix, checkAPI: false } : {});
   const info = await jsm.streams.info(stream).catch((err: unknown) => {
     throw new DriverError("NotFound", `cluster ${cluster} has no event log ${stream} (${(err as Error).message})`, { cause: err });
   });
@@ -142,6 +143,7 @@ export async function exportLogToFile(
   cluster: string,
   file: string,
   progress?: (seq: number, last: number) => void,
+  apiPrefix?: string,
 ): Promise<ExportResult> {
   const partial = `${file}.partial`;
   const out = createWriteStream(partial, { flags: "wx", mode: 0o600 });
@@ -154,6 +156,7 @@ export async function exportLogToFile(
         if (!out.write(text)) await once(out, "drain");
       },
       progress,
+      apiPrefix,
     );
     out.end();
     await once(out, "finish");

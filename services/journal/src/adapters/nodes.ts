@@ -3,24 +3,23 @@
  * kept one per node), what `verify` judges claims by; and each node's work queue, made here.
  */
 import { NodeRegistration, nameToken, nodeQueues, nodeSubjects } from "@csi/contracts";
-import { ensureQueue, nodeRegistration, type StreamOptions } from "@csi/runtime";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { ensureQueue, type FleetAccess, fleetManager, nodeRegistration, type StreamOptions } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Heartbeat } from "../domain/audit.js";
 
 /** Unavailable when the stream cannot be read: a node is never judged silent because NATS was. */
-export async function lastHeartbeats(nc: NatsConnection, nodeIds: string[]): Promise<Map<string, Heartbeat | undefined>> {
-  const jsm = jetstreamManager(nc);
+export async function lastHeartbeats(nc: NatsConnection, fleet: FleetAccess, nodeIds: string[]): Promise<Map<string, Heartbeat | undefined>> {
+  const jsm = fleetManager(nc, fleet);
   const regs = await Promise.all(nodeIds.map((nodeId) => nodeRegistration(jsm, nodeId)));
   return new Map(nodeIds.map((nodeId, i) => [nodeId, regs[i] ? { time: regs[i].time, heartbeatMs: regs[i].heartbeatMs } : undefined]));
 }
 
 /**
- * A node's work queue (its durable consumer on CSI_NODE_WORK) is made by the journals, the first
- * time one sees the node's registration (every heartbeat is one): a locked-down node-agent may make
- * no consumer, since a push consumer can deliver to subjects its maker may not publish to
- * (docs/security.md). The node's token comes from the subject, which only that node may publish on;
+ * On one account, a node's work queue (its durable consumer on CSI_NODE_WORK) is made by the
+ * journals, the first time one sees the node's registration (every heartbeat is one): a node-agent
+ * makes no consumer where it may not, since a push consumer can deliver to subjects its maker may
+ * not publish to (docs/security.md). In the account layout `csictl fleet init` makes them. The node's token comes from the subject, which only that node may publish on;
  * a registration whose node id does not match it is ignored.
  */
 export function makeNodeQueues(nc: NatsConnection, log: Logger, streams: StreamOptions = {}): { stop(): void } {

@@ -11,14 +11,14 @@
  * the Node RPCs: volumes already published here must still be unpublishable.
  */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
-import { lastMessageOf } from "@csi/runtime";
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { type FleetAccess, fleetManager, lastMessageOf } from "@csi/runtime";
+import { jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 
 /** Why the registration just published cannot be read back, or undefined when it can. */
-export async function whyNotReadBack(nc: NatsConnection, sent: NodeRegistration): Promise<string | undefined> {
-  const msg = await lastMessageOf(jetstreamManager(nc), NODES_STREAM, nodeSubjects.registration(sent.nodeId)).catch((err: unknown) =>
+export async function whyNotReadBack(nc: NatsConnection, fleet: FleetAccess, sent: NodeRegistration): Promise<string | undefined> {
+  const msg = await lastMessageOf(fleetManager(nc, fleet), NODES_STREAM, nodeSubjects.registration(sent.nodeId)).catch((err: unknown) =>
     String((err as Error).cause ?? err),
   );
   if (typeof msg === "string" || !msg) return `no registration of this node in ${NODES_STREAM}${msg ? ` (${msg.slice(0, 200)})` : ""}`;
@@ -30,7 +30,12 @@ export async function whyNotReadBack(nc: NatsConnection, sent: NodeRegistration)
 
 const READ_BACK_TRIES = 3;
 
-export function startHeartbeat(nc: NatsConnection, reg: () => NodeRegistration, log: Logger): { stop(): void; beat(): Promise<void>; registered(): boolean } {
+export function startHeartbeat(
+  nc: NatsConnection,
+  fleet: FleetAccess,
+  reg: () => NodeRegistration,
+  log: Logger,
+): { stop(): void; beat(): Promise<void>; registered(): boolean } {
   const js = jetstream(nc);
   let registered = false;
   const beat = async () => {
@@ -38,7 +43,7 @@ export function startHeartbeat(nc: NatsConnection, reg: () => NodeRegistration, 
     await js.publish(nodeSubjects.registration(r.nodeId), JSON.stringify(r));
     let why: string | undefined;
     for (let i = 0; i < READ_BACK_TRIES; i++) {
-      why = await whyNotReadBack(nc, r);
+      why = await whyNotReadBack(nc, fleet, r);
       if (!why) break;
       await new Promise((res) => setTimeout(res, 100 * (i + 1)));
     }
