@@ -16,7 +16,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { connect } from "@nats-io/transport-node";
+import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "./local-servers.js";
 
@@ -87,12 +87,13 @@ export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Pr
   }
 }
 
-async function startNatsCluster(dir: string): Promise<LocalServer[]> {
+async function startNatsCluster(dir: string, extraArgs: string[]): Promise<LocalServer[]> {
   const ports = await Promise.all(Array.from({ length: HA_NATS_NODES }, async () => ({ client: await freePort(), route: await freePort() })));
   const route = (p: number) => `nats://127.0.0.1:${p}`;
   return Promise.all(
     ports.map((p, i) =>
       startServer("nats", path.join(dir, `n${i + 1}`), p.client, [
+        ...extraArgs,
         ...["--name", `n${i + 1}`, "--cluster_name", HA_NATS_CLUSTER, "--cluster", route(p.route)],
         ...[
           "--routes",
@@ -131,14 +132,19 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
   return { redis: [primary, replica], sentinels };
 }
 
-export async function startHaServers(dir: string): Promise<HaServers> {
+/**
+ * `natsConfig`: a configuration file every NATS node starts with (`-c`; the account layout of a
+ * locked-down stack), and `natsAccess`: how to connect to it to wait for JetStream (a member of an
+ * account with JetStream).
+ */
+export async function startHaServers(dir: string, o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {}): Promise<HaServers> {
   const started: LocalServer[] = [];
   try {
-    const nats = await startNatsCluster(dir);
+    const nats = await startNatsCluster(dir, o.natsConfig ? ["-c", o.natsConfig] : []);
     started.push(...nats);
     const natsUrl = nats.map((n) => n.url).join(",");
     // JetStream answers once the cluster has elected its meta leader.
-    const nc = await connect({ servers: nats.map((n) => n.url) });
+    const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
     try {
       await until("the JetStream cluster (meta leader)", async () => {
         await (await jetstreamManager(nc)).getAccountInfo();

@@ -126,8 +126,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     throw new Error(
       "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
     );
-  if (opts.ha && (opts.natsUrl || opts.redisUrl || opts.secure))
-    throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL, and not with SECURE=1 (not built for the HA stack)");
+  if (opts.ha && (opts.natsUrl || opts.redisUrl)) throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL");
   prepareDataDir(opts.dataDir);
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
@@ -155,8 +154,17 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     opts.signal?.throwIfAborted();
     return s.url;
   };
-  const haServers = async () => {
-    const h = await startHaServers(path.join(opts.dataDir, "ha"));
+  const haServers = async (auth?: { dir: string; natsConfig: string }) => {
+    const fleet = { kind: "fleet" } as const;
+    const h = await startHaServers(
+      path.join(opts.dataDir, "ha"),
+      auth
+        ? {
+            natsConfig: auth.natsConfig,
+            natsAccess: natsConnectOptions({ natsUrl: "", ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }),
+          }
+        : {},
+    );
     servers.ha = h;
     for (const { name, server: s } of h.named()) await lock.add(name, s.pid);
     step("started embedded replicated servers", { nats: h.natsUrl, sentinels: h.sentinelAddrs, masterName: h.masterName });
@@ -170,7 +178,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
     const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
     if (auth) step("locked down: credentials generated", { authDir: auth.dir });
-    const ha = opts.ha ? await haServers() : undefined;
+    const ha = opts.ha ? await haServers(auth) : undefined;
     const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
     const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
     if (auth) {
@@ -178,14 +186,21 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const fleet = { kind: "fleet" } as const;
       const nc = await connect(natsConnectOptions({ natsUrl, ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }));
       try {
-        await initFleet(nc, clusters, [nodeId]);
+        await initFleet(nc, clusters, [nodeId], { replicas: ha ? Number(ha.env.STREAM_REPLICAS) : 1 });
       } finally {
         await nc.close();
       }
       step("fleet account initialised", { clusters, nodes: [nodeId] });
     }
     /** A role's credentials (none on an open stack). */
-    const roleEnv = (role: NatsRole) => (auth ? accessEnv(auth.dir, role) : {});
+    // With --ha, Redis (primary, replica, sentinels) stays open on loopback: its replication and
+    // Sentinel ACL users are not built (docs/operations.md), so no Redis credentials are given.
+    const roleEnv = (role: NatsRole) => {
+      if (!auth) return {};
+      const env = accessEnv(auth.dir, role);
+      if (ha) for (const k of ["REDIS_USERNAME", "REDIS_PASSWORD"]) delete env[k];
+      return env;
+    };
     const env = {
       NATS_URL: natsUrl,
       REDIS_URL: redisUrl,

@@ -54,7 +54,8 @@ export function resolveTargets(flags: ConnectionFlags, env: NodeJS.ProcessEnv, l
   set("natsAccess", accessFromEnv(NATS_ACCESS_SETTINGS, "natsUrl", env));
   set("redisAccess", accessFromEnv(REDIS_ACCESS_SETTINGS, "redisUrl", env));
   if (stack?.authDir && t.natsUrl === stack.natsUrl && !t.natsAccess) t.natsAuthDir = stack.authDir;
-  if (stack?.authDir && t.redisUrl === stack.redisUrl && !t.redisAccess) t.redisAuthDir = stack.authDir;
+  // An HA stack's Redis is not locked down (docs/operations.md): no Redis credentials for it.
+  if (stack?.authDir && !stack.redisSentinels && t.redisUrl === stack.redisUrl && !t.redisAccess) t.redisAuthDir = stack.authDir;
   // An HA stack (`npm start -- --ha`): its Redis master is found through its sentinels (it moves on a failover).
   if (stack?.redisSentinels && t.redisUrl === stack.redisUrl && !t.redisAccess)
     t.redisAccess = { redisSentinels: stack.redisSentinels, ...(stack.redisMasterName ? { redisMasterName: stack.redisMasterName } : {}) };
