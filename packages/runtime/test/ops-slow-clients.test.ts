@@ -8,6 +8,7 @@
  *    the header timeout (408); /metrics works afterwards and counts both;
  *  - a connection past the cap closes the oldest idle one, never one being answered, and never
  *    stalls /healthz;
+ *  - scrapes that arrive while a collection runs share it;
  *  - HEAD, other methods, a body, headers past 8 KiB, a body that never ends.
  *
  * The 1 s bound on /healthz is the issue's done-criterion (a kubelet probe's default timeout), so
@@ -21,7 +22,7 @@ import { describe, it } from "node:test";
 import { pino } from "pino";
 import { LISTENER_LIMITS } from "../src/ops/guard.js";
 import { type OpsListener, startOpsListener } from "../src/ops/listener.js";
-import { Ops } from "../src/ops/metrics.js";
+import { Gauge, Ops } from "../src/ops/metrics.js";
 
 const quiet = pino({ level: "silent" });
 
@@ -170,6 +171,42 @@ describe("the ops listener under slow clients", () => {
       });
       assert.match(answering.received(), /^HTTP\/1\.1 200 /);
       for (const c of [answering, ...idle]) c.socket.destroy();
+    });
+  });
+});
+
+describe("the ops listener under many scrapes", () => {
+  it("scrapes while a collection runs share it: one collection for all of them", async () => {
+    await withListener(async (l, _port, ops) => {
+      let collections = 0;
+      let release: () => void = () => {};
+      const gate = new Promise<void>((r) => (release = r));
+      new Gauge({
+        name: "test_slow_collect",
+        help: "a gauge whose collection waits on the test",
+        registers: [ops.registry],
+        async collect() {
+          collections++;
+          await gate;
+          this.set(collections);
+        },
+      });
+      const n = 5;
+      const arrived = new Promise<void>((resolve) => {
+        let k = 0;
+        l.server?.on("request", () => ++k === n && resolve());
+      });
+      const scrapes = Array.from({ length: n }, () => probe(l.url as string, "/metrics"));
+      await arrived;
+      release();
+      const got = await Promise.all(scrapes);
+      assert.equal(collections, 1);
+      for (const g of got) {
+        assert.equal(g.status, 200);
+        assert.equal(sample(g.body, "test_slow_collect"), 1);
+      }
+      await probe(l.url as string, "/metrics");
+      assert.equal(collections, 2, "a scrape after the shared one collects afresh");
     });
   });
 });

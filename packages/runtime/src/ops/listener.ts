@@ -58,7 +58,16 @@ function send(res: http.ServerResponse, status: number, type: string, body: stri
 
 const hasBody = (req: http.IncomingMessage) => req.headers["transfer-encoding"] !== undefined || Number(req.headers["content-length"] ?? 0) > 0;
 
-async function handle(ops: Ops, req: http.IncomingMessage, res: http.ServerResponse, log: Logger): Promise<void> {
+/** The registry's text; callers while a collection runs share it (a flood of scrapes costs one collection at a time). */
+function sharedCollection(ops: Ops): () => Promise<string> {
+  let running: Promise<string> | undefined;
+  return () =>
+    (running ??= ops.registry.metrics().finally(() => {
+      running = undefined;
+    }));
+}
+
+async function handle(ops: Ops, collect: () => Promise<string>, req: http.IncomingMessage, res: http.ServerResponse, log: Logger): Promise<void> {
   // A body is never read: a connection whose request has not fully arrived when it is answered is closed.
   res.once("finish", () => {
     if (!req.complete) req.socket.destroy();
@@ -73,7 +82,7 @@ async function handle(ops: Ops, req: http.IncomingMessage, res: http.ServerRespo
     return send(res, r.ready ? 200 : 503, "application/json", `${JSON.stringify(r)}\n`);
   }
   try {
-    send(res, 200, ops.registry.contentType, await ops.registry.metrics());
+    send(res, 200, ops.registry.contentType, await collect());
   } catch (err) {
     log.warn({ err }, "metrics could not be collected");
     send(res, 500, "text/plain", "metrics could not be collected\n");
@@ -87,8 +96,9 @@ export async function startOpsListener(ops: Ops, cfg: OpsConfig, log: Logger): P
   let server: http.Server | undefined;
   let url: string | undefined;
   if (!addr.off) {
+    const collect = sharedCollection(ops);
     const srv = guardedServer((req, res) => {
-      handle(ops, req, res, log).catch(() => res.destroy());
+      handle(ops, collect, req, res, log).catch(() => res.destroy());
     }, ops.registry);
     await new Promise<void>((resolve, reject) => {
       srv.once("error", reject);
