@@ -54,18 +54,21 @@ function rawClient(port: number, first: string, every?: { ms: number; send: stri
 /** A slowloris: a request line and a header, then one more header line every 500 ms; never the blank line. */
 const slowloris = (port: number) => rawClient(port, "GET /healthz HTTP/1.1\r\nHost: probe\r\n", { ms: 500, send: "X-Slow: 1\r\n" });
 
-/** Resolves once `server` has accepted `n` more connections. */
-function accepted(server: http.Server, n: number): Promise<void> {
+/** Resolves once `server` has emitted `event` `n` more times. */
+function seen(server: http.Server, event: "connection" | "request", n: number): Promise<void> {
   return new Promise((resolve) => {
     let k = 0;
     const on = () => {
       if (++k < n) return;
-      server.off("connection", on);
+      server.off(event, on);
       resolve();
     };
-    server.on("connection", on);
+    server.on(event, on);
   });
 }
+
+/** Resolves once `server` has accepted `n` more connections. */
+const accepted = (server: http.Server, n: number) => seen(server, "connection", n);
 
 /** One request on a fresh connection, as a probe makes it: status, headers, body and elapsed milliseconds. */
 function probe(url: string, path: string, method = "GET"): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string; ms: number }> {
@@ -192,10 +195,7 @@ describe("the ops listener under many scrapes", () => {
         },
       });
       const n = 5;
-      const arrived = new Promise<void>((resolve) => {
-        let k = 0;
-        l.server?.on("request", () => ++k === n && resolve());
-      });
+      const arrived = seen(l.server as http.Server, "request", n);
       const scrapes = Array.from({ length: n }, () => probe(l.url as string, "/metrics"));
       await arrived;
       release();
