@@ -254,6 +254,34 @@ describe("each check fails on a broken copy", () => {
     );
   });
 
+  test("the ops listener binds the pod IP, from status.podIP through $(POD_IP)", () => {
+    type Env = { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[];
+    const entry = (env: Env, name: string) => env.find((e) => e.name === name) as Env[number];
+    fails(
+      k8s((d) => (entry(journal(d).env, "METRICS_ADDR").value = "0.0.0.0:9812")),
+      /METRICS_ADDR 0\.0\.0\.0:9812 does not bind the pod IP/,
+    );
+    fails(
+      k8s((d) => (entry(ctl(d).env, "METRICS_ADDR").value = "127.0.0.1:9810")),
+      /METRICS_ADDR 127\.0\.0\.1:9810 does not bind the pod IP/,
+    );
+    fails(
+      k8s((d) => ((entry(node(d).env, "POD_IP").valueFrom as { fieldRef: { fieldPath: string } }).fieldRef.fieldPath = "status.hostIP")),
+      /does not bind the pod IP/,
+    );
+    fails(
+      k8s((d) => {
+        const env = node(d).env as Env;
+        env.push(...env.splice(env.indexOf(entry(env, "POD_IP")), 1)); // listed after METRICS_ADDR
+      }),
+      /env METRICS_ADDR refers to \$\(POD_IP\), which is not set above it/,
+    );
+    fails(
+      k8s((d) => (entry(journal(d).env, "POD_IP").name = "MY_IP")),
+      /env MY_IP is not a setting of the journal/,
+    );
+  });
+
   test("graceful stop outlasts SHUTDOWN_GRACE_MS", () => {
     fails(
       k8s((d) => (byName(d, "DaemonSet", "csi-event-driver-node").spec.template.spec.terminationGracePeriodSeconds = 20)),
@@ -426,6 +454,10 @@ describe("each check fails on a broken copy", () => {
     fails(
       nomad((j) => ((j[0] as NomadJob).Job.TaskGroups[0]!.Services![0]!.Checks = [])),
       /no http check of \/healthz/,
+    );
+    fails(
+      nomad((j) => delete (task(j, "csi-event-driver-journal").Env as Record<string, string>).METRICS_ADDR),
+      /METRICS_ADDR 127\.0\.0\.1:9812 is loopback: the mapped port and the checks cannot reach it/,
     );
   });
 

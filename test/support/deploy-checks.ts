@@ -8,7 +8,7 @@
  */
 import path from "node:path";
 import { type Clusters, PLUGIN_NAME, parseMutableParameters, resolveClusters } from "@csi/contracts";
-import { ConfigError, envNames, flagNames, type Settings } from "@csi/runtime";
+import { ConfigError, envNames, flagNames, parseListenAddr, type Settings } from "@csi/runtime";
 import { CONTROLLER_SETTINGS, controllerConfig } from "../../services/controller/src/config.js";
 import { createLimits, splitParameters } from "../../services/controller/src/domain/csi.js";
 import { JOURNAL_SETTINGS, journalConfig } from "../../services/journal/src/config.js";
@@ -56,6 +56,8 @@ export interface ServiceRun {
   args: string[];
   /** Every env name set, with its value (a placeholder where the value comes from elsewhere). */
   env: Record<string, string>;
+  /** Env names set only for another's value to refer to (Kubernetes `$(NAME)`), not settings of the service. */
+  helpers?: ReadonlySet<string>;
 }
 
 /** The value of `--name=value` or `--name value` in an argument list. */
@@ -83,7 +85,8 @@ export function checkServiceRun(run: ServiceRun, problems: string[]): EffectiveC
   const at = `${run.where} (${run.service})`;
   const envs = new Set(envNames(spec.settings));
   const flags = new Set(flagNames(spec.settings));
-  for (const name of Object.keys(run.env)) if (!envs.has(name)) problems.push(`${at}: env ${name} is not a setting of the ${run.service}`);
+  for (const name of Object.keys(run.env))
+    if (!envs.has(name) && !run.helpers?.has(name)) problems.push(`${at}: env ${name} is not a setting of the ${run.service}`);
   for (const a of run.args) {
     if (!a.startsWith("--")) continue;
     const flag = a.split("=")[0] as string;
@@ -206,15 +209,43 @@ export function podsOf(docs: K8sObject[]): Pod[] {
 const byKind = (docs: K8sObject[], kind: string) => docs.filter((d) => d.kind === kind);
 const find = (docs: K8sObject[], kind: string, name: string) => docs.find((d) => d.kind === kind && d.metadata.name === name);
 
+/** The pod IP's placeholder (status.podIP). */
+const POD_IP = "10.244.0.7";
 /** Values for env taken from elsewhere: ConfigMaps are resolved from the documents; the rest are placeholders. */
-const FIELD_PLACEHOLDERS: Record<string, string> = { "spec.nodeName": "node-1", "metadata.name": "pod-1", "metadata.namespace": "csi-event-driver" };
+const FIELD_PLACEHOLDERS: Record<string, string> = {
+  "spec.nodeName": "node-1",
+  "metadata.name": "pod-1",
+  "metadata.namespace": "csi-event-driver",
+  "status.podIP": POD_IP,
+};
 
-function k8sEnv(c: Container, docs: K8sObject[], where: string, problems: string[]): Record<string, string> {
+/** The host a "host:port" METRICS_ADDR binds (undefined for "off" or a bad one: the config loader says why). */
+function bindHost(metricsAddr: string): string | undefined {
+  const a = parseListenAddr(metricsAddr);
+  return "error" in a || a.off ? undefined : a.host;
+}
+
+/**
+ * A container's env as the kubelet sets it: values taken from ConfigMaps and fields, and `$(NAME)`
+ * in a value replaced by the value of NAME listed above it (`$$` is a `$`); a reference to a name
+ * not set above is a problem (the kubelet would leave it as written). The names referred to are
+ * the helpers.
+ */
+function k8sEnv(c: Container, docs: K8sObject[], where: string, problems: string[]): { env: Record<string, string>; helpers: Set<string> } {
   const env: Record<string, string> = {};
+  const helpers = new Set<string>();
+  const expand = (name: string, value: string) =>
+    value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (whole, ref: string | undefined) => {
+      if (ref === undefined) return "$";
+      const v = env[ref];
+      if (v === undefined) problems.push(`${where}: env ${name} refers to $(${ref}), which is not set above it`);
+      else helpers.add(ref);
+      return v ?? whole;
+    });
   if (c.envFrom) problems.push(`${where}: envFrom hides which names are set; list them under env`);
   for (const e of c.env ?? []) {
     const from = e.valueFrom;
-    if (e.value !== undefined) env[e.name] = e.value;
+    if (e.value !== undefined) env[e.name] = expand(e.name, e.value);
     else if (from?.configMapKeyRef) {
       const { name, key, optional } = from.configMapKeyRef;
       const v = find(docs, "ConfigMap", name)?.data?.[key];
@@ -224,7 +255,7 @@ function k8sEnv(c: Container, docs: K8sObject[], where: string, problems: string
     else if (from?.fieldRef) env[e.name] = FIELD_PLACEHOLDERS[from.fieldRef.fieldPath] ?? "field-value";
     else problems.push(`${where}: env ${e.name} has no value`);
   }
-  return env;
+  return { env, helpers };
 }
 
 /** Which volume (and path inside it) a container path is in: the longest mount that holds it. */
@@ -262,7 +293,7 @@ export function checkPod(pod: Pod, docs: K8sObject[], problems: string[]): { ser
   if (!ours) return undefined;
   const { c, service, args } = ours;
   const where = `${pod.where} container ${c.name}`;
-  const cfg = checkServiceRun({ where, service, args, env: k8sEnv(c, docs, where, problems) }, problems);
+  const cfg = checkServiceRun({ where, service, args, ...k8sEnv(c, docs, where, problems) }, problems);
   const volumes = new Map((pod.spec.volumes ?? []).map((v) => [v.name, v]));
 
   // Replicas.
@@ -287,6 +318,12 @@ export function checkPod(pod: Pod, docs: K8sObject[], problems: string[]): { ser
   }
   const annotated = pod.annotations["prometheus.io/port"];
   if (annotated !== undefined && Number(annotated) !== port) problems.push(`${pod.where}: prometheus.io/port ${annotated} is not the metrics port ${port}`);
+  // The bind address: the pod IP, which the kubelet's probes and Prometheus reach, and nothing wider.
+  const host = bindHost(cfg.metricsAddr);
+  if (host !== undefined && host !== POD_IP)
+    problems.push(
+      `${where}: METRICS_ADDR ${cfg.metricsAddr} does not bind the pod IP ("$(POD_IP):${port}", POD_IP from status.podIP): the probes cannot reach loopback, and a wildcard serves every interface of the pod`,
+    );
 
   // Graceful stop: the kubelet's SIGKILL must come after the service's own drain.
   const grace = pod.spec.terminationGracePeriodSeconds ?? 30;
@@ -601,7 +638,10 @@ export function checkNomad(jobs: NomadJob[], referenceClusters: string, image: s
         }
         if (s.service === "node-agent" && !task.Config.privileged) problems.push(`${where}: the node plugin must be privileged`);
 
-        // Metrics port, checks, graceful stop.
+        // Metrics port (not on the container's loopback: the mapped port reaches its interface), checks, graceful stop.
+        const bind = bindHost(cfg.metricsAddr);
+        if (bind !== undefined && (bind.startsWith("127.") || bind === "::1" || bind === "localhost"))
+          problems.push(`${where}: METRICS_ADDR ${cfg.metricsAddr} is loopback: the mapped port and the checks cannot reach it`);
         const port = portOf(cfg.metricsAddr);
         const label = [...(group.Networks ?? []).flatMap((n) => [...(n.DynamicPorts ?? []), ...(n.ReservedPorts ?? [])])].find((p) => p.To === port)?.Label;
         if (!label || !task.Config.ports?.includes(label)) problems.push(`${where}: no port maps to METRICS_ADDR's port ${port}`);

@@ -150,13 +150,14 @@ export const STREAM_SETTINGS = {
 /**
  * Operations: the HTTP listener for /metrics, /healthz and /readyz ("host:port", port 0 = any free
  * one, "off" = none), a file written once the service is ready, and how long SIGTERM waits for
- * in-flight work before exiting.
+ * in-flight work before exiting. The listener binds loopback unless told otherwise: a deployment
+ * names the address its probes reach (the pod IP in Kubernetes; docs/operations.md, "Bind address").
  */
 export function opsShape(defaultMetricsPort: number) {
   return {
     metricsAddr: z
       .string()
-      .default(`0.0.0.0:${defaultMetricsPort}`)
+      .default(`127.0.0.1:${defaultMetricsPort}`)
       .superRefine((s, ctx) => {
         const a = parseListenAddr(s);
         if ("error" in a) ctx.addIssue({ code: "custom", message: a.error });

@@ -21,6 +21,8 @@ describe("METRICS_ADDR", () => {
     [":9812", { off: false, host: "0.0.0.0", port: 9812 }],
     ["[::]:9811", { off: false, host: "::", port: 9811 }],
     ["metrics.local:80", { off: false, host: "metrics.local", port: 80 }],
+    ["10.244.1.7:9812", { off: false, host: "10.244.1.7", port: 9812 }],
+    ["[fd00::7]:9812", { off: false, host: "fd00::7", port: 9812 }],
     ["off", { off: true }],
   ];
   for (const [text, want] of cases) it(`${JSON.stringify(text)} is ${JSON.stringify(want)}`, () => assert.deepEqual(parseListenAddr(text), want));
@@ -29,9 +31,10 @@ describe("METRICS_ADDR", () => {
     it(`${JSON.stringify(bad)} is refused with a reason`, () => assert.ok("error" in parseListenAddr(bad)));
   }
 
-  it("a bad METRICS_ADDR is a config problem (one line, exit 2 at start)", () => {
+  it("the default is loopback; a bad METRICS_ADDR is a config problem (one line, exit 2 at start)", () => {
     const schema = opsShape(9810).metricsAddr;
-    assert.equal(schema.parse(undefined), "0.0.0.0:9810");
+    assert.equal(schema.parse(undefined), "127.0.0.1:9810");
+    assert.equal(schema.parse("0.0.0.0:9810"), "0.0.0.0:9810", "an explicit wildcard is kept");
     assert.equal(schema.safeParse("nope").success, false);
   });
 
@@ -130,7 +133,7 @@ describe("labels", () => {
 });
 
 describe("the ops listener", () => {
-  it("serves the three paths to GET only, and writes the READY_FILE once the checks pass; removes it on close", async () => {
+  it("serves the three paths to GET (and HEAD) only, and writes the READY_FILE once the checks pass; removes it on close", async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), "csi-ops-"));
     const readyFile = path.join(dir, "ready.json");
     const ops = new Ops("test");

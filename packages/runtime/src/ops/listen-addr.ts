@@ -1,10 +1,12 @@
 /**
  * METRICS_ADDR: where a service's ops listener (/metrics, /healthz, /readyz) binds. Pure.
  *
- *   "0.0.0.0:9810"   all IPv4 interfaces, port 9810
+ *   "127.0.0.1:9810" loopback, port 9810 (the default: config.ts, opsShape)
  *   "127.0.0.1:0"    loopback, any free port (tests and `npm start`: many processes on one machine)
+ *   "10.1.2.3:9812"  one address (Kubernetes: the pod IP, "$(POD_IP):9812" from status.podIP)
+ *   "0.0.0.0:9810"   all IPv4 interfaces, port 9810
  *   "[::]:9810"      all IPv6 interfaces
- *   ":9810"          all interfaces (0.0.0.0)
+ *   ":9810"          all interfaces (0.0.0.0), as before the default became loopback
  *   "off"            no listener
  */
 

@@ -7,9 +7,12 @@
  *   GET /readyz    200 when every readiness check passes; else 503 with a short JSON naming the
  *                  failing check ({"ready":false,"failing":"redis","reason":"…","checks":{…}})
  *
- * Bounded: these three paths only (404 otherwise), GET only (405), no request body read, small
- * headers, short timeouts, a connection cap. The listener starts before the service does, so a
- * liveness probe passes during a long start-up (a projection rebuild) while /readyz says
+ * Bounded (ops/guard.ts): these three paths only (404 otherwise), GET and HEAD only (405), no
+ * request body (413; a connection that sends one is closed), headers of at most 8 KiB, enforced
+ * header and request timeouts, a connection cap that sheds the oldest connection rather than
+ * refusing a new one — so /healthz is answered under a slowloris.
+ *
+ * The listener starts before the service does, so a liveness probe passes during a long start-up (a projection rebuild) while /readyz says
  * "starting".
  *
  * READY_FILE: once the service has started and its checks pass, `{"service","pid","metrics"}`
@@ -18,9 +21,10 @@
  * ready; /readyz says whether it still is.
  */
 import { renameSync, rmSync, writeFileSync } from "node:fs";
-import http from "node:http";
+import type http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
+import { guardedServer } from "./guard.js";
 import { localUrl, parseListenAddr } from "./listen-addr.js";
 import type { Ops } from "./metrics.js";
 
@@ -34,6 +38,8 @@ export interface OpsConfig {
 export interface OpsListener {
   /** http://host:port of the listener (absent when METRICS_ADDR is off). */
   readonly url: string | undefined;
+  /** The HTTP server (absent when METRICS_ADDR is off): for tests and diagnostics. */
+  readonly server: http.Server | undefined;
   /** The service has started: /readyz follows its checks; the READY_FILE is written once they pass. */
   started(): void;
   /** The service is stopping: /readyz answers 503 from now on. */
@@ -42,7 +48,6 @@ export interface OpsListener {
   close(): Promise<void>;
 }
 
-const MAX_CONNECTIONS = 64;
 /** How often the READY_FILE writer asks the checks, at first and at most. */
 const READY_POLL_MS = [50, 1000] as const;
 
@@ -51,18 +56,33 @@ function send(res: http.ServerResponse, status: number, type: string, body: stri
   res.end(body);
 }
 
-async function handle(ops: Ops, req: http.IncomingMessage, res: http.ServerResponse, log: Logger): Promise<void> {
-  req.resume(); // a body is never read
+const hasBody = (req: http.IncomingMessage) => req.headers["transfer-encoding"] !== undefined || Number(req.headers["content-length"] ?? 0) > 0;
+
+/** The registry's text; callers while a collection runs share it (a flood of scrapes costs one collection at a time). */
+function sharedCollection(ops: Ops): () => Promise<string> {
+  let running: Promise<string> | undefined;
+  return () =>
+    (running ??= ops.registry.metrics().finally(() => {
+      running = undefined;
+    }));
+}
+
+async function handle(ops: Ops, collect: () => Promise<string>, req: http.IncomingMessage, res: http.ServerResponse, log: Logger): Promise<void> {
+  // A body is never read: a connection whose request has not fully arrived when it is answered is closed.
+  res.once("finish", () => {
+    if (!req.complete) req.socket.destroy();
+  });
   const path = (req.url ?? "/").split("?")[0];
   if (path !== "/metrics" && path !== "/healthz" && path !== "/readyz") return send(res, 404, "text/plain", "not found\n");
-  if (req.method !== "GET") return send(res, 405, "text/plain", "only GET\n", { allow: "GET" });
+  if (req.method !== "GET" && req.method !== "HEAD") return send(res, 405, "text/plain", "only GET and HEAD\n", { allow: "GET, HEAD", connection: "close" });
+  if (hasBody(req)) return send(res, 413, "text/plain", "no request body is accepted\n", { connection: "close" });
   if (path === "/healthz") return send(res, 200, "text/plain", "ok\n");
   if (path === "/readyz") {
     const r = await ops.readiness.report();
     return send(res, r.ready ? 200 : 503, "application/json", `${JSON.stringify(r)}\n`);
   }
   try {
-    send(res, 200, ops.registry.contentType, await ops.registry.metrics());
+    send(res, 200, ops.registry.contentType, await collect());
   } catch (err) {
     log.warn({ err }, "metrics could not be collected");
     send(res, 500, "text/plain", "metrics could not be collected\n");
@@ -76,11 +96,10 @@ export async function startOpsListener(ops: Ops, cfg: OpsConfig, log: Logger): P
   let server: http.Server | undefined;
   let url: string | undefined;
   if (!addr.off) {
-    const srv = http.createServer({ requestTimeout: 15_000, headersTimeout: 5_000, maxHeaderSize: 8 * 1024 }, (req, res) => {
-      handle(ops, req, res, log).catch(() => res.destroy());
-    });
-    srv.maxConnections = MAX_CONNECTIONS;
-    srv.keepAliveTimeout = 5_000;
+    const collect = sharedCollection(ops);
+    const srv = guardedServer((req, res) => {
+      handle(ops, collect, req, res, log).catch(() => res.destroy());
+    }, ops.registry);
     await new Promise<void>((resolve, reject) => {
       srv.once("error", reject);
       srv.listen(addr.port, addr.host, () => {
@@ -118,6 +137,7 @@ export async function startOpsListener(ops: Ops, cfg: OpsConfig, log: Logger): P
 
   return {
     url,
+    server,
     started: () => {
       ops.readiness.started();
       writeWhenReady(READY_POLL_MS[0]);
