@@ -179,6 +179,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
     if (auth) step("locked down: credentials generated", { authDir: auth.dir });
     const ha = opts.ha ? await haServers(auth) : undefined;
+    if (ha && auth) step("--ha: Redis is not locked down (its replication and Sentinel ACL users are not built; docs/operations.md)", {});
     const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
     const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
     if (auth) {
