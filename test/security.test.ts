@@ -480,14 +480,44 @@ describe("SECURE=1 npm start", () => {
         encoding: "utf8",
         env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
       });
-    const created = csictl("volume", "create", "pvc-secure", "--size", "1Mi");
+    const created = csictl("--json", "volume", "create", "pvc-secure", "--size", "1Mi");
     assert.equal(created.status, 0, created.stderr);
+    // The attacks of issue 21 on this stack: a node-agent's allowed request and a controller's journal
+    // command, each with its reply subject on the new volume's log subject. Nothing may land there:
+    // the volume's delete (fenced on that subject) still succeeds.
+    const volumeId = (JSON.parse(created.stdout) as { volume: { volume_id: string } }).volume.volume_id;
+    const { uuid, poolID } = decomposeVolumeId(volumeId);
+    const getVolume = { uuid, poolId: poolID };
+    const target = subjects.volumeEvents("local", uuid);
+    const asRole = async (role: NatsRole) =>
+      connect(natsConnectOptions({ natsUrl, ...natsAccessFrom(authDir, role) }, { inboxPrefix: inboxPrefix(role), reconnect: false }));
+    const nodeConn = await asRole({ kind: "node", nodeId: (JSON.parse(stackJson) as { nodeId: string }).nodeId });
+    const ctrlConn = await asRole(controllerRole);
+    const logBefore = await lastMessageOf(
+      jetstreamManager(await asRole(adminRole), { apiPrefix: clusterLogApi("local"), checkAPI: false }),
+      subjects.streamName("local"),
+      target,
+    );
+    nodeConn.publish("$JS.API.INFO", "", { reply: target });
+    nodeConn.publish(`${FLEET_API}.STREAM.INFO.CSI_NODES`, "", { reply: target });
+    ctrlConn.publish(subjects.command("local", "volume.get"), JSON.stringify(getVolume), { reply: target });
+    await Promise.all([nodeConn.flush(), ctrlConn.flush()]);
+    await new JournalClient(ctrlConn, 10_000).call("local", "volume.get", getVolume); // answered after the one above
+    const logAfter = await lastMessageOf(
+      jetstreamManager(await asRole(adminRole), { apiPrefix: clusterLogApi("local"), checkAPI: false }),
+      subjects.streamName("local"),
+      target,
+    );
+    assert.equal(logAfter?.seq, logBefore?.seq, "nothing landed on the volume's subject");
+    await Promise.all([nodeConn.close(), ctrlConn.close()]);
     const exported = csictl("--json", "log", "export", backup);
     assert.equal(exported.status, 0, exported.stderr);
     assert.ok(JSON.parse(exported.stdout).lastSeq >= 3, exported.stdout);
     const restore = csictl("log", "import", backup);
     assert.equal(restore.status, 1, restore.stderr);
     assert.match(restore.stderr, /is not empty/, "the journal role may create and read the stream");
+    const deleted = csictl("volume", "delete", volumeId);
+    assert.equal(deleted.status, 0, `the delete is not fenced off: ${deleted.stderr}`);
     for (const secret of secrets) {
       assert.ok(!stackJson.includes(secret), "stack.json holds no secret");
       assert.ok(!stack.output().includes(secret), "npm start prints no secret");
