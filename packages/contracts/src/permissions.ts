@@ -108,6 +108,8 @@ export function natsPermissions(role: NatsRole, clusters: readonly string[]): Na
             api("INFO"),
             ...ownStream(subjects.streamName(c)),
             api(`STREAM.MSG.GET.${subjects.streamName(c)}`),
+            // audit.purge removes foreign records (docs/operations.md, "Foreign records in the log").
+            api(`STREAM.MSG.DELETE.${subjects.streamName(c)}`),
             api(`CONSUMER.DELETE.${subjects.streamName(c)}.*`),
             ...ownStream(reports.stream),
             ...ownStream(NODES_STREAM),

@@ -75,12 +75,13 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
+  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas }));
+  metrics.watchForeign(events, log);
   await events.ensureStream();
   // Journals make the streams and queues nodes use: a locked-down node-agent may not (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
   await ensureNodeStreams(nc, streams);
-  const nodeQueueMaker = makeNodeQueues(nc, log, streams);
+  const nodeQueueMaker = makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed"));
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
@@ -106,7 +107,11 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     heartbeats: (nodeIds) => lastHeartbeats(nc, nodeIds),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
-  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs, observe: metrics.command });
+  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
+    beatEveryMs: cfg.beatEveryMs,
+    observe: metrics.command,
+    onRefused: metrics.refused,
+  });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   // Device reports from node-agents wait in a durable queue until a journal appends them. A report
   // counts only on its own node's subject: NATS lets a node publish there and nowhere else.
@@ -120,7 +125,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return journal.reportDevice(r);
     },
     log,
-    { what: "device reports", ...streams },
+    { what: "device reports", onDropped: (reason) => metrics.dropped("reports", reason), ...streams },
   );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;

@@ -92,6 +92,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, {
     what: "node work",
     waitForQueue: true,
+    onDropped: metrics.workDropped,
     ...streams,
   });
   const server = await startCsiServer({

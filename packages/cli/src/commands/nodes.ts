@@ -3,7 +3,8 @@
  * registration, re-published at every heartbeat), healthy while its last heartbeat is younger
  * than MISSED_HEARTBEATS of its own intervals; healthy / expected as Nomad shows plugin health.
  */
-import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { NODES_STREAM, type NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { parseRegistration } from "@csi/runtime";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { ago, MISSED_HEARTBEATS, nodeHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
@@ -21,8 +22,8 @@ export async function nodes(s: Session): Promise<number> {
     const consumer = await jetstream(nc).consumers.get(NODES_STREAM, { filter_subjects: nodeSubjects.wildcard, deliver_policy: DeliverPolicy.LastPerSubject });
     const msgs = await consumer.fetch({ max_messages: count, expires: Math.min(2000, s.timeoutMs) });
     for await (const m of msgs) {
-      const r = NodeRegistration.safeParse(m.json());
-      if (r.success) registrations.push(r.data);
+      const r = parseRegistration(m.subject, m.data); // a malformed or foreign message there is skipped
+      if ("registration" in r) registrations.push(r.registration);
       if (m.info.pending === 0) break;
     }
   }

@@ -5,10 +5,11 @@
  * "wrong last sequence" and the writer gets a SequenceConflict.
  */
 
-import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
+import { type Actor, DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
-import { type JetStreamManager, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { classifyRecord, type ForeignRecord, isForeign, type LogOf, type LogRecord } from "../domain/log-records.js";
 import type { LogInfo } from "../domain/projection-state.js";
 
 /** Messages one pull of a read asks for (the next pull runs while these are handed over). */
@@ -70,6 +71,8 @@ export interface Append {
 
 export interface EventLogOptions {
   cluster: string;
+  /** The instance whose request names this log's reader keeps: a name subject of another instance holds foreign records. Unset: any instance's. */
+  instance?: string;
   replicas?: number;
 }
 
@@ -77,6 +80,12 @@ export class EventLog {
   readonly stream: string;
   #jsm?: JetStreamManager;
   readonly #publisher: AckedPublisher;
+  readonly #of: LogOf;
+  /**
+   * Told of every foreign record a read meets (each read that passes it: a record is met again by
+   * every later read), before it is handed over; the journal logs and counts them (metrics.ts).
+   */
+  onForeign: (r: ForeignRecord) => void = () => {};
 
   constructor(
     private readonly nc: NatsConnection,
@@ -84,6 +93,14 @@ export class EventLog {
   ) {
     this.stream = subjects.streamName(opts.cluster);
     this.#publisher = new AckedPublisher(nc);
+    this.#of = { cluster: opts.cluster, instance: opts.instance };
+  }
+
+  /** A raw message of this log as a record: an event, or a foreign record (told to `onForeign`). */
+  #record(m: { seq: number; subject: string; data: Uint8Array }): LogRecord {
+    const r = classifyRecord(this.#of, m);
+    if (isForeign(r)) this.onForeign(r);
+    return r;
   }
 
   async #manager(): Promise<JetStreamManager> {
@@ -105,15 +122,45 @@ export class EventLog {
     await ensureStream(jsm, config);
   }
 
-  /** Last sequence of one subject (0 when it has none). */
+  /** Last sequence of one subject (0 when it has none), whatever the record there is: the subject's fence. */
   async lastSeqOf(subject: string): Promise<number> {
-    return (await this.lastOf(subject))?.seq ?? 0;
+    return (await lastMessageOf(this.#manager(), this.stream, subject))?.seq ?? 0;
   }
 
-  /** The last event of one subject, if it has any. */
-  async lastOf(subject: string): Promise<StoredEvent | undefined> {
+  /** The last record of one subject (an event or a foreign record), if it has any. */
+  async lastOf(subject: string): Promise<LogRecord | undefined> {
     const msg = await lastMessageOf(this.#manager(), this.stream, subject);
-    return msg ? { seq: msg.seq, subject, event: JournalEvent.parse(msg.json()) } : undefined;
+    return msg ? this.#record(msg) : undefined;
+  }
+
+  /** The record at one stream sequence; undefined when there is none (never written, or removed). */
+  async recordAt(seq: number): Promise<LogRecord | undefined> {
+    const jsm = await this.#manager();
+    const msg = await reachingNats("event log", () =>
+      jsm.streams.getMessage(this.stream, { seq }).then(
+        (m) => m ?? undefined,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return undefined;
+          throw err;
+        },
+      ),
+    );
+    return msg ? this.#record(msg) : undefined;
+  }
+
+  /**
+   * Remove the record at `seq` from the stream (JetStream's STREAM.MSG.DELETE, its body erased).
+   * Only `audit.purge` calls it, for a record it has just read again and found foreign. False: it
+   * was not there (any more).
+   */
+  async deleteRecord(seq: number): Promise<boolean> {
+    const jsm = await this.#manager();
+    return reachingNats("event log", () =>
+      jsm.streams.deleteMessage(this.stream, seq, true).catch((err: unknown) => {
+        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return false;
+        throw err;
+      }),
+    );
   }
 
   async lastSeq(): Promise<number> {
@@ -133,9 +180,16 @@ export class EventLog {
    */
   async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
     const event = { ...a.body, v: 1, ...meta } as JournalEvent;
+    const json = JSON.stringify(event);
+    // A larger record is foreign to every reader of the log (log-records.ts): never write one.
+    if (Buffer.byteLength(json, "utf8") > MAX_EVENT_BYTES)
+      throw new DriverError(
+        "ResourceExhausted",
+        `a ${event.type} of ${Buffer.byteLength(json, "utf8")} bytes is larger than an event may be (${MAX_EVENT_BYTES})`,
+      );
     try {
       const opts = a.expectedSeq === undefined ? {} : { expectedLastSubjectSequence: a.expectedSeq };
-      const seq = await this.#publisher.publish(a.subject, JSON.stringify(event), opts);
+      const seq = await this.#publisher.publish(a.subject, json, opts);
       return { seq, subject: a.subject, event };
     } catch (err) {
       if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
@@ -158,23 +212,24 @@ export class EventLog {
     return landed as StoredEvent[];
   }
 
-  /** Every event of these subjects, in log order (an aggregate's history). */
-  async history(subjectList: string[]): Promise<StoredEvent[]> {
-    const events: StoredEvent[] = [];
+  /** Every record of these subjects, in log order (an aggregate's history; foreign records included, marked). */
+  async history(subjectList: string[]): Promise<LogRecord[]> {
+    const events: LogRecord[] = [];
     for (const subject of subjectList) await this.read(1, async (b) => void events.push(...b), { subject });
     return events.sort((a, b) => a.seq - b.seq);
   }
 
   /**
-   * Read events in order from `fromSeq` up to the stream's end as it is now, or up to `to` if
-   * that comes first (optionally only one subject), handing them over in batches of `batch`;
+   * Read records in order from `fromSeq` up to the stream's end as it is now, or up to `to` if
+   * that comes first (optionally only one subject), handing them over in batches of `batch` —
+   * events, and foreign records marked as such (log-records.ts), so a fold skips them;
    * `onBatch` returning false stops the read there. Returns the last sequence the read was
    * bounded by. Streaming with bounded memory (`readStreamRange`: pulls of PULL_MESSAGES, the
    * next on its way while batches are handed over).
    */
   async read(
     fromSeq: number,
-    onBatch: (batch: StoredEvent[]) => Promise<unknown>,
+    onBatch: (batch: LogRecord[]) => Promise<unknown>,
     opts: { subject?: string; batch?: number; to?: number } = {},
   ): Promise<number> {
     const end = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
@@ -188,11 +243,11 @@ export class EventLog {
       pull: Math.max(size, PULL_MESSAGES),
       ...(opts.subject ? { subject: opts.subject } : {}),
     });
-    let batch: StoredEvent[] = [];
+    let batch: LogRecord[] = [];
     await reachingNats("event log", async () => {
       for await (const chunk of range) {
         for (const m of chunk) {
-          batch.push({ seq: m.seq, subject: m.subject, event: decodeEvent(m.data) });
+          batch.push(this.#record(m));
           if (batch.length < size) continue;
           const full = batch;
           batch = [];
@@ -203,9 +258,4 @@ export class EventLog {
     });
     return last;
   }
-}
-
-/** An event as stored: JSON, checked against its schema (a log written by a broken writer is refused clearly). */
-export function decodeEvent(data: Uint8Array): JournalEvent {
-  return JournalEvent.parse(JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8")));
 }
