@@ -170,6 +170,7 @@ test("the preview is a short prefix, sanitised and quoted; the detail never quot
       const shown = JSON.parse(r.foreign.preview) as string;
       assert.ok(Buffer.byteLength(shown) <= 48, shown);
       assert.ok(shown.endsWith("…"));
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what must not be there
       assert.doesNotMatch(shown, /[\u0000-\u001f\u2028]/u);
       assert.equal(r.foreign.bytes, Buffer.byteLength(body));
     });
