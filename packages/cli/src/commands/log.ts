@@ -73,6 +73,9 @@ export async function logImport(s: Session, file: string, o: { replicas?: string
     const r = await importLog(nc, cluster, () => backupFileLines(file), { ...(replicas ? { replicas } : {}), progress: progress.update });
     progress.finish(r.lastSeq);
     printResult(s, cluster, file, r, started, [
+      ...(r.foreign > 0
+        ? ([["FOREIGN RECORDS", `${r.foreign} restored as they were (journals skip them; csictl log purge-foreign removes them)`]] as [string, string][])
+        : []),
       ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log (or run csictl rebuild)"],
     ]);
   } catch (err) {

@@ -7,7 +7,15 @@
 
 import { type Actor, DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
-import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamManager,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StoredMsg,
+} from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { classifyRecord, type ForeignRecord, isForeign, type LogOf, type LogRecord } from "../domain/log-records.js";
 import type { LogInfo } from "../domain/projection-state.js";
@@ -135,16 +143,7 @@ export class EventLog {
 
   /** The record at one stream sequence; undefined when there is none (never written, or removed). */
   async recordAt(seq: number): Promise<LogRecord | undefined> {
-    const jsm = await this.#manager();
-    const msg = await reachingNats("event log", () =>
-      jsm.streams.getMessage(this.stream, { seq }).then(
-        (m) => m ?? undefined,
-        (err: unknown) => {
-          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return undefined;
-          throw err;
-        },
-      ),
-    );
+    const msg = await this.#rawAt(seq);
     return msg ? this.#record(msg) : undefined;
   }
 
@@ -167,10 +166,36 @@ export class EventLog {
     return (await this.info()).last;
   }
 
-  /** The log's identity (its stream's creation time: a recreated stream is another log) and last sequence. */
+  /**
+   * The log's identity (its stream's creation time: a recreated stream is another log) and last
+   * sequence: of its last record that is there. JetStream keeps `last_seq` when the records at the
+   * end are removed (`audit.purge` of foreign records): a read up to it would wait for a record
+   * that never comes, and a watermark could never reach it.
+   */
   async info(): Promise<LogInfo> {
-    const info = await reachingNats("event log", async () => (await this.#manager()).streams.info(this.stream));
-    return { id: info.created, last: info.state.last_seq };
+    const jsm = await this.#manager();
+    const info = await reachingNats("event log", () => jsm.streams.info(this.stream));
+    const { first_seq: first, last_seq: last, num_deleted: deleted } = info.state;
+    return { id: info.created, last: deleted > 0 ? await this.#lastPresent(first, last, deleted) : last };
+  }
+
+  /** The last sequence from `last` down that holds a record (at most `deleted` + 1 looks; each one round trip). */
+  async #lastPresent(first: number, last: number, deleted: number): Promise<number> {
+    for (let seq = last; seq >= first && seq >= last - deleted; seq--) if (await this.#rawAt(seq)) return seq;
+    return Math.max(0, first - 1);
+  }
+
+  async #rawAt(seq: number): Promise<StoredMsg | undefined> {
+    const jsm = await this.#manager();
+    return reachingNats("event log", () =>
+      jsm.streams.getMessage(this.stream, { seq }).then(
+        (m) => m ?? undefined,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return undefined;
+          throw err;
+        },
+      ),
+    );
   }
 
   /**
