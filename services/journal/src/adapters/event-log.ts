@@ -2,7 +2,9 @@
  * The event log: one JetStream stream per storage cluster (file storage, kept forever), one
  * subject per aggregate. Appends carry the expected last sequence of their subject, so a
  * writer that lost its lock cannot overwrite a newer state: the server refuses the append with
- * "wrong last sequence" and the writer gets a SequenceConflict.
+ * "wrong last sequence" and the writer gets a SequenceConflict — unless everything on the subject
+ * after what the writer decided on is foreign (not a journal's event) or was removed: then the
+ * append goes on against the subject's last sequence (`#fenceBeyondForeign`).
  */
 
 import { type Actor, DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
@@ -25,6 +27,9 @@ const PULL_MESSAGES = 4096;
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
+
+/** How often one append looks past foreign records on its subject before it counts as fenced off. */
+const FENCE_RECHECKS = 3;
 
 export class SequenceConflict extends DriverError {
   constructor(subject: string, options?: { cause?: unknown }) {
@@ -179,6 +184,16 @@ export class EventLog {
     return { id: info.created, last: deleted > 0 ? await this.#lastPresent(first, last, deleted) : last };
   }
 
+  /** The log's last sequence, 0 when the stream does not exist (nothing was ever written). */
+  async #lastOrNone(): Promise<number> {
+    const jsm = await this.#manager();
+    const exists = await jsm.streams.info(this.stream).then(
+      () => true,
+      (err: unknown) => !(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound),
+    );
+    return exists ? this.lastSeq() : 0;
+  }
+
   /** The last sequence from `last` down that holds a record (at most `deleted` + 1 looks; each one round trip). */
   async #lastPresent(first: number, last: number, deleted: number): Promise<number> {
     for (let seq = last; seq >= first && seq >= last - deleted; seq--) if (await this.#rawAt(seq)) return seq;
@@ -212,14 +227,48 @@ export class EventLog {
         "ResourceExhausted",
         `a ${event.type} of ${Buffer.byteLength(json, "utf8")} bytes is larger than an event may be (${MAX_EVENT_BYTES})`,
       );
+    let expected = a.expectedSeq;
+    for (let recheck = 0; ; recheck++) {
+      try {
+        const opts = expected === undefined ? {} : { expectedLastSubjectSequence: expected };
+        const seq = await this.#publisher.publish(a.subject, json, opts);
+        return { seq, subject: a.subject, event };
+      } catch (err) {
+        if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) {
+          const beyond = a.expectedSeq !== undefined && recheck < FENCE_RECHECKS ? await this.#fenceBeyondForeign(a.subject, a.expectedSeq) : undefined;
+          if (beyond === undefined) throw new SequenceConflict(a.subject, { cause: err });
+          expected = beyond;
+          continue;
+        }
+        if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
+        throw new AppendUncertain({ cause: err });
+      }
+    }
+  }
+
+  /**
+   * After a fence conflict on `subject` (the writer decided on its records up to `seq`): the
+   * subject's last sequence as the server sees it now, if no event of a journal is on the subject
+   * after `seq` — only foreign records, or records removed (docs/journal.md, "Foreign records in
+   * the log") — so the append may go on against it; undefined when an event is newer (a real
+   * concurrent change: the caller is fenced off) or the log cannot be read. The server's view is
+   * read first and the retry is fenced on it: anything appended after this look fails the retry.
+   */
+  async #fenceBeyondForeign(subject: string, seq: number): Promise<number | undefined> {
     try {
-      const opts = a.expectedSeq === undefined ? {} : { expectedLastSubjectSequence: a.expectedSeq };
-      const seq = await this.#publisher.publish(a.subject, json, opts);
-      return { seq, subject: a.subject, event };
-    } catch (err) {
-      if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
-      if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
-      throw new AppendUncertain({ cause: err });
+      const last = await this.lastSeqOf(subject);
+      let newerEvent = false;
+      await this.read(
+        seq + 1,
+        async (batch) => {
+          newerEvent = batch.some((r) => !isForeign(r));
+          return !newerEvent;
+        },
+        { subject },
+      );
+      return newerEvent ? undefined : last;
+    } catch {
+      return undefined;
     }
   }
 
@@ -257,7 +306,9 @@ export class EventLog {
     onBatch: (batch: LogRecord[]) => Promise<unknown>,
     opts: { subject?: string; batch?: number; to?: number } = {},
   ): Promise<number> {
-    const end = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
+    // A subject's last sequence reads as 0 once its newest record was removed (nats-server 2.9, until
+    // the next append there): then the stream's end bounds the read (a read ends with its last pending record anyway).
+    const end = opts.subject ? (await this.lastSeqOf(opts.subject)) || (await this.#lastOrNone()) : await this.lastSeq();
     const last = opts.to === undefined ? end : Math.min(end, opts.to);
     if (last < fromSeq) return last;
     const size = opts.batch ?? 512;
