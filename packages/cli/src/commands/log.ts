@@ -102,10 +102,10 @@ function sequences(texts: string[]): number[] {
  * skipped (not a foreign record, or not there).
  */
 export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: boolean; requestId?: string }): Promise<ExitCode> {
+  const asked = sequences(o.seq); // a usage error before anything is sent
   const cluster = s.cluster().clusterID;
   const journal = await s.journal();
   const requestId = o.requestId ?? `csictl-${randomUUID()}`;
-  const asked = sequences(o.seq);
   const found = async (): Promise<{ seqs: number[]; total: number }> => {
     const v = await journal.call(cluster, "audit.verify", { maxFindings: MAX_PURGE_RECORDS });
     return { seqs: v.findings.flatMap((f) => (f.type === "foreignRecord" ? [f.seq] : [])), total: v.counts.foreignRecords };
@@ -113,7 +113,7 @@ export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: bo
   const records: PurgeAction[] = [];
   let rebuilt = false;
   let left = 0;
-  for (let round = 0; ; round++) {
+  for (;;) {
     const next = asked.length > 0 ? { seqs: asked, total: asked.length } : await found();
     if (next.seqs.length === 0) break;
     const r = await journal.call(cluster, "audit.purge", { requestId, seqs: next.seqs, apply: !!o.apply });
@@ -121,7 +121,7 @@ export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: bo
     rebuilt ||= r.rebuilt;
     left = next.total - next.seqs.length;
     // Given sequences, a dry run, or a round that removed nothing: one round. Else verify again for the rest.
-    if (asked.length > 0 || !o.apply || left === 0 || !r.records.some((x) => x.outcome === "done") || round >= 1000) break;
+    if (asked.length > 0 || !o.apply || left === 0 || !r.records.some((x) => x.outcome === "done")) break;
   }
   s.out.result({ cluster, requestId, apply: !!o.apply, records, rebuilt, ...(left > 0 && !o.apply ? { more: left } : {}) }, () => {
     const done = records.filter((x) => x.outcome === "done").length;
