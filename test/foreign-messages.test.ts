@@ -10,17 +10,15 @@
  * nodes) skip what is not one.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type DeviceReport, NODE_WORK_STREAM, NODES_STREAM, nodeQueues, nodeSubjects, nodeWorkSubjects, subjects } from "@csi/contracts";
 import { nodeRegistration } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { runCsictl } from "./support/csictl.js";
 import { scrape } from "./support/metrics.js";
 import { CLUSTER, NodeStack } from "./support/node-stack.js";
-import { withoutServerEnv } from "./support/npm-start.js";
-import { ROOT } from "./support/processes.js";
 
 let s: NodeStack;
 before(async () => {
@@ -127,14 +125,7 @@ test("node registrations: what is not a registration of its subject's node is sk
   });
   assert.equal((await nodeRegistration(jsm, s.nodeId))?.nodeId, s.nodeId);
 
-  const r = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-    execFile(
-      process.execPath,
-      [`${ROOT}/packages/cli/bin/csictl.mjs`, "--json", "nodes"],
-      { cwd: ROOT, env: { ...withoutServerEnv(process.env), NATS_URL: s.env.nats.url, RUN_DIR: s.root }, encoding: "utf8" },
-      (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr }),
-    ),
-  );
+  const r = await runCsictl(["--json", "nodes"], { NATS_URL: s.env.nats.url, RUN_DIR: s.root });
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(
     (JSON.parse(r.stdout) as { nodes: { nodeId: string }[] }).nodes.map((n) => n.nodeId),

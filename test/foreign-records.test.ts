@@ -15,22 +15,20 @@
  * not an inbox (an event subject) is dropped unanswered and counted: nothing lands in the stream.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { JournalEvent, MAX_EVENT_BYTES, nameToken, subjects, type VolumeView } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { csictlOf } from "./support/csictl.js";
 import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
 import { scrape } from "./support/metrics.js";
-import { withoutServerEnv } from "./support/npm-start.js";
-import { ROOT, type ServiceProcess } from "./support/processes.js";
+import type { ServiceProcess } from "./support/processes.js";
 
 const CLUSTER = "fr";
 const STREAM = subjects.streamName(CLUSTER);
 const MiB = 1024 * 1024;
-const BIN = `${ROOT}/packages/cli/bin/csictl.mjs`;
 const cap = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
 /** A server that takes a record larger than an event may be (the default max_payload is exactly MAX_EVENT_BYTES). */
 const NATS_CONFIG = `max_payload: ${4 * MiB}\n`;
@@ -47,20 +45,7 @@ after(async () => {
   await j?.dispose();
 });
 
-function csictl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env = {
-    ...withoutServerEnv(process.env),
-    NATS_URL: j.servers.nats.url,
-    REDIS_URL: j.servers.redis.url,
-    CLUSTERS_FILE: j.clustersFile,
-    RUN_DIR: j.servers.dir,
-  };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, "--cluster", CLUSTER, ...args], { cwd: ROOT, env, encoding: "utf8", maxBuffer: 64 * MiB }, (err, stdout, stderr) =>
-      resolve({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+const csictl = csictlOf(() => j, CLUSTER);
 
 const call = <C extends Parameters<JournalTestEnv["client"]["call"]>[1]>(command: C, req: Parameters<JournalTestEnv["client"]["call"]>[2] & object) =>
   j.client.call(CLUSTER, command, req as never);

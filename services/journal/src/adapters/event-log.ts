@@ -17,6 +17,7 @@ import {
   RetentionPolicy,
   StorageType,
   type StoredMsg,
+  type StreamInfo,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { classifyRecord, type ForeignRecord, isForeign, type LogOf, type LogRecord } from "../domain/log-records.js";
@@ -179,19 +180,28 @@ export class EventLog {
    */
   async info(): Promise<LogInfo> {
     const jsm = await this.#manager();
-    const info = await reachingNats("event log", () => jsm.streams.info(this.stream));
+    return this.#logInfo(await reachingNats("event log", () => jsm.streams.info(this.stream)));
+  }
+
+  async #logInfo(info: StreamInfo): Promise<LogInfo> {
     const { first_seq: first, last_seq: last, num_deleted: deleted } = info.state;
     return { id: info.created, last: deleted > 0 ? await this.#lastPresent(first, last, deleted) : last };
   }
 
-  /** The log's last sequence, 0 when the stream does not exist (nothing was ever written). */
-  async #lastOrNone(): Promise<number> {
+  /**
+   * Where a read of a subject whose last sequence reads as 0 ends: 0 (nothing to read) when the
+   * stream does not exist or never had a record removed — the subject is empty —, else the log's
+   * last sequence (nats-server 2.9 reports 0 for a subject whose newest record was removed).
+   */
+  async #endOfUnknownSubject(): Promise<number> {
     const jsm = await this.#manager();
-    const exists = await jsm.streams.info(this.stream).then(
-      () => true,
-      (err: unknown) => !(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound),
+    const info = await reachingNats("event log", () =>
+      jsm.streams.info(this.stream).catch((err: unknown) => {
+        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return undefined;
+        throw err;
+      }),
     );
-    return exists ? this.lastSeq() : 0;
+    return info && info.state.num_deleted > 0 ? (await this.#logInfo(info)).last : 0;
   }
 
   /** The last sequence from `last` down that holds a record (at most `deleted` + 1 looks; each one round trip). */
@@ -308,7 +318,7 @@ export class EventLog {
   ): Promise<number> {
     // A subject's last sequence reads as 0 once its newest record was removed (nats-server 2.9, until
     // the next append there): then the stream's end bounds the read (a read ends with its last pending record anyway).
-    const end = opts.subject ? (await this.lastSeqOf(opts.subject)) || (await this.#lastOrNone()) : await this.lastSeq();
+    const end = opts.subject ? (await this.lastSeqOf(opts.subject)) || (await this.#endOfUnknownSubject()) : await this.lastSeq();
     const last = opts.to === undefined ? end : Math.min(end, opts.to);
     if (last < fromSeq) return last;
     const size = opts.batch ?? 512;
