@@ -115,7 +115,10 @@ export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: bo
   let left = 0;
   for (;;) {
     const next = asked.length > 0 ? { seqs: asked, total: asked.length } : await found();
-    if (next.seqs.length === 0) break;
+    if (next.seqs.length === 0) {
+      left = next.total; // verify's other findings filled its page: say so rather than "none"
+      break;
+    }
     const r = await journal.call(cluster, "audit.purge", { requestId, seqs: next.seqs, apply: !!o.apply });
     records.push(...r.records);
     rebuilt ||= r.rebuilt;
@@ -123,12 +126,13 @@ export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: bo
     // Given sequences, a dry run, or a round that removed nothing: one round. Else verify again for the rest.
     if (asked.length > 0 || !o.apply || left === 0 || !r.records.some((x) => x.outcome === "done")) break;
   }
-  s.out.result({ cluster, requestId, apply: !!o.apply, records, rebuilt, ...(left > 0 && !o.apply ? { more: left } : {}) }, () => {
+  s.out.result({ cluster, requestId, apply: !!o.apply, records, rebuilt, ...(left > 0 ? { more: left } : {}) }, () => {
     const done = records.filter((x) => x.outcome === "done").length;
     const what = o.apply
       ? `${done} removed${rebuilt ? ", projection rebuilt" : ""}`
       : `${records.filter((x) => x.outcome === "planned").length} to remove (dry run: nothing touched; --apply to act)`;
-    const more = left > 0 && !o.apply ? `\n${left} more not listed: they are removed with --apply` : "";
+    const more =
+      left > 0 ? `\n${left} more not listed (verify's page is full of other findings, or this was a dry run): run it again, --seq them, or gc first` : "";
     const summary = `cluster ${cluster}, request ${requestId}: ${what}${more}`;
     return records.length === 0 ? `${summary}\nno foreign records` : `${table(PURGE_HEAD, records.map(purgeRow))}\n${summary}`;
   });

@@ -105,18 +105,20 @@ export function subjectAddress(log: LogOf, subject: string): Address | undefined
  * Undefined when the event's fields make no subject (a pool name that is not one token).
  */
 export function eventSubject(log: LogOf, e: JournalEvent, onSubject = ""): string | undefined {
+  // What subjects.ts builds, without checking tokens the schema checked already (uuids, kinds) on every event of a replay.
+  const prefix = `csi.${log.cluster}.evt.`;
   try {
     switch (e.type) {
       case "NameReserved":
       case "NameReleased":
         return subjects.nameEvents(log.cluster, KIND_TOKENS[e.kind], log.instance ?? (onSubject.split(".")[5] || "_"), e.name);
       case "DeviceStateReported":
-        return subjects.deviceEvents(log.cluster, e.uuid);
+        return `${prefix}dev.${e.uuid}`;
       case "ImageLeakCollected":
         return subjects.poolEvents(log.cluster, e.pool);
       default: {
         const a = addressOf(e);
-        return a && a.kind !== "name" ? subjects.aggregateEvents(log.cluster, a.kind, a.uuid) : undefined;
+        return a && a.kind !== "name" ? `${prefix}${KIND_TOKENS[a.kind]}.${a.uuid}` : undefined;
       }
     }
   } catch {
