@@ -5,8 +5,7 @@
  * them). The clusters are those of the clusters file and any other whose journal answers.
  */
 import { subjects } from "@csi/contracts";
-import { keysFor, RedisStore } from "@csi/journal/operator";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { EventLog, keysFor, RedisStore } from "@csi/journal/operator";
 import { type ServiceStats, Svcm } from "@nats-io/services";
 import { clusterHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
@@ -29,12 +28,12 @@ export async function clusters(s: Session): Promise<number> {
   }
   const configured = s.clusters().clusters;
   const chosen = s.opts.cluster ? [s.cluster().clusterID] : [...new Set([...configured.map((c) => c.clusterID), ...replicas.keys()])].sort();
-  const jsm = await jetstreamManager(nc);
   const rows = await Promise.all(
     chosen.map(async (id) => {
       const instance = configured.find((c) => c.clusterID === id)?.instance ?? "default";
       const [info, meta] = await Promise.all([
-        jsm.streams.info(subjects.streamName(id)).catch(() => undefined),
+        // The last record there (as the journal sees the log: a removed tail is not counted as lag).
+        new EventLog(nc, { cluster: id }).info().catch(() => undefined),
         new RedisStore(redis, keysFor(id, instance)).projectionMeta(),
       ]);
       const journals = (replicas.get(id) ?? []).map((r) => ({
@@ -44,7 +43,7 @@ export async function clusters(s: Session): Promise<number> {
         requests: (r.endpoints ?? []).reduce((n, e) => n + e.num_requests, 0),
         errors: (r.endpoints ?? []).reduce((n, e) => n + e.num_errors, 0),
       }));
-      return { ...clusterHealth(id, journals.length, info?.state.last_seq, meta), journals };
+      return { ...clusterHealth(id, journals.length, info?.last, meta), journals };
     }),
   );
   s.out.result(rows, () =>
