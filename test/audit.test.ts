@@ -161,7 +161,7 @@ test("verify finds planted garbage; gc's dry run touches nothing; gc removes it 
   await c.call(CLUSTER, "volume.publish", { requestId: "v2", uuid: claimed.uuid, nodeId: "node-gone", capability: cap, readOnly: false });
 
   const found = await c.call(CLUSTER, "audit.verify", { olderThanMs: HOUR });
-  assert.deepEqual(found.counts, { leakedImages: 2, orphanedReservations: 1, missingImages: 0, projectionDrift: 0, staleClaims: 1 });
+  assert.deepEqual(found.counts, { leakedImages: 2, orphanedReservations: 1, missingImages: 0, projectionDrift: 0, staleClaims: 1, foreignRecords: 0 });
   assert.deepEqual(
     found.findings.map((f) => [f.type, "imageName" in f ? f.imageName : "nodeId" in f ? f.nodeId : ""]),
     [
@@ -198,7 +198,7 @@ test("verify finds planted garbage; gc's dry run touches nothing; gc removes it 
 
   await c.call(CLUSTER, "volume.unpublish", { requestId: "v3", uuid: claimed.uuid, nodeId: "node-gone" });
   const clean = await c.call(CLUSTER, "audit.verify", { olderThanMs: HOUR });
-  assert.deepEqual(clean.counts, { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 });
+  assert.deepEqual(clean.counts, { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 });
   assert.deepEqual(clean.findings, []);
 
   // The log holds the cleanup: who, why, what.

@@ -93,6 +93,7 @@ describe("the command line", () => {
       ["log"],
       ["log", "export"],
       ["log", "import"],
+      ["log", "purge-foreign"],
     ];
     const runs = await Promise.all(commands.map((c) => csictl([...c, "--help"])));
     runs.forEach((r, i) => {
@@ -116,6 +117,7 @@ describe("the command line", () => {
       [["call", "Controller.ListVolumes", "{oops"], /the request is not JSON/],
       [["--timeout", "soon", "nodes"], /--timeout must be a positive number/],
       [["--cluster", "atlantis", "rebuild"], /unknown cluster "atlantis"; known: local/],
+      [["log", "purge-foreign", "--seq", "12x"], /--seq must be a stream sequence above 0, got "12x"/],
     ];
     const runs = await Promise.all(cases.map(([args]) => csictl(args)));
     runs.forEach((r, i) => {
@@ -378,7 +380,7 @@ describe("replay, verify, gc on a running stack", () => {
     assert.equal(found.code, 1, found.stderr);
     const v = JSON.parse(found.stdout) as Verify;
     assert.equal(v.ok, false);
-    assert.deepEqual(v.counts, { leakedImages: 1, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 });
+    assert.deepEqual(v.counts, { leakedImages: 1, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 });
     assert.deepEqual(
       v.findings.map((f) => [f.type, f.imageName]),
       [["leakedImage", image]],

@@ -196,7 +196,7 @@ async function checkState(label: string): Promise<void> {
     const verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
     assert.deepEqual(
       verify.counts,
-      { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 },
+      { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 },
       `${label}: audit.verify\n${JSON.stringify(verify.findings, null, 1).slice(0, 2000)}`,
     );
   } finally {

@@ -8,7 +8,6 @@
  * exit 1 and write nothing.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -16,34 +15,19 @@ import { test } from "node:test";
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
 import { jetstreamManager } from "@nats-io/jetstream";
+import { csictlOf } from "./support/csictl.js";
 import { type JournalTestEnv, journalPerFile } from "./support/journal-env.js";
-import { withoutServerEnv } from "./support/npm-start.js";
-import { ROOT } from "./support/processes.js";
 
 const CLUSTER = "bk";
 const STREAM = subjects.streamName(CLUSTER);
 const MiB = 1024 * 1024;
-const BIN = path.join(ROOT, "packages/cli/bin/csictl.mjs");
 const cap = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
 let j: JournalTestEnv;
 const journal = journalPerFile(CLUSTER, { timeoutMs: 30_000 }, (env) => {
   j = env;
 });
 
-function csictl(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const env = {
-    ...withoutServerEnv(process.env),
-    NATS_URL: j.servers.nats.url,
-    REDIS_URL: j.servers.redis.url,
-    CLUSTERS_FILE: j.clustersFile,
-    RUN_DIR: j.servers.dir,
-  };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, "--cluster", CLUSTER, ...args], { cwd: ROOT, env, encoding: "utf8" }, (err, stdout, stderr) =>
-      resolve({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+const csictl = csictlOf(() => j, CLUSTER);
 
 const streamState = async () =>
   (await jetstreamManager(j.nc)).streams.info(STREAM).then(

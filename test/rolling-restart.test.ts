@@ -422,7 +422,7 @@ test("rolling restarts under a create/delete load: no lost request, no corrupted
   const verify = await journal.call(cluster, "audit.verify", { olderThanMs: 0 });
   assert.deepEqual(
     verify.counts,
-    { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0 },
+    { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 },
     JSON.stringify(verify.findings),
   );
   const listed = (await journal.call(cluster, "volume.list", { maxEntries: 1000 })).entries;

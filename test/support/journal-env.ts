@@ -27,8 +27,8 @@ export interface JournalTestEnv {
   dispose(): Promise<void>;
 }
 
-export async function journalTestEnv(cluster: string, opts: { pools?: TestPool[]; timeoutMs?: number } = {}): Promise<JournalTestEnv> {
-  const servers = await startTestServers();
+export async function journalTestEnv(cluster: string, opts: { pools?: TestPool[]; timeoutMs?: number; natsConfig?: string } = {}): Promise<JournalTestEnv> {
+  const servers = await startTestServers(opts.natsConfig ? { natsConfig: opts.natsConfig } : {});
   const clustersFile = await writeClustersFile(servers.dir, [{ clusterID: cluster, pools: opts.pools ?? ["default"] }]);
   const nc = await connect({ servers: servers.nats.url });
   const redis = new Redis(servers.redis.url);

@@ -196,6 +196,15 @@ export function buildProgram(): Command {
     .argument("<file>", "a file made by log export")
     .option("--replicas <n>", "stream replicas if the stream has to be created (default 1; 3 on a NATS cluster)")
     .action(act(async (s, file, o) => (await log()).logImport(s, file, o)));
+  logCmd
+    .command("purge-foreign")
+    .description(
+      "remove foreign records (not events of a journal: verify lists them) from the cluster's event log, each read again first; a dry run unless --apply",
+    )
+    .option("--seq <n>", "this stream sequence (repeatable; default: every foreign record verify finds)", collect, [])
+    .option("--apply", "act: remove them (default: only list what would be removed)")
+    .addOption(requestIdOption())
+    .action(act(async (s, o) => (await log()).logPurgeForeign(s, o)));
 
   program
     .command("clusters")

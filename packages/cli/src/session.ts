@@ -121,10 +121,11 @@ export class Session {
     return jetstreamManager(await this.nats(), apiPrefix ? { apiPrefix, checkAPI: false } : {});
   }
 
-  /** A cluster's event log, read as csictl (admin) reads it. */
+  /** A cluster's event log, read as csictl (admin) reads it (request names of the clusters file's instance, when it names the cluster). */
   async eventLog(cluster: string): Promise<EventLog> {
     const apiPrefix = this.logApi(cluster);
-    return new EventLog(await this.nats(), { cluster, ...(apiPrefix ? { apiPrefix } : {}) });
+    const instance = this.clusters().clusters.find((c) => c.clusterID === cluster)?.instance;
+    return new EventLog(await this.nats(), { cluster, ...(instance ? { instance } : {}), ...(apiPrefix ? { apiPrefix } : {}) });
   }
 
   redis(): Promise<Redis> {

@@ -5,6 +5,7 @@
  * assigned by JetStream and travels beside the event, not inside it.
  */
 import { z } from "zod";
+import { NATS_DEFAULT_MAX_PAYLOAD } from "./bounds.js";
 import { AccessMode, Actor, Capability, ContentSource, Uuid } from "./common.js";
 import { Kind } from "./kinds.js";
 import { MutableParameters } from "./mutable-parameters.js";
@@ -158,3 +159,32 @@ export interface StoredEvent {
   subject: string;
   event: JournalEvent;
 }
+
+/**
+ * The most bytes an event may have in the log: a journal refuses to append a larger one (and a
+ * server with the default max_payload would refuse it anyway), so a larger record is none of its
+ * events and is not even parsed.
+ */
+export const MAX_EVENT_BYTES = NATS_DEFAULT_MAX_PAYLOAD;
+
+/**
+ * Why a record of an event stream is not a valid event written by a journal (docs/journal.md,
+ * "Foreign records in the log"): larger than MAX_EVENT_BYTES, not JSON (or not a JSON object), a
+ * type no journal writes, a known type that does not match its schema, or a valid event on a
+ * subject other than the one its journal appends it on.
+ */
+export const ForeignReason = z.enum(["too-large", "not-json", "unknown-type", "schema", "wrong-subject"]);
+export type ForeignReason = z.infer<typeof ForeignReason>;
+
+/** A foreign record as verify, history and purge report it: where it is and why it is foreign, never its body beyond a short sanitised prefix. */
+export const ForeignRecordView = z.object({
+  seq: z.number().int().positive(),
+  subject: z.string(),
+  reason: ForeignReason,
+  /** What is wrong, in a few words (never a value of the record). */
+  detail: z.string(),
+  bytes: z.number().int().nonnegative(),
+  /** The first characters of the record, unsafe characters replaced, quoted (`quote`). */
+  preview: z.string(),
+});
+export type ForeignRecordView = z.infer<typeof ForeignRecordView>;

@@ -11,5 +11,6 @@ export * from "./mutable-parameters.js";
 export * from "./nodes.js";
 export * from "./permissions.js";
 export * from "./plugin.js";
+export * from "./replies.js";
 export * from "./subjects.js";
 export * from "./volume-id.js";

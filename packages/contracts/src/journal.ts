@@ -8,7 +8,7 @@ import { z } from "zod";
 import { MAX_PAGE_ENTRIES, validateMountFlags } from "./bounds.js";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
-import { GroupMember } from "./events.js";
+import { ForeignReason, ForeignRecordView, GroupMember } from "./events.js";
 import { Kind } from "./kinds.js";
 import { MutableParameters } from "./mutable-parameters.js";
 
@@ -135,7 +135,18 @@ export const VolumeHistory = z.object({
     .optional(),
 });
 export const HistoryResult = z.object({
-  events: z.array(z.object({ seq: z.number(), subject: z.string(), event: z.record(z.string(), z.unknown()) })),
+  /**
+   * Every record of the aggregate's subjects in log order; a foreign record (not a valid event of
+   * a journal: docs/journal.md) has an empty `event` and says why in `foreign`.
+   */
+  events: z.array(
+    z.object({
+      seq: z.number(),
+      subject: z.string(),
+      event: z.record(z.string(), z.unknown()),
+      foreign: ForeignRecordView.omit({ seq: true, subject: true }).optional(),
+    }),
+  ),
   nextToken: z.string().optional(),
 });
 export const VolumeList = Paging;
@@ -242,6 +253,8 @@ export const Finding = z.discriminatedUnion("type", [
   z.object({ type: z.literal("projectionDrift"), key: z.string() }),
   /** A claim of a node that stopped heartbeating (or never registered). */
   z.object({ type: z.literal("staleClaim"), uuid: Uuid, nodeId: z.string(), lastHeartbeat: z.string().optional() }),
+  /** A record of the event stream that is not a valid event written by a journal: skipped by the fold (`audit.purge` removes it). */
+  ForeignRecordView.extend({ type: z.literal("foreignRecord") }),
 ]);
 export type Finding = z.infer<typeof Finding>;
 export const VerifyCounts = z.object({
@@ -250,6 +263,8 @@ export const VerifyCounts = z.object({
   missingImages: z.number(),
   projectionDrift: z.number(),
   staleClaims: z.number(),
+  /** Replies of journals before foreign records were reported lack it. */
+  foreignRecords: z.number().default(0),
 });
 export const VerifyResult = z.object({
   /** The log's last sequence the check folded. */
@@ -283,6 +298,33 @@ export const GcAction = z.object({
 export type GcAction = z.infer<typeof GcAction>;
 export const GcResult = z.object({ apply: z.boolean(), actions: z.array(GcAction), truncated: z.boolean() });
 
+/** Most sequences one audit.purge call takes. */
+export const MAX_PURGE_RECORDS = 1000;
+/**
+ * Remove foreign records from the event log (`csictl log purge-foreign`): each sequence is read
+ * again and removed only if it is still a foreign record; a dry run unless `apply`.
+ */
+export const AuditPurge = z.object({
+  ...RequestMeta,
+  seqs: z
+    .array(z.number().int().positive())
+    .min(1)
+    .max(MAX_PURGE_RECORDS)
+    .refine((l) => new Set(l).size === l.length, { message: "must not repeat a sequence" }),
+  apply: z.boolean().default(false),
+});
+export const PurgeAction = z.object({
+  seq: z.number().int().positive(),
+  subject: z.string().optional(),
+  reason: ForeignReason.optional(),
+  /** planned (dry run), done (removed from the stream), skipped (not a foreign record, or already gone: `why`). */
+  outcome: z.enum(["planned", "done", "skipped"]),
+  why: z.string().optional(),
+});
+export type PurgeAction = z.infer<typeof PurgeAction>;
+/** `rebuilt`: records were removed, so the projection (which holds the subjects' last sequences) was rebuilt from the log. */
+export const PurgeResult = z.object({ apply: z.boolean(), records: z.array(PurgeAction), rebuilt: z.boolean() });
+
 export const AuditRebuild = z.object({ requestId: RequestMeta.requestId.optional() });
 export const RebuildResult = z.object({ dropped: z.number(), replayedTo: z.number(), ms: z.number() });
 
@@ -309,6 +351,7 @@ export const journalContract = {
   "audit.verify": { request: AuditVerify, result: VerifyResult },
   "audit.gc": { request: AuditGc, result: GcResult },
   "audit.rebuild": { request: AuditRebuild, result: RebuildResult },
+  "audit.purge": { request: AuditPurge, result: PurgeResult },
 } as const;
 
 export type JournalCommand = keyof typeof journalContract;

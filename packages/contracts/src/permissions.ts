@@ -30,7 +30,8 @@
  *   ADMIN         csictl: journal commands, service discovery, reads of every log and of the
  *                 registrations. It writes nothing (a log restore runs as the cluster's journal).
  *
- * Every role keeps its own reply inbox prefix (`_INBOX.<user>`). Pure: secrets come from the caller.
+ * Every role keeps its own reply inbox prefix (`_INBOX.<user>`); responders answer only onto inboxes
+ * (replies.ts). Pure: secrets come from the caller.
  */
 import { NODES_STREAM, nodeQueues, nodeSubjects, nodeWorkSubjects } from "./nodes.js";
 import { clusterToken, nameToken, subjects } from "./subjects.js";
@@ -73,15 +74,6 @@ export function natsUser(role: NatsRole): string {
 /** The reply inbox prefix of a role: its connections use it, its permissions allow only it. */
 export function inboxPrefix(role: NatsRole): string {
   return `_INBOX.${natsUser(role)}`;
-}
-
-/**
- * Reply subjects a responder answers on: a role's inbox (`_INBOX.…`, same account) or the subject
- * nats-server substitutes for a request that came through a service import (`_R_.…`). Anything
- * else is a request that asks to have the answer published somewhere else: refused.
- */
-export function isInboxReply(reply: string | undefined): reply is string {
-  return !!reply && (reply.startsWith("_INBOX.") || reply.startsWith("_R_."));
 }
 
 /** The account a role's users belong to. */

@@ -76,14 +76,15 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, replicas: cfg.streamReplicas }));
+  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas }));
+  metrics.watchForeign(events, log);
   await events.ensureStream();
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
-  const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams) : { stop: () => {} };
+  const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
@@ -109,7 +110,11 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
-  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, { beatEveryMs: cfg.beatEveryMs, observe: metrics.command });
+  const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
+    beatEveryMs: cfg.beatEveryMs,
+    observe: metrics.command,
+    onRefused: metrics.refused,
+  });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   // Device reports from node-agents wait in a durable queue until a journal appends them. A report
   // counts only on its own node's subject: NATS lets a node publish there and nowhere else.
@@ -123,7 +128,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return journal.reportDevice(r);
     },
     log,
-    { what: "device reports", at: fleet, waitForQueue: !fleet.makes, ...streams },
+    { what: "device reports", at: fleet, waitForQueue: !fleet.makes, onDropped: (reason) => metrics.dropped("reports", reason), ...streams },
   );
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;

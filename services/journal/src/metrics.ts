@@ -9,14 +9,34 @@
  *   csi_journal_lock_wait_seconds{outcome}         histogram  wait for an operation's locks ("acquired" | "busy")
  *   csi_journal_events_appended_total{type}        counter    events that landed in the log, by type
  *   csi_journal_projection_lag{cluster}            gauge      log last sequence − projection watermark
+ *   csi_journal_foreign_records_total{reason}      counter    foreign records met in the event log (each sequence once)
+ *   csi_journal_requests_refused_total{reason}     counter    requests dropped unanswered (a reply subject that is no inbox)
+ *   csi_messages_dropped_total{source,reason}      counter    device reports and node registrations dropped (runtime)
  *   csi_redis_connected / csi_redis_reconnects_total           the Redis connection
  *
  * Readiness: "redis" (the connection is ready and answers PING) and "commands" (the command
  * endpoints are subscribed); "nats" comes from watchNats.
  */
-import { CALL_SECONDS, type Counter, counter, Gauge, type Histogram, histogram, type Ops, WAIT_SECONDS, within } from "@csi/runtime";
+import {
+  CALL_SECONDS,
+  type Counter,
+  counter,
+  type DropSource,
+  droppedMessages,
+  Gauge,
+  type Histogram,
+  histogram,
+  type Ops,
+  WAIT_SECONDS,
+  within,
+} from "@csi/runtime";
 import type { Redis } from "ioredis";
+import type { Logger } from "pino";
 import type { EventLog } from "./adapters/event-log.js";
+import { shownSubject } from "./domain/log-records.js";
+
+/** Foreign records whose sequences a process remembers (so each is logged and counted once); past it, no more are. */
+const FOREIGN_TRACKED = 100_000;
 
 /** The longest a scrape waits for the projection's watermark and the log's last sequence. */
 const LAG_READ_MS = 1_000;
@@ -26,6 +46,10 @@ export class JournalMetrics {
   readonly #aborted: Counter<"command">;
   readonly #lockWait: Histogram<"outcome">;
   readonly #appended: Counter<"type">;
+  readonly #foreign: Counter<"reason">;
+  readonly #refused: Counter<"reason">;
+  /** A message a durable queue or the registrations' reader dropped. */
+  readonly dropped: (source: DropSource, reason: string) => void;
 
   constructor(private readonly ops: Ops) {
     const r = ops.registry;
@@ -33,6 +57,44 @@ export class JournalMetrics {
     this.#aborted = counter(r, "csi_journal_aborted_total", "Journal commands answered ABORTED", ["command"]);
     this.#lockWait = histogram(r, "csi_journal_lock_wait_seconds", "Waits for an operation's locks (acquired, or busy: ABORTED)", ["outcome"], WAIT_SECONDS);
     this.#appended = counter(r, "csi_journal_events_appended_total", "Events appended to the event log", ["type"]);
+    this.#foreign = counter(
+      r,
+      "csi_journal_foreign_records_total",
+      "Records of the event log that are no valid event of a journal (skipped), each sequence once",
+      ["reason"],
+    );
+    this.#refused = counter(r, "csi_journal_requests_refused_total", "Requests dropped unanswered: their reply subject is no inbox", ["reason"]);
+    this.dropped = droppedMessages(r);
+  }
+
+  /** serveJournal's onRefused: a request dropped unanswered. */
+  readonly refused = (reason: string): void => {
+    this.#refused.inc({ reason });
+  };
+
+  /**
+   * Log and count every foreign record the log's reads meet, each stream sequence once per
+   * process (every read passes it again: the start-up check, catch-ups, verify, history). The
+   * line names the sequence, the subject (sanitised) and why, with a short sanitised preview of
+   * the body at most.
+   */
+  watchForeign(events: EventLog, log: Logger): void {
+    const seen = new Set<number>();
+    let full = false;
+    events.onForeign = (r) => {
+      if (seen.has(r.seq) || full) return;
+      if (seen.size >= FOREIGN_TRACKED) {
+        full = true;
+        log.warn({ tracked: FOREIGN_TRACKED }, "too many foreign records in the event log to log each: csictl verify lists them");
+        return;
+      }
+      seen.add(r.seq);
+      this.#foreign.inc({ reason: r.foreign.reason });
+      log.warn(
+        { seq: r.seq, subject: shownSubject(r.subject), ...r.foreign },
+        "foreign record in the event log skipped (not a journal's event): csictl verify lists it, csictl log purge-foreign removes it",
+      );
+    };
   }
 
   /** serveJournal's observer: one finished command. */

@@ -97,6 +97,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
     what: "node work",
     waitForQueue: true,
     at: fleet,
+    onDropped: metrics.workDropped,
     ...streams,
   });
   const server = await startCsiServer({

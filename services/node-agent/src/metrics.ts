@@ -7,11 +7,12 @@
  *   csi_node_device_steps_total{step}              counter  device steps done: attached, staged, published, unpublished,
  *                                                           unstaged, detached, healed, limited, failed
  *   csi_node_heal_actions_total{kind,outcome}      counter  the healer's actions by kind, ok or failed
+ *   csi_messages_dropped_total{source,reason}      counter  node work dropped: not JSON or not of its schema, or refused for good
  *
  * Readiness: "registration" (its registration was published and reads back) and "socket" (the
  * CSI endpoint listens); "nats" comes from watchNats.
  */
-import { type Counter, counter, type Ops, outcomeOf } from "@csi/runtime";
+import { type Counter, counter, type DropReason, droppedMessages, type Ops, outcomeOf } from "@csi/runtime";
 import type { HealResult, NodeService } from "./app/node-service.js";
 import type { Reporter } from "./app/reporter.js";
 
@@ -23,6 +24,7 @@ export class NodeMetrics {
   readonly #operations: Counter<"operation" | "outcome">;
   readonly #steps: Counter<"step">;
   readonly #heal: Counter<"kind" | "outcome">;
+  readonly #dropped: ReturnType<typeof droppedMessages>;
 
   constructor(private readonly ops: Ops) {
     this.#operations = counter(ops.registry, "csi_node_operations_total", "Node operations finished, by outcome (ok or the error name)", [
@@ -31,7 +33,11 @@ export class NodeMetrics {
     ]);
     this.#steps = counter(ops.registry, "csi_node_device_steps_total", "Device steps done on this node (the device-state reports)", ["step"]);
     this.#heal = counter(ops.registry, "csi_node_heal_actions_total", "The healer's repairs, by kind and outcome (ok, failed)", ["kind", "outcome"]);
+    this.#dropped = droppedMessages(ops.registry);
   }
+
+  /** The node work queue's onDropped: a message dropped (malformed, or refused for good). */
+  readonly workDropped = (reason: DropReason): void => this.#dropped("node-work", reason);
 
   /** Count every operation of `svc` as it ends (the instance's methods are wrapped). */
   countOperations(svc: NodeService): void {

@@ -68,6 +68,7 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
       ["MISSING IMAGES", r.counts.missingImages],
       ["PROJECTION DRIFT", r.counts.projectionDrift],
       ["STALE CLAIMS", r.counts.staleClaims],
+      ["FOREIGN RECORDS", r.counts.foreignRecords],
     ]);
     if (total === 0) return `${counts}\nclean`;
     const more = r.truncated ? `\n(${total - r.findings.length} more not shown: --max-findings)` : "";

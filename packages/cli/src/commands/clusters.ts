@@ -35,9 +35,10 @@ export async function clusters(s: Session): Promise<number> {
     chosen.map(async (id) => {
       const instance = configured.find((c) => c.clusterID === id)?.instance ?? "default";
       const [info, meta] = await Promise.all([
+        // The last record there (as the journal sees the log: a removed tail is not counted as lag).
         s
-          .logManager(id)
-          .then((jsm) => jsm.streams.info(subjects.streamName(id)))
+          .eventLog(id)
+          .then((log) => log.info())
           .catch(() => undefined),
         new RedisStore(redis, keysFor(id, instance)).projectionMeta(),
       ]);
@@ -48,7 +49,7 @@ export async function clusters(s: Session): Promise<number> {
         requests: (r.endpoints ?? []).reduce((n, e) => n + e.num_requests, 0),
         errors: (r.endpoints ?? []).reduce((n, e) => n + e.num_errors, 0),
       }));
-      return { ...clusterHealth(id, journals.length, info?.state.last_seq, meta), journals };
+      return { ...clusterHealth(id, journals.length, info?.last, meta), journals };
     }),
   );
   s.out.result(rows, () =>

@@ -6,7 +6,7 @@
  * `--follow` then watches the aggregate's subjects live until Ctrl-C.
  */
 import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
-import { type EventLog, KINDS, uuidSubjects } from "@csi/journal/operator";
+import { classifyRecord, type EventLog, eventsOf, isForeign, KINDS, uuidSubjects } from "@csi/journal/operator";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { parseTarget, type Target } from "../domain/target.js";
@@ -22,6 +22,9 @@ const REORDER_HOLD_MS = 200;
 
 const HEAD = ["SEQ", "TIME", "EVENT", "REQUEST", "ACTOR", "CHANGE"];
 const cells = (r: TimelineRow) => [r.seq, r.time, r.type, r.requestId, r.actor, r.change];
+
+/** An entry's subject and event as --json prints them (and, for a foreign record, why it is one). */
+const entryJson = (e: HistoryEntry) => ({ subject: e.subject, event: e.event, ...(e.foreign ? { foreign: e.foreign } : {}) });
 
 /** Every page of one uuid's history from the journal. */
 async function historyOf(s: Session, cluster: string, uuid: string): Promise<HistoryEntry[]> {
@@ -39,7 +42,7 @@ async function historyOf(s: Session, cluster: string, uuid: string): Promise<His
 /** The subjects of a request name (one per kind) and the uuids it ever reserved. */
 async function nameLookup(log: EventLog, cluster: ResolvedCluster, name: string): Promise<{ nameSubjects: string[]; uuids: string[] }> {
   const nameSubjects = Object.values(KINDS).map((k) => k.nameEvents(cluster.clusterID, cluster.instance, name));
-  const events = await log.history(nameSubjects);
+  const events = eventsOf(await log.history(nameSubjects));
   const uuids = [...new Set(events.flatMap((e) => (e.event.type === "NameReserved" ? [e.event.uuid] : [])))];
   return { nameSubjects, uuids };
 }
@@ -81,13 +84,13 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
   if (found.length > 1 && o.follow) throw usageError(`${JSON.stringify(arg)} is known in several clusters: pass --cluster to follow one`);
   const rows = found.flatMap((f) => f.entries.map((e) => ({ cluster: f.cluster.clusterID, entry: e, row: timelineRow(e) })));
   if (o.follow && s.out.json) {
-    for (const r of rows) process.stdout.write(`${JSON.stringify({ cluster: r.cluster, ...r.row, subject: r.entry.subject, event: r.entry.event })}\n`);
+    for (const r of rows) process.stdout.write(`${JSON.stringify({ cluster: r.cluster, ...r.row, ...entryJson(r.entry) })}\n`);
   } else if (rows.length > 0 || !o.follow) {
     s.out.result(
       found.map((f) => ({
         cluster: f.cluster.clusterID,
         uuids: f.uuids,
-        events: f.entries.map((e) => ({ ...timelineRow(e), subject: e.subject, event: e.event })),
+        events: f.entries.map((e) => ({ ...timelineRow(e), ...entryJson(e) })),
       })),
       () =>
         table(
@@ -118,7 +121,7 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
   const stops: (() => void)[] = [];
   const print = (e: HistoryEntry) => {
     const row = timelineRow(e);
-    if (s.out.json) process.stdout.write(`${JSON.stringify({ cluster: f.cluster.clusterID, ...row, subject: e.subject, event: e.event })}\n`);
+    if (s.out.json) process.stdout.write(`${JSON.stringify({ cluster: f.cluster.clusterID, ...row, ...entryJson(e) })}\n`);
     else process.stdout.write(`${table(HEAD, [cells(row)]).split("\n")[1]}\n`);
   };
   const watch = async (subject: string) => {
@@ -129,9 +132,11 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
     stops.push(() => void messages.close().catch(() => {}));
     void (async () => {
       for await (const m of messages) {
-        const event = m.json<Record<string, unknown>>();
-        reorder.push({ seq: m.seq, subject: m.subject, event }, Date.now());
-        if (event.type === "NameReserved" && typeof event.uuid === "string") await watchUuid(event.uuid);
+        // A foreign record on a followed subject is shown as one (never thrown on: the follow goes on).
+        const r = classifyRecord({ cluster: f.cluster.clusterID, instance: f.cluster.instance }, m);
+        if (isForeign(r)) reorder.push({ seq: r.seq, subject: r.subject, event: {}, foreign: r.foreign }, Date.now());
+        else reorder.push({ seq: r.seq, subject: r.subject, event: r.event as unknown as Record<string, unknown> }, Date.now());
+        if (!isForeign(r) && r.event.type === "NameReserved") await watchUuid(r.event.uuid);
       }
     })().catch(() => {});
   };

@@ -22,7 +22,7 @@ export async function rebuild(s: Session): Promise<void> {
   const [nc, redis] = await Promise.all([s.nats({ kind: "journal", cluster: cluster.clusterID }), s.redis()]);
   const keys = keysFor(cluster.clusterID, cluster.instance);
   const store = new RedisStore(redis, keys);
-  const log = new EventLog(nc, { cluster: cluster.clusterID });
+  const log = new EventLog(nc, { cluster: cluster.clusterID, instance: cluster.instance });
   const total = await log.lastSeq().catch((err: unknown) => {
     throw new CliError(
       EXIT.failed,

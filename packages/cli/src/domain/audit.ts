@@ -2,7 +2,7 @@
  * The pure parts of `replay`, `verify` and `gc`: what a person types for a point of the log and
  * for an age, and the rows the tables show. The journal's audit.* commands do the work.
  */
-import { composeVolumeId, type Finding, type GcAction, type ReplayEntry } from "@csi/contracts";
+import { composeVolumeId, type Finding, type ForeignRecordView, type GcAction, type PurgeAction, type ReplayEntry } from "@csi/contracts";
 import { usageError } from "../errors.js";
 import { formatBytes } from "./sizes.js";
 
@@ -82,7 +82,20 @@ export function findingRow(f: Finding): string[] {
       return [f.type, f.key, "the projection differs from the log (csictl rebuild)"];
     case "staleClaim":
       return [f.type, f.uuid, `claimed by ${f.nodeId}, last heartbeat ${f.lastHeartbeat ?? "never"}`];
+    case "foreignRecord":
+      return [f.type, `sequence ${f.seq} on ${f.subject}`, foreignDetail(f)];
   }
+}
+
+/** What is wrong with a foreign record, its size and the start of its body (sanitised, quoted): a verify or history cell. */
+export function foreignDetail(f: Pick<ForeignRecordView, "reason" | "detail" | "bytes" | "preview">): string {
+  return `${f.reason}: ${f.detail}; ${formatBytes(f.bytes)}, starts ${f.preview}`;
+}
+
+export const PURGE_HEAD = ["SEQ", "SUBJECT", "REASON", "OUTCOME"];
+
+export function purgeRow(a: PurgeAction): (string | number | undefined)[] {
+  return [a.seq, a.subject, a.reason, a.why ? `${a.outcome} (${a.why})` : a.outcome];
 }
 
 export const GC_HEAD = ["ACTION", "IMAGE", "AGGREGATE", "OUTCOME", "SEQ"];

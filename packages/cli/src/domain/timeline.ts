@@ -3,14 +3,20 @@
  * device-state report, in log order, with when, what, which request, who, and what changed.
  * Pure: events in, rows out.
  */
-import type { JournalEvent } from "@csi/contracts";
+import type { ForeignRecordView, JournalEvent } from "@csi/contracts";
+import { foreignDetail } from "./audit.js";
 import { formatBytes } from "./sizes.js";
 
 export interface HistoryEntry {
   seq: number;
   subject: string;
   event: Record<string, unknown>;
+  /** A foreign record (not a journal's event): skipped by the fold, shown as such. */
+  foreign?: Omit<ForeignRecordView, "seq" | "subject"> | undefined;
 }
+
+/** The TYPE cell of a foreign record's row. */
+export const FOREIGN_ROW_TYPE = "(foreign, skipped)";
 
 export interface TimelineRow {
   seq: number;
@@ -95,6 +101,7 @@ export function changeOf(raw: Record<string, unknown>): string {
 }
 
 export function timelineRow(entry: HistoryEntry): TimelineRow {
+  if (entry.foreign) return { seq: entry.seq, time: "", type: FOREIGN_ROW_TYPE, requestId: "", actor: "", change: foreignDetail(entry.foreign) };
   const e = entry.event;
   // A node's report: when the node did it (the event's own time is when the journal appended it).
   const time = e.type === "DeviceStateReported" && e.at ? e.at : e.time;

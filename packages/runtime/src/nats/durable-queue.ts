@@ -3,7 +3,11 @@
  * and device reports (node-agent → journal): a stream with work-queue retention, one durable
  * pull consumer, messages validated with a zod schema, acknowledged only after the handler is
  * done, redelivered after a transient failure, dropped (and logged) when malformed or failed
- * for good. What is sent while the consumer is away waits in the stream.
+ * for good. What is sent while the consumer is away waits in the stream. Anything may land on a
+ * queue's subjects (a message published by hand, a JetStream API reply a requester pointed
+ * there): a message that is not JSON or not of the queue's schema is terminated at once (never
+ * redelivered), logged by stream sequence and subject (never its body) and told to `onDropped`
+ * (the service's metric), so no message can wedge the consumer or crash it.
  *
  * A graceful stop (`drain`, the consumer is a Drainable) pulls no more messages and lets the one
  * being handled, and any already pulled, finish and be acknowledged (the iterator yields them
@@ -11,7 +15,7 @@
  * consumer's ack wait, to whichever process consumes the queue then.
  */
 
-import { DriverError, describeZodError, type QueueSpec } from "@csi/contracts";
+import { DriverError, describeZodError, type QueueSpec, sanitizeMessage } from "@csi/contracts";
 import {
   AckPolicy,
   type ConsumerMessages,
@@ -90,6 +94,12 @@ export async function ensureQueue(nc: NatsConnection, q: QueueSpec, o: StreamOpt
   );
 }
 
+/** Why a queue dropped a message: not JSON or not of its schema (`malformed`), or refused by its handler for good (`refused`). */
+export type DropReason = "malformed" | "refused";
+
+/** How much of a subject or a problem a log line shows. */
+const LOGGED_BYTES = 256;
+
 /** How often a consumer that may not make its queue looks for it again. */
 const QUEUE_LOOK_EVERY_MS = 1000;
 
@@ -109,6 +119,7 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
     waitForQueue?: boolean;
     /** Where the queue lives and whether this process makes it (default: its own account, made if missing). */
     at?: { apiPrefix?: string; makes: boolean };
+    onDropped?: (reason: DropReason) => void;
   } & StreamOptions = {},
 ): Promise<Drainable> {
   let stopped = false;
@@ -135,6 +146,7 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
     if (stopped || !messages) return void (await messages?.close());
     if (opts.waitForQueue) log.info({ stream: q.stream, consumer: q.consumer }, "consuming the queue");
     for await (const m of messages) {
+      const where = { stream: q.stream, seq: m.seq, subject: sanitizeMessage(m.subject, LOGGED_BYTES), bytes: m.data.byteLength };
       let raw: unknown;
       try {
         raw = m.json();
@@ -143,8 +155,10 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
       }
       const parsed = schema.safeParse(raw);
       if (!parsed.success) {
-        log.error({ stream: q.stream, seq: m.seq, problem: raw === undefined ? "not JSON" : describeZodError(parsed.error) }, "malformed message dropped");
+        const problem = raw === undefined ? "not JSON" : sanitizeMessage(describeZodError(parsed.error), LOGGED_BYTES);
+        log.error({ ...where, problem }, "malformed message dropped");
         m.term();
+        opts.onDropped?.("malformed");
         continue;
       }
       handling = 1;
@@ -153,11 +167,12 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
         m.ack();
       } catch (err) {
         if (err instanceof DriverError && TRANSIENT.has(err.code)) {
-          log.warn({ stream: q.stream, err: err.message }, "failed for now; redelivering");
+          log.warn({ ...where, err: err.message }, "failed for now; redelivering");
           m.nak(1000);
         } else {
-          log.error({ stream: q.stream, err: String((err as Error)?.message ?? err) }, "failed for good");
+          log.error({ ...where, err: sanitizeMessage(String((err as Error)?.message ?? err), LOGGED_BYTES) }, "failed for good: dropped");
           m.ack(); // retrying cannot help; the handler reported the failure
+          opts.onDropped?.("refused");
         }
       } finally {
         handling = 0;

@@ -4,7 +4,7 @@
  * other failure (a nats-server restarting, a timeout) is Unavailable, so the caller — a CO in
  * the end — retries instead of being told that a node or an event does not exist.
  */
-import { DriverError, NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
+import { DriverError, describeZodError, NODES_STREAM, NodeRegistration, nodeSubjects, sanitizeMessage } from "@csi/contracts";
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 
 /** JetStream's API error codes that mean "there is none": no message found, no such stream (nothing was ever written). */
@@ -33,32 +33,39 @@ export function lastMessageOf(jsm: JetStreamManager | Promise<JetStreamManager>,
 }
 
 /**
- * A node's registration (its last heartbeat) in the CSI_NODES stream: undefined when it never
- * registered (or the last one is not valid for it); Unavailable when the stream cannot be read.
+ * A message on a registration subject (`csi.nodes.<token>`) as a registration: JSON, of the
+ * schema, and of the node its subject names (only that node may publish there) — else why not
+ * (a few words, never a value). Every reader of registrations takes them through here, so a
+ * malformed or foreign message on the stream is skipped, never thrown on.
  */
-export async function nodeRegistration(jsm: JetStreamManager | Promise<JetStreamManager>, nodeId: string): Promise<NodeRegistration | undefined> {
-  return registrationAt(jsm, nodeSubjects.registration(nodeId), nodeId);
-}
-
-/** The registration last published on `subject`, if it is a valid one whose node id is `nodeId` (any, when not given). */
-async function registrationAt(jsm: JetStreamManager | Promise<JetStreamManager>, subject: string, nodeId?: string): Promise<NodeRegistration | undefined> {
-  const msg = await lastMessageOf(jsm, NODES_STREAM, subject);
+export function parseRegistration(subject: string, data: Uint8Array): { registration: NodeRegistration } | { malformed: string } {
   let raw: unknown;
   try {
-    raw = msg?.json();
+    raw = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8"));
   } catch {
-    return undefined; // not JSON: not a registration
+    return { malformed: "not JSON" };
   }
-  const parsed = raw === undefined ? undefined : NodeRegistration.safeParse(raw);
-  if (!parsed?.success) return undefined;
-  const ok = nodeId === undefined ? subject === nodeSubjects.registration(parsed.data.nodeId) : parsed.data.nodeId === nodeId;
-  return ok ? parsed.data : undefined;
+  const parsed = NodeRegistration.safeParse(raw);
+  if (!parsed.success) return { malformed: sanitizeMessage(describeZodError(parsed.error), 256) };
+  if (nodeSubjects.registration(parsed.data.nodeId) !== subject) return { malformed: "a registration of another node than its subject names" };
+  return { registration: parsed.data };
+}
+
+/**
+ * A node's registration (its last heartbeat) in the CSI_NODES stream: undefined when it never
+ * registered (or the last message there is not a registration of it); Unavailable when the stream
+ * cannot be read.
+ */
+export async function nodeRegistration(jsm: JetStreamManager | Promise<JetStreamManager>, nodeId: string): Promise<NodeRegistration | undefined> {
+  const msg = await lastMessageOf(jsm, NODES_STREAM, nodeSubjects.registration(nodeId));
+  const parsed = msg ? parseRegistration(msg.subject, msg.data) : undefined;
+  return parsed && "registration" in parsed ? parsed.registration : undefined;
 }
 
 /**
  * Every node's registration: the stream's subjects, then the last message of each (reads a reader
  * may make across accounts: stream info and message get, no consumer). A message that is not a
- * valid registration of the node its subject names is left out.
+ * registration of the node its subject names is left out.
  */
 export async function allNodeRegistrations(jsm: JetStreamManager | Promise<JetStreamManager>): Promise<NodeRegistration[]> {
   const info = await reachingNats(`stream ${NODES_STREAM}`, async () =>
@@ -67,6 +74,9 @@ export async function allNodeRegistrations(jsm: JetStreamManager | Promise<JetSt
       throw err;
     }),
   );
-  const regs = await Promise.all(Object.keys(info?.state.subjects ?? {}).map((subject) => registrationAt(jsm, subject)));
-  return regs.filter((r): r is NodeRegistration => r !== undefined);
+  const msgs = await Promise.all(Object.keys(info?.state.subjects ?? {}).map((subject) => lastMessageOf(jsm, NODES_STREAM, subject)));
+  return msgs.flatMap((m) => {
+    const parsed = m ? parseRegistration(m.subject, m.data) : undefined;
+    return parsed && "registration" in parsed ? [parsed.registration] : [];
+  });
 }

@@ -11,6 +11,11 @@
  * so the server streams while the caller works, and memory stays bounded (about 2 × `pull`
  * messages). Every timer and the subscription end with the read, however it ends (the caller
  * breaks out of the loop, an error, the end): nothing is left to keep the process alive.
+ *
+ * The read also ends once it has handed over every message the consumer had pending when it was
+ * made: `to` may name a sequence whose record was removed (or a subject's last sequence may be
+ * misreported after a removal: nats-server 2.9 forgets a subject's last message once its newest
+ * one is deleted), and the read must not wait for a message that will never come.
  */
 import { AckPolicy, DeliverPolicy, type JetStreamManager } from "@nats-io/jetstream";
 import { createInbox, type Msg, type NatsConnection, nanos, nuid } from "@nats-io/nats-core";
@@ -76,7 +81,7 @@ export async function* readStreamRange(nc: NatsConnection, jsm: JetStreamManager
   const sub = nc.subscribe(inbox, { callback: onMsg });
   let created = false;
   try {
-    await jsm.consumers.add(stream, {
+    const { num_pending: pending } = await jsm.consumers.add(stream, {
       name,
       ack_policy: AckPolicy.None,
       deliver_policy: DeliverPolicy.StartSequence,
@@ -87,6 +92,7 @@ export async function* readStreamRange(nc: NatsConnection, jsm: JetStreamManager
       ...(opts.subject ? { filter_subject: opts.subject } : {}),
     });
     created = true;
+    if (pending === 0) return;
     // The manager's API prefix: another account's stream is read through the API imported for it.
     const next = `${jsm.getOptions().apiPrefix ?? "$JS.API"}.CONSUMER.MSG.NEXT.${stream}.${name}`;
     const request = JSON.stringify({ batch: pull, expires: nanos(expiresMs) });
@@ -111,7 +117,9 @@ export async function* readStreamRange(nc: NatsConnection, jsm: JetStreamManager
         const chunk = queue;
         queue = [];
         taken += chunk.length;
-        const end = chunk.findIndex((m) => m.seq >= opts.to);
+        const past = chunk.findIndex((m) => m.seq >= opts.to);
+        // The last one wanted: at or past `to`, or the last of those pending when the read began.
+        const end = past >= 0 ? past : taken >= pending ? pending - (taken - chunk.length) - 1 : -1;
         if (end >= 0) {
           yield chunk.slice(0, end + 1);
           return;

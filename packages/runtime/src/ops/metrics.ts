@@ -30,6 +30,25 @@ export function histogram<L extends string>(registry: Registry, name: string, he
   return new Histogram({ name, help, labelNames, buckets, registers: [registry] });
 }
 
+/** Where a service drops messages it cannot use: its durable queue (`reports`, `node-work`) or the node registrations it reads. */
+export type DropSource = "reports" | "node-work" | "registrations";
+
+/**
+ * csi_messages_dropped_total{source,reason}: messages a service dropped instead of using them — a
+ * queue's message that is not JSON or not of its schema (`malformed`) or that its handler refused
+ * for good (`refused`), a registration that is not one of its node (`malformed`). Each drop is
+ * also a log line naming the stream sequence and subject.
+ */
+export function droppedMessages(registry: Registry): (source: DropSource, reason: string) => void {
+  const dropped = counter(
+    registry,
+    "csi_messages_dropped_total",
+    "Messages dropped: not JSON, not of their schema, or refused for good; by source and reason",
+    ["source", "reason"],
+  );
+  return (source, reason) => dropped.inc({ source, reason });
+}
+
 /** A service's metrics registry and readiness checks; runMain serves them (ops/listener.ts). */
 export class Ops {
   readonly registry = new Registry();

@@ -2,13 +2,25 @@
  * The event log: one JetStream stream per storage cluster (file storage, kept forever), one
  * subject per aggregate. Appends carry the expected last sequence of their subject, so a
  * writer that lost its lock cannot overwrite a newer state: the server refuses the append with
- * "wrong last sequence" and the writer gets a SequenceConflict.
+ * "wrong last sequence" and the writer gets a SequenceConflict — unless everything on the subject
+ * after what the writer decided on is foreign (not a journal's event) or was removed: then the
+ * append goes on against the subject's last sequence (`#fenceBeyondForeign`).
  */
 
-import { type Actor, DriverError, type EventBody, JournalEvent, type StoredEvent, subjects } from "@csi/contracts";
+import { type Actor, DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
-import { type JetStreamManager, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamManager,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StoredMsg,
+  type StreamInfo,
+} from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { classifyRecord, type ForeignRecord, isForeign, type LogOf, type LogRecord } from "../domain/log-records.js";
 import type { LogInfo } from "../domain/projection-state.js";
 
 /** Messages one pull of a read asks for (the next pull runs while these are handed over). */
@@ -16,6 +28,9 @@ const PULL_MESSAGES = 4096;
 
 /** JetStream's API error code for a failed expected-last-subject-sequence check. */
 export const JS_WRONG_LAST_SEQUENCE = 10071;
+
+/** How often one append looks past foreign records on its subject before it counts as fenced off. */
+const FENCE_RECHECKS = 3;
 
 export class SequenceConflict extends DriverError {
   constructor(subject: string, options?: { cause?: unknown }) {
@@ -70,6 +85,8 @@ export interface Append {
 
 export interface EventLogOptions {
   cluster: string;
+  /** The instance whose request names this log's reader keeps: a name subject of another instance holds foreign records. Unset: any instance's. */
+  instance?: string;
   replicas?: number;
   /** Reads through this JetStream API prefix (csictl in the account layout reads the log through the API it imports). */
   apiPrefix?: string;
@@ -79,6 +96,12 @@ export class EventLog {
   readonly stream: string;
   #jsm?: JetStreamManager;
   readonly #publisher: AckedPublisher;
+  readonly #of: LogOf;
+  /**
+   * Told of every foreign record a read meets (each read that passes it: a record is met again by
+   * every later read), before it is handed over; the journal logs and counts them (metrics.ts).
+   */
+  onForeign: (r: ForeignRecord) => void = () => {};
 
   constructor(
     private readonly nc: NatsConnection,
@@ -86,6 +109,14 @@ export class EventLog {
   ) {
     this.stream = subjects.streamName(opts.cluster);
     this.#publisher = new AckedPublisher(nc);
+    this.#of = { cluster: opts.cluster, instance: opts.instance };
+  }
+
+  /** A raw message of this log as a record: an event, or a foreign record (told to `onForeign`). */
+  #record(m: { seq: number; subject: string; data: Uint8Array }): LogRecord {
+    const r = classifyRecord(this.#of, m);
+    if (isForeign(r)) this.onForeign(r);
+    return r;
   }
 
   async #manager(): Promise<JetStreamManager> {
@@ -107,25 +138,91 @@ export class EventLog {
     await ensureStream(jsm, config);
   }
 
-  /** Last sequence of one subject (0 when it has none). */
+  /** Last sequence of one subject (0 when it has none), whatever the record there is: the subject's fence. */
   async lastSeqOf(subject: string): Promise<number> {
-    return (await this.lastOf(subject))?.seq ?? 0;
+    return (await lastMessageOf(this.#manager(), this.stream, subject))?.seq ?? 0;
   }
 
-  /** The last event of one subject, if it has any. */
-  async lastOf(subject: string): Promise<StoredEvent | undefined> {
+  /** The last record of one subject (an event or a foreign record), if it has any. */
+  async lastOf(subject: string): Promise<LogRecord | undefined> {
     const msg = await lastMessageOf(this.#manager(), this.stream, subject);
-    return msg ? { seq: msg.seq, subject, event: JournalEvent.parse(msg.json()) } : undefined;
+    return msg ? this.#record(msg) : undefined;
+  }
+
+  /** The record at one stream sequence; undefined when there is none (never written, or removed). */
+  async recordAt(seq: number): Promise<LogRecord | undefined> {
+    const msg = await this.#rawAt(seq);
+    return msg ? this.#record(msg) : undefined;
+  }
+
+  /**
+   * Remove the record at `seq` from the stream (JetStream's STREAM.MSG.DELETE, its body erased).
+   * Only `audit.purge` calls it, for a record it has just read again and found foreign. False: it
+   * was not there (any more).
+   */
+  async deleteRecord(seq: number): Promise<boolean> {
+    const jsm = await this.#manager();
+    return reachingNats("event log", () =>
+      jsm.streams.deleteMessage(this.stream, seq, true).catch((err: unknown) => {
+        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return false;
+        throw err;
+      }),
+    );
   }
 
   async lastSeq(): Promise<number> {
     return (await this.info()).last;
   }
 
-  /** The log's identity (its stream's creation time: a recreated stream is another log) and last sequence. */
+  /**
+   * The log's identity (its stream's creation time: a recreated stream is another log) and last
+   * sequence: of its last record that is there. JetStream keeps `last_seq` when the records at the
+   * end are removed (`audit.purge` of foreign records): a read up to it would wait for a record
+   * that never comes, and a watermark could never reach it.
+   */
   async info(): Promise<LogInfo> {
-    const info = await reachingNats("event log", async () => (await this.#manager()).streams.info(this.stream));
-    return { id: info.created, last: info.state.last_seq };
+    const jsm = await this.#manager();
+    return this.#logInfo(await reachingNats("event log", () => jsm.streams.info(this.stream)));
+  }
+
+  async #logInfo(info: StreamInfo): Promise<LogInfo> {
+    const { first_seq: first, last_seq: last, num_deleted: deleted } = info.state;
+    return { id: info.created, last: deleted > 0 ? await this.#lastPresent(first, last, deleted) : last };
+  }
+
+  /**
+   * Where a read of a subject whose last sequence reads as 0 ends: 0 (nothing to read) when the
+   * stream does not exist or never had a record removed — the subject is empty —, else the log's
+   * last sequence (nats-server 2.9 reports 0 for a subject whose newest record was removed).
+   */
+  async #endOfUnknownSubject(): Promise<number> {
+    const jsm = await this.#manager();
+    const info = await reachingNats("event log", () =>
+      jsm.streams.info(this.stream).catch((err: unknown) => {
+        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return undefined;
+        throw err;
+      }),
+    );
+    return info && info.state.num_deleted > 0 ? (await this.#logInfo(info)).last : 0;
+  }
+
+  /** The last sequence from `last` down that holds a record (at most `deleted` + 1 looks; each one round trip). */
+  async #lastPresent(first: number, last: number, deleted: number): Promise<number> {
+    for (let seq = last; seq >= first && seq >= last - deleted; seq--) if (await this.#rawAt(seq)) return seq;
+    return Math.max(0, first - 1);
+  }
+
+  async #rawAt(seq: number): Promise<StoredMsg | undefined> {
+    const jsm = await this.#manager();
+    return reachingNats("event log", () =>
+      jsm.streams.getMessage(this.stream, { seq }).then(
+        (m) => m ?? undefined,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return undefined;
+          throw err;
+        },
+      ),
+    );
   }
 
   /**
@@ -135,14 +232,55 @@ export class EventLog {
    */
   async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
     const event = { ...a.body, v: 1, ...meta } as JournalEvent;
+    const json = JSON.stringify(event);
+    // A larger record is foreign to every reader of the log (log-records.ts): never write one.
+    if (Buffer.byteLength(json, "utf8") > MAX_EVENT_BYTES)
+      throw new DriverError(
+        "ResourceExhausted",
+        `a ${event.type} of ${Buffer.byteLength(json, "utf8")} bytes is larger than an event may be (${MAX_EVENT_BYTES})`,
+      );
+    let expected = a.expectedSeq;
+    for (let recheck = 0; ; recheck++) {
+      try {
+        const opts = expected === undefined ? {} : { expectedLastSubjectSequence: expected };
+        const seq = await this.#publisher.publish(a.subject, json, opts);
+        return { seq, subject: a.subject, event };
+      } catch (err) {
+        if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) {
+          const beyond = a.expectedSeq !== undefined && recheck < FENCE_RECHECKS ? await this.#fenceBeyondForeign(a.subject, a.expectedSeq) : undefined;
+          if (beyond === undefined) throw new SequenceConflict(a.subject, { cause: err });
+          expected = beyond;
+          continue;
+        }
+        if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
+        throw new AppendUncertain({ cause: err });
+      }
+    }
+  }
+
+  /**
+   * After a fence conflict on `subject` (the writer decided on its records up to `seq`): the
+   * subject's last sequence as the server sees it now, if no event of a journal is on the subject
+   * after `seq` — only foreign records, or records removed (docs/journal.md, "Foreign records in
+   * the log") — so the append may go on against it; undefined when an event is newer (a real
+   * concurrent change: the caller is fenced off) or the log cannot be read. The server's view is
+   * read first and the retry is fenced on it: anything appended after this look fails the retry.
+   */
+  async #fenceBeyondForeign(subject: string, seq: number): Promise<number | undefined> {
     try {
-      const opts = a.expectedSeq === undefined ? {} : { expectedLastSubjectSequence: a.expectedSeq };
-      const seq = await this.#publisher.publish(a.subject, JSON.stringify(event), opts);
-      return { seq, subject: a.subject, event };
-    } catch (err) {
-      if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(a.subject, { cause: err });
-      if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
-      throw new AppendUncertain({ cause: err });
+      const last = await this.lastSeqOf(subject);
+      let newerEvent = false;
+      await this.read(
+        seq + 1,
+        async (batch) => {
+          newerEvent = batch.some((r) => !isForeign(r));
+          return !newerEvent;
+        },
+        { subject },
+      );
+      return newerEvent ? undefined : last;
+    } catch {
+      return undefined;
     }
   }
 
@@ -160,26 +298,29 @@ export class EventLog {
     return landed as StoredEvent[];
   }
 
-  /** Every event of these subjects, in log order (an aggregate's history). */
-  async history(subjectList: string[]): Promise<StoredEvent[]> {
-    const events: StoredEvent[] = [];
+  /** Every record of these subjects, in log order (an aggregate's history; foreign records included, marked). */
+  async history(subjectList: string[]): Promise<LogRecord[]> {
+    const events: LogRecord[] = [];
     for (const subject of subjectList) await this.read(1, async (b) => void events.push(...b), { subject });
     return events.sort((a, b) => a.seq - b.seq);
   }
 
   /**
-   * Read events in order from `fromSeq` up to the stream's end as it is now, or up to `to` if
-   * that comes first (optionally only one subject), handing them over in batches of `batch`;
+   * Read records in order from `fromSeq` up to the stream's end as it is now, or up to `to` if
+   * that comes first (optionally only one subject), handing them over in batches of `batch` —
+   * events, and foreign records marked as such (log-records.ts), so a fold skips them;
    * `onBatch` returning false stops the read there. Returns the last sequence the read was
    * bounded by. Streaming with bounded memory (`readStreamRange`: pulls of PULL_MESSAGES, the
    * next on its way while batches are handed over).
    */
   async read(
     fromSeq: number,
-    onBatch: (batch: StoredEvent[]) => Promise<unknown>,
+    onBatch: (batch: LogRecord[]) => Promise<unknown>,
     opts: { subject?: string; batch?: number; to?: number } = {},
   ): Promise<number> {
-    const end = opts.subject ? await this.lastSeqOf(opts.subject) : await this.lastSeq();
+    // A subject's last sequence reads as 0 once its newest record was removed (nats-server 2.9, until
+    // the next append there): then the stream's end bounds the read (a read ends with its last pending record anyway).
+    const end = opts.subject ? (await this.lastSeqOf(opts.subject)) || (await this.#endOfUnknownSubject()) : await this.lastSeq();
     const last = opts.to === undefined ? end : Math.min(end, opts.to);
     if (last < fromSeq) return last;
     const size = opts.batch ?? 512;
@@ -190,11 +331,11 @@ export class EventLog {
       pull: Math.max(size, PULL_MESSAGES),
       ...(opts.subject ? { subject: opts.subject } : {}),
     });
-    let batch: StoredEvent[] = [];
+    let batch: LogRecord[] = [];
     await reachingNats("event log", async () => {
       for await (const chunk of range) {
         for (const m of chunk) {
-          batch.push({ seq: m.seq, subject: m.subject, event: decodeEvent(m.data) });
+          batch.push(this.#record(m));
           if (batch.length < size) continue;
           const full = batch;
           batch = [];
@@ -205,9 +346,4 @@ export class EventLog {
     });
     return last;
   }
-}
-
-/** An event as stored: JSON, checked against its schema (a log written by a broken writer is refused clearly). */
-export function decodeEvent(data: Uint8Array): JournalEvent {
-  return JournalEvent.parse(JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8")));
 }

@@ -12,6 +12,9 @@
  *   meanwhile (a journal left running) stops the import at once instead of interleaving.
  * The projection is not touched: the restored stream is another log (its creation time differs),
  * so a journal rebuilds the projection from it when it starts, or `csictl rebuild` does.
+ * Foreign records go out and come back as they are; sequences removed from the stream (foreign
+ * records purged) are written as gaps and restored as removed (a placeholder published on the
+ * sequence and deleted at once), so the records after them keep their sequences.
  */
 import { once } from "node:events";
 import { createReadStream, createWriteStream } from "node:fs";
@@ -46,21 +49,31 @@ export async function exportLog(
     throw new DriverError("NotFound", `cluster ${cluster} has no event log ${stream} (${(err as Error).message})`, { cause: err });
   });
   const last = info.state.last_seq;
-  const first = info.state.messages === 0 ? 1 : info.state.first_seq;
+  // The last sequence that holds a record (records at the end may have been removed) and the first.
+  const present = info.state.messages === 0 ? 0 : (await new EventLog(nc, { cluster }).info()).last;
+  const first = info.state.messages === 0 ? last + 1 : info.state.first_seq;
   const w = new BackupWriter();
-  await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: first, lastSeq: last, exportedAt: new Date().toISOString() }));
+  await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: 1, lastSeq: last, exportedAt: new Date().toISOString() }));
   let count = 0;
-  if (info.state.messages > 0) {
-    for await (const chunk of readStreamRange(nc, jsm, stream, { from: first, to: last })) {
+  let next = 1; // the next sequence the file must account for
+  const gapTo = async (seq: number) => {
+    if (seq > next) await write(w.gap({ seq: next, removedThrough: seq - 1 }));
+    next = Math.max(next, seq);
+  };
+  if (present >= first) {
+    for await (const chunk of readStreamRange(nc, jsm, stream, { from: first, to: present })) {
       for (const m of chunk) {
+        await gapTo(m.seq);
         await write(w.message({ seq: m.seq, subject: m.subject, data: Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString("utf8") }));
         count++;
+        next = m.seq + 1;
       }
       progress(chunk[chunk.length - 1]?.seq ?? first, last);
     }
-    if (count !== last - first + 1)
-      throw new DriverError("Internal", `read ${count} messages of ${stream}, expected ${last - first + 1} (messages removed while exporting?)`);
   }
+  await gapTo(last + 1);
+  const held = info.state.messages;
+  if (count !== held) throw new DriverError("Internal", `read ${count} messages of ${stream}, expected ${held} (messages removed while exporting?)`);
   await write(w.footer());
   progress(last, last);
   return { stream, messages: count, lastSeq: last };
@@ -70,7 +83,12 @@ export interface ImportResult {
   stream: string;
   messages: number;
   lastSeq: number;
+  /** Records restored that are not events of a journal (they were in the log; journals skip them). */
+  foreign: number;
 }
+
+/** Where a removed sequence's placeholder is published (inside the stream's subjects; deleted at once). */
+const placeholderSubject = (cluster: string) => `${subjects.eventsWildcard(cluster).slice(0, -1)}removed`;
 
 /**
  * Restores a backup read from `lines` (called twice: once to check the whole file, once to
@@ -85,7 +103,7 @@ export async function importLog(
   // 1. The whole file, checked before anything is written.
   const check = new BackupReader(cluster);
   for await (const line of lines()) check.line(line);
-  const { header } = check.end();
+  const { header, foreign } = check.end();
 
   // 2. An empty stream to restore into.
   const log = new EventLog(nc, { cluster, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
@@ -118,6 +136,16 @@ export async function importLog(
     for await (const line of lines()) {
       const m = reader.line(line);
       if (!m) continue;
+      if ("removedThrough" in m) {
+        // Removed sequences: each a placeholder, published once everything before it is stored, and deleted.
+        await settle(0);
+        for (let seq = m.seq; seq <= m.removedThrough; seq++) {
+          inFlight.push({ seq, ack: publisher.publish(placeholderSubject(cluster), "", { expectedLastSequence: seq - 1, expectedStream: log.stream }) });
+          await settle(0);
+          await jsm.streams.deleteMessage(log.stream, seq, false);
+        }
+        continue;
+      }
       const ack = publisher.publish(m.subject, m.data, { expectedLastSequence: m.seq - 1, expectedStream: log.stream });
       ack.catch(() => {}); // awaited in settle(); never an unhandled rejection if an earlier one throws first
       inFlight.push({ seq: m.seq, ack });
@@ -129,7 +157,7 @@ export async function importLog(
   }
   reader.end();
   opts.progress?.(header.lastSeq, header.lastSeq);
-  return { stream: log.stream, messages: header.lastSeq - header.firstSeq + 1, lastSeq: header.lastSeq };
+  return { stream: log.stream, messages: header.lastSeq - header.firstSeq + 1, lastSeq: header.lastSeq, foreign };
 }
 
 /**

@@ -21,6 +21,7 @@ import {
 import type { Append } from "../adapters/event-log.js";
 import { type Aggregate, endsAggregate, foldOne, liveRecord } from "../domain/evolve.js";
 import { KINDS, type RecordOf } from "../domain/kinds.js";
+import { eventsOf, isForeign } from "../domain/log-records.js";
 import type { PoolBackend } from "../domain/pool-backend.js";
 import { stateFromHash } from "../domain/projection.js";
 import { type Hash, isLive } from "../domain/records.js";
@@ -150,10 +151,12 @@ export class Aggregates {
     return op.append(...list);
   }
 
-  /** Whether an aggregate's log ends with its end (deleted or undone); false when unsure. */
+  /** Whether an aggregate's log ends with its end (deleted or undone), foreign records after it aside; false when unsure. */
   async ended(subject: string): Promise<boolean> {
     const last = await this.d.log.lastOf(subject).catch(() => undefined);
-    return !!last && endsAggregate(last);
+    if (!last || !isForeign(last)) return !!last && endsAggregate(last);
+    const event = eventsOf(await this.d.log.history([subject]).catch(() => [])).at(-1);
+    return !!event && endsAggregate(event);
   }
 
   /** Read hashes; if the projection is gone or half built, wait for its rebuild first. */

@@ -9,6 +9,8 @@
  *   audit.gc       removes leaked images and collects orphaned reservations; a dry run unless
  *                  `apply`; each action re-checked under the normal locks and appended as an event
  *   audit.rebuild  drop the projection and rebuild it from the log (the projector's rules)
+ *   audit.purge    remove foreign records from the log (each read again first: only a record that
+ *                  is still foreign is removed), then rebuild the projection
  */
 import {
   type CommandResult,
@@ -18,6 +20,7 @@ import {
   jsonBytes,
   MAX_PAGE_ENTRIES,
   type ParsedRequest,
+  type PurgeAction,
   quote,
   replyBudget,
   subjects,
@@ -39,6 +42,7 @@ import {
 } from "../domain/audit.js";
 import { type Aggregate, foldOne, type RecordState, type States } from "../domain/evolve.js";
 import { KINDS } from "../domain/kinds.js";
+import { type ForeignRecord, isForeign, shownSubject } from "../domain/log-records.js";
 import type { ImageInfo } from "../domain/pool-backend.js";
 import { stateFromHash } from "../domain/projection.js";
 import type { Aggregates } from "./aggregates.js";
@@ -81,11 +85,12 @@ export class Audit {
     for (const [name, pool] of this.#d.pools) images.set(name, await pool.listImages());
     let states: States = new Map();
     let drift: string[] = [];
+    let foreign: ForeignRecord[] = [];
     let upTo: number;
-    if (withProjection) ({ states, differ: drift, upTo } = await this.#d.projector.compare());
+    if (withProjection) ({ states, differ: drift, upTo, foreign } = await this.#d.projector.compare());
     else upTo = await this.#d.projector.fold(states);
     const heartbeats = withProjection ? await this.heartbeats(claimedNodes(states)) : new Map();
-    const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs });
+    const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs, foreign });
     return { findings, upTo };
   }
 
@@ -174,6 +179,43 @@ export class Audit {
       );
       return { ...action, outcome: "done" as const, ...(landed[0] ? { seq: landed[0].seq } : {}) };
     });
+  }
+
+  /**
+   * Remove foreign records (docs/operations.md, "Foreign records in the log"). Each sequence is
+   * read again and removed only if its record is foreign now — a stream sequence's record never
+   * changes, so what was judged is what is removed; an event is never removed. Removing records
+   * moves their subjects' last sequences back, and the projection holds those (the fences): once
+   * anything was removed, the projection is rebuilt from the log before the reply.
+   */
+  async purge(req: ParsedRequest<"audit.purge">): Promise<CommandResult<"audit.purge">> {
+    const records: PurgeAction[] = [];
+    let removed = 0;
+    for (const seq of req.seqs) {
+      const r = await this.#d.log.recordAt(seq);
+      if (!r) {
+        records.push({ seq, outcome: "skipped", why: "no record at this sequence (never written, or removed)" });
+        continue;
+      }
+      if (!isForeign(r)) {
+        records.push({ seq, subject: shownSubject(r.subject), outcome: "skipped", why: `a valid ${r.event.type}: events are never removed` });
+        continue;
+      }
+      const head = { seq, subject: shownSubject(r.subject), reason: r.foreign.reason };
+      if (!req.apply) {
+        records.push({ ...head, outcome: "planned" });
+        continue;
+      }
+      if (!(await this.#d.log.deleteRecord(seq))) {
+        records.push({ ...head, outcome: "skipped", why: "removed meanwhile" });
+        continue;
+      }
+      removed++;
+      records.push({ ...head, outcome: "done" });
+      this.#d.logger.warn({ seq, subject: head.subject, reason: head.reason, requestId: req.requestId }, "foreign record removed from the event log");
+    }
+    if (removed > 0) await this.#d.projector.rebuild(`${removed} foreign record(s) removed (audit.purge)`);
+    return { apply: req.apply, records, rebuilt: removed > 0 };
   }
 
   async rebuild(_req: ParsedRequest<"audit.rebuild">): Promise<CommandResult<"audit.rebuild">> {

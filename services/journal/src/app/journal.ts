@@ -42,6 +42,7 @@ import {
 import { type Append, AppendError, isFenced } from "../adapters/event-log.js";
 import { decideClaim } from "../domain/claims.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, uuidSubjects } from "../domain/kinds.js";
+import { eventsOf, isForeign, type LogRecord } from "../domain/log-records.js";
 import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
 import { type Hash, inPool, isLive, isMade, snapshotFromHash, snapshotView, volumeFromHash, volumeView } from "../domain/records.js";
 import { checkSnapshotReservation, checkVolumeReservation, digestOf, poolForCreate, type Verdict, volumeDigest } from "../domain/reservation.js";
@@ -462,17 +463,24 @@ export class Journal {
   /** Every event of a volume (or snapshot, or group snapshot), in log order: its own, its device reports, its name's. */
   async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
     const own = await this.#d.log.history(uuidSubjects(this.#a.cluster, req.uuid));
-    const named: StoredEvent[] = [];
+    const named: LogRecord[] = [];
     for (const k of Object.values(KINDS)) {
-      const reserved = own.find((e) => e.event.type === k.reserved)?.event;
+      const reserved = eventsOf(own).find((e) => e.event.type === k.reserved)?.event;
       if (!reserved || !("name" in reserved)) continue;
       const ofName = await this.#d.log.history([this.#a.nameSubject(k.kind, reserved.name)]);
-      named.push(...ofName.filter((e) => "uuid" in e.event && e.event.uuid === req.uuid));
+      // The name's events of this uuid, and the foreign records on the name's subject (they are in its fence's history too).
+      named.push(...ofName.filter((e) => isForeign(e) || ("uuid" in e.event && e.event.uuid === req.uuid)));
     }
     const after = Number(req.startingToken ?? 0);
     const events = [...own, ...named].filter((e) => e.seq > after).sort((a, b) => a.seq - b.seq);
     const max = req.maxEntries > 0 ? req.maxEntries : MAX_PAGE_ENTRIES;
-    const page = events.slice(0, max).map((e) => ({ seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> }));
+    const page = events
+      .slice(0, max)
+      .map((e) =>
+        isForeign(e)
+          ? { seq: e.seq, subject: e.subject, event: {}, foreign: e.foreign }
+          : { seq: e.seq, subject: e.subject, event: e.event as unknown as Record<string, unknown> },
+      );
     const { entries, nextToken } = this.#a.fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
     return nextToken ? { events: entries, nextToken } : { events: entries };
   }

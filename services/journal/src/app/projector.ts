@@ -15,12 +15,13 @@
  */
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { DriverError, type StoredEvent } from "@csi/contracts";
+import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import type { EventLog } from "../adapters/event-log.js";
 import { RedisStore } from "../adapters/redis-store.js";
 import { type Aggregate, foldInto, type States } from "../domain/evolve.js";
+import { type ForeignRecord, isForeign, type LogRecord } from "../domain/log-records.js";
 import { beforesNeeded, freshWrites, type Plan, planWrites, projectionOf } from "../domain/projection.js";
 import { diffProjection, judgeProjection } from "../domain/projection-state.js";
 
@@ -31,7 +32,7 @@ import { diffProjection, judgeProjection } from "../domain/projection-state.js";
  */
 export async function planWithBefores(
   store: RedisStore,
-  events: StoredEvent[],
+  events: LogRecord[],
   known: { has(key: string): boolean; get(key: string): Aggregate | undefined },
 ): Promise<Plan> {
   const read = await store.readStates(beforesNeeded(events, known));
@@ -334,15 +335,16 @@ export class Projector {
   }
 
   /**
-   * The log folded (evolve) up to its end as it is now, into `states` (from `upTo` on).
-   * Returns the last sequence folded.
+   * The log folded (evolve) up to its end as it is now, into `states` (from `upTo` on); the
+   * foreign records it skipped are pushed onto `foreign`. Returns the last sequence folded.
    */
-  async fold(states: States = new Map(), upTo = 0): Promise<number> {
+  async fold(states: States = new Map(), upTo = 0, foreign?: ForeignRecord[]): Promise<number> {
     let seen = upTo;
     await this.log.read(
       upTo + 1,
       async (batch) => {
         foldInto(states, batch);
+        if (foreign) for (const r of batch) if (isForeign(r)) foreign.push(r);
         seen = batch[batch.length - 1]?.seq ?? seen;
       },
       { batch: FOLD_BATCH },
@@ -355,9 +357,10 @@ export class Projector {
    * projection key. Keys that differ are looked at again (after a catch-up, with the events
    * appended meanwhile) a few times, so other replicas' writes in flight are not taken for damage.
    */
-  async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number }> {
+  async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number; foreign: ForeignRecord[] }> {
     const states: States = new Map();
-    let upTo = await this.fold(states);
+    const foreign: ForeignRecord[] = [];
+    let upTo = await this.fold(states, 0, foreign);
     // Redis is read and compared 1,000 keys at a time (only what differs is kept); a key the log
     // says is a hash is read without asking its type first (a wrong guess reads as different,
     // and is read again properly below).
@@ -377,9 +380,9 @@ export class Projector {
     differ.sort();
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
-      upTo = await this.fold(states, upTo);
+      upTo = await this.fold(states, upTo, foreign);
       differ = diffProjection(projectionOf(this.store.keys, states.values()), await this.store.dumpProjection(differ), differ);
     }
-    return { differ, keys: keys.length, states, upTo };
+    return { differ, keys: keys.length, states, upTo, foreign };
   }
 }

@@ -3,17 +3,9 @@
  * fold (evolve.ts) alone; what `gc` may act on. No I/O: the app reads the log, the pools and the
  * node registrations, and hands them in.
  */
-import {
-  type Finding,
-  type GcAction,
-  type Kind,
-  type LogPoint,
-  type ReplayEntry,
-  SNAPSHOT_IMAGE_PREFIX,
-  type StoredEvent,
-  VOLUME_IMAGE_PREFIX,
-} from "@csi/contracts";
+import { type Finding, type GcAction, type Kind, type LogPoint, type ReplayEntry, SNAPSHOT_IMAGE_PREFIX, VOLUME_IMAGE_PREFIX } from "@csi/contracts";
 import { type Aggregate, foldInto, type RecordState, type States, statusOf } from "./evolve.js";
+import { eventsOf, type ForeignRecord, foreignView, isForeign, type LogRecord } from "./log-records.js";
 import type { ImageInfo } from "./pool-backend.js";
 import { groupHead, snapshotView, volumeView } from "./records.js";
 
@@ -36,26 +28,27 @@ export const emptyReplay = (): Replayed => ({ states: new Map(), upTo: { seq: 0 
 
 /**
  * Fold `events` (in log order, continuing `r`) while they are within `at`; returns false at the
- * first one past it (the caller stops reading there). The streaming form of `replayAt`.
+ * first one past it (the caller stops reading there). The streaming form of `replayAt`. A foreign
+ * record has no time: it never ends a prefix by time; `upTo` is the last event folded.
  */
-export function replayInto(r: Replayed, events: Iterable<StoredEvent>, at: Point): boolean {
-  const inside: StoredEvent[] = [];
+export function replayInto(r: Replayed, events: Iterable<LogRecord>, at: Point): boolean {
+  const inside: LogRecord[] = [];
   let more = true;
   for (const e of events) {
-    if ("seq" in at ? e.seq > at.seq : Date.parse(e.event.time) > at.time) {
+    if ("seq" in at ? e.seq > at.seq : !isForeign(e) && Date.parse(e.event.time) > at.time) {
       more = false;
       break;
     }
     inside.push(e);
   }
   foldInto(r.states, inside);
-  const last = inside[inside.length - 1];
+  const last = eventsOf(inside).at(-1);
   if (last) r.upTo = { seq: last.seq, time: last.event.time };
   return more;
 }
 
 /** The state of everything `events` (a log, or one aggregate's part of it) say, at `at`. */
-export function replayAt(events: Iterable<StoredEvent>, at: Point): Replayed {
+export function replayAt(events: Iterable<LogRecord>, at: Point): Replayed {
   const r = emptyReplay();
   replayInto(r, events, at);
   return r;
@@ -107,6 +100,8 @@ export interface Observed {
   heartbeats: Map<string, Heartbeat | undefined>;
   now: number;
   olderThanMs: number;
+  /** The foreign records the fold skipped, in log order. */
+  foreign?: ForeignRecord[];
 }
 
 /** The image records of a fold by pool and image name: the images that must exist. */
@@ -121,7 +116,7 @@ function imageOwners(states: States): Map<string, Map<string, RecordState<"volum
   return owners;
 }
 
-/** Every finding, in a stable order: leaked images, orphaned reservations, missing images, drift, stale claims. */
+/** Every finding, in a stable order: leaked images, orphaned reservations, missing images, drift, stale claims, foreign records (by sequence). */
 export function inspect(o: Observed): Finding[] {
   const owners = imageOwners(o.states);
   const leaked: Finding[] = [];
@@ -155,10 +150,11 @@ export function inspect(o: Observed): Finding[] {
       }
     }
   }
-  const byKey = (f: Finding) => ("uuid" in f ? f.uuid : "imageName" in f ? `${f.pool}/${f.imageName}` : f.key);
+  const byKey = (f: Finding) => ("uuid" in f ? f.uuid : "imageName" in f ? `${f.pool}/${f.imageName}` : "key" in f ? f.key : "");
   const sorted = (l: Finding[]) => l.sort((a, b) => (byKey(a) < byKey(b) ? -1 : byKey(a) > byKey(b) ? 1 : 0));
   const drift = o.drift.map((key): Finding => ({ type: "projectionDrift", key }));
-  return [...sorted(leaked), ...sorted(orphaned), ...sorted(missing), ...drift, ...sorted(stale)];
+  const foreign = (o.foreign ?? []).map((r): Finding => ({ type: "foreignRecord", ...foreignView(r) }));
+  return [...sorted(leaked), ...sorted(orphaned), ...sorted(missing), ...drift, ...sorted(stale), ...foreign];
 }
 
 /** A reservation made before the threshold (an unreadable time counts as old: it cannot be younger). */
@@ -175,6 +171,7 @@ export function countFindings(findings: Finding[]) {
     missingImages: n("missingImage"),
     projectionDrift: n("projectionDrift"),
     staleClaims: n("staleClaim"),
+    foreignRecords: n("foreignRecord"),
   };
 }
 

@@ -196,6 +196,72 @@ test("an event at or below the state's sequence changes nothing (idempotent); on
   assert.deepEqual(evolve(gone, late), { kind: "volume", uuid: VOL, seq: late.seq }, "an ended volume stays ended");
 });
 
+// ------------------------------------------------------------------ foreign records (log-records.ts)
+
+const VOLUME = { kind: "volume", uuid: VOL } as const;
+const NAME = { kind: "name", of: "volume", name: "pvc" } as const;
+
+test("a foreign record on a live volume's subject: the same record, its sequence (the fence) moved past the record", () => {
+  const e = events();
+  const s = foldOne(VOLUME, undefined, [e.volReserved(), e.volCreated()]);
+  const garbage = e.foreign(VOLUME);
+  const after = evolve(s, garbage);
+  assert.equal(after?.seq, garbage.seq);
+  assert.deepEqual(record(after), { ...record(s), seq: garbage.seq });
+});
+
+test("a foreign record on an ended volume's subject: still ended, its sequence moved", () => {
+  const e = events();
+  const gone = foldOne(VOLUME, undefined, [e.volReserved(), e.at({ type: "VolumeDeleted", uuid: VOL })]);
+  const garbage = e.foreign(VOLUME, "unknown-type");
+  assert.deepEqual(evolve(gone, garbage), { kind: "volume", uuid: VOL, seq: garbage.seq });
+});
+
+test("a foreign record on a volume subject never seen makes nothing up (its first event will expect a fresh uuid's 0)", () => {
+  const e = events();
+  assert.equal(evolve(undefined, e.foreign(VOLUME)), undefined);
+  const states: States = new Map();
+  foldInto(states, [e.foreign(VOLUME, "schema")]);
+  assert.equal(states.size, 0);
+});
+
+test("a foreign record on a request name's subject: the name keeps what it points at, its sequence moves; a name never seen gets one", () => {
+  const e = events();
+  const reserved = e.nameReserved("volume", "pvc", VOL);
+  const g1 = e.foreign(NAME);
+  assert.deepEqual(evolve(foldOne(NAME, undefined, [reserved]), g1), { kind: "name", of: "volume", name: "pvc", seq: g1.seq, uuid: VOL });
+  const g2 = e.foreign(NAME, "wrong-subject");
+  assert.deepEqual(evolve(undefined, g2), { kind: "name", of: "volume", name: "pvc", seq: g2.seq }, "free, on the subject's last sequence");
+  // The next reservation of the name (expecting g2's sequence) starts it afresh.
+  const again = e.nameReserved("volume", "pvc", SNAP);
+  assert.deepEqual(evolve(evolve(undefined, g2), again), { kind: "name", of: "volume", name: "pvc", seq: again.seq, uuid: SNAP });
+});
+
+test("a foreign record on no aggregate's subject (device, pool, anything else) changes nothing; one at or below the sequence neither", () => {
+  const e = events();
+  const garbage = e.foreign();
+  const s = foldOne(VOLUME, undefined, [e.volReserved(), e.volCreated()]);
+  assert.equal(evolve(s, garbage), s);
+  const states: States = new Map();
+  foldInto(states, [e.foreign()]);
+  assert.equal(states.size, 0);
+  const late = foldOne(VOLUME, undefined, [e.volReserved(), e.volCreated()]);
+  assert.equal(evolve(late, garbage), late, "older than the state: applied already");
+});
+
+test("a fold over a log with foreign records gives the records of the log without them, every fence on its subject's last sequence", () => {
+  const e = events();
+  const log = [e.nameReserved("volume", "pvc", VOL), e.foreign(NAME), e.volReserved(), e.foreign(VOLUME), e.volCreated(), e.foreign(VOLUME), e.foreign()];
+  const clean = foldInto(
+    new Map(),
+    log.filter((r) => !("foreign" in r)),
+  );
+  const dirty = foldInto(new Map(), log);
+  assert.deepEqual(record(dirty.get(addressKey(VOLUME))), { ...record(clean.get(addressKey(VOLUME))), seq: 6 });
+  assert.equal(dirty.get(addressKey(NAME))?.seq, 2);
+  assert.equal((dirty.get(addressKey(NAME)) as { uuid?: string }).uuid, VOL);
+});
+
 test("every event type of the contract has a case above", async () => {
   const types = JournalEvent.options.map((o) => o.shape.type.value);
   const src = await import("node:fs/promises").then((fs) => fs.readFile(new URL(import.meta.url), "utf8"));

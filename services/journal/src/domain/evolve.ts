@@ -14,8 +14,13 @@
  * stream sequence of the last event applied to it; an event at or below it changes nothing (so
  * folding is idempotent and a partial view, e.g. a record read from Redis, can be evolved by
  * any stretch of the log that follows it). States are never changed in place.
+ *
+ * A foreign record (log-records.ts: not a valid event of a journal) changes nothing but the
+ * sequence of the aggregate whose subject it is on: a state's sequence is its subject's last
+ * sequence, the fence its next append is made on, so a foreign record never wedges it.
  */
 import type { Claim, JournalEvent, Kind, StoredEvent } from "@csi/contracts";
+import type { LogRecord } from "./log-records.js";
 import type { GroupRecord, SnapshotRecord, VolumeRecord } from "./records.js";
 
 interface Records {
@@ -75,6 +80,11 @@ export function addressOf(e: JournalEvent): Address | undefined {
   }
 }
 
+/** The aggregate a record of the log evolves: an event's (`addressOf`), or the one whose subject a foreign record is on. */
+export function addressOfRecord(r: LogRecord): Address | undefined {
+  return "foreign" in r ? r.address : addressOf(r.event);
+}
+
 /** One string per aggregate (map keys of a fold). */
 export function addressKey(a: Address): string {
   return a.kind === "name" ? `name:${a.of}:${a.name}` : `${a.kind}:${a.uuid}`;
@@ -89,9 +99,11 @@ export function startsAfresh(e: JournalEvent): boolean {
   return e.type === "NameReserved" || e.type === "VolumeReserved" || e.type === "SnapshotReserved" || e.type === "GroupSnapshotReserved";
 }
 
-export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggregate | undefined {
-  const { seq, event: e } = stored;
+export function evolve(state: Aggregate | undefined, stored: LogRecord): Aggregate | undefined {
+  const { seq } = stored;
   if (state && seq <= state.seq) return state; // applied already
+  if ("foreign" in stored) return skipped(state, stored.address, seq);
+  const e = stored.event;
   switch (e.type) {
     case "NameReserved":
       return { kind: "name", of: e.kind, name: e.name, seq, uuid: e.uuid };
@@ -171,6 +183,23 @@ export function evolve(state: Aggregate | undefined, stored: StoredEvent): Aggre
   }
 }
 
+/**
+ * A foreign record on an aggregate's subject: only the aggregate's sequence moves (its fence). A
+ * request name gets a state even if it had none (a name subject's sequence is the name's fence,
+ * whether or not it points at anything); a volume, snapshot or group never seen stays unknown
+ * (nothing is made up, and nothing appends to it on that fence: its first event expects 0 on a
+ * fresh uuid).
+ */
+function skipped(state: Aggregate | undefined, address: Address | undefined, seq: number): Aggregate | undefined {
+  if (!address) return state;
+  if (address.kind === "name") {
+    const uuid = state?.kind === "name" ? state.uuid : undefined;
+    return { kind: "name", of: address.of, name: address.name, seq, ...(uuid ? { uuid } : {}) };
+  }
+  if (state?.kind !== address.kind) return state;
+  return (state.record ? { ...state, seq, record: { ...state.record, seq } } : { ...state, seq }) as Aggregate;
+}
+
 /** What a volume's or snapshot's reservation records: created at the reservation, no image id until its *Created. */
 function reservedImage(e: Extract<JournalEvent, { type: "VolumeReserved" | "SnapshotReserved" }>, seq: number) {
   return { uuid: e.uuid, name: e.name, pool: e.pool, poolId: e.poolId, digest: e.digest, createdAt: e.time, seq, imageName: e.imageName, imageId: "" };
@@ -195,10 +224,10 @@ const onGroup = (s: Aggregate | undefined, seq: number, f: (r: GroupRecord) => P
 /** The states of many aggregates: the accumulator of a fold (entries are replaced, never changed). */
 export type States = Map<string, Aggregate>;
 
-/** Fold `events` into `states`, each into its own aggregate. */
-export function foldInto(states: States, events: Iterable<StoredEvent>): States {
+/** Fold `events` into `states`, each into its own aggregate (a foreign record moves its subject's aggregate's sequence only). */
+export function foldInto(states: States, events: Iterable<LogRecord>): States {
   for (const e of events) {
-    const a = addressOf(e.event);
+    const a = addressOfRecord(e);
     if (!a) continue;
     const key = addressKey(a);
     const next = evolve(states.get(key), e);
@@ -208,11 +237,11 @@ export function foldInto(states: States, events: Iterable<StoredEvent>): States 
 }
 
 /** One aggregate's state after `events` (others' events skipped), starting from `from`. */
-export function foldOne(address: Address, from: Aggregate | undefined, events: Iterable<StoredEvent>): Aggregate | undefined {
+export function foldOne(address: Address, from: Aggregate | undefined, events: Iterable<LogRecord>): Aggregate | undefined {
   const key = addressKey(address);
   let s = from;
   for (const e of events) {
-    const a = addressOf(e.event);
+    const a = addressOfRecord(e);
     if (a && addressKey(a) === key) s = evolve(s, e);
   }
   return s;

@@ -3,7 +3,9 @@
  * reservation, bench/replay.ts writes a log): one volume, a snapshot of it, a group snapshot,
  * with stream sequences handed out in order. Not used by the service itself.
  */
-import type { EventBody, JournalEvent, StoredEvent } from "@csi/contracts";
+import type { EventBody, ForeignReason, JournalEvent, StoredEvent } from "@csi/contracts";
+import type { Address } from "./evolve.js";
+import type { ForeignRecord } from "./log-records.js";
 
 export const VOL = "36eaa70e-eb63-11ea-8e79-246e96907f74";
 export const SNAP = "4f2b2a52-0d4e-4a43-9d0c-6a1cb0ad5f10";
@@ -36,6 +38,13 @@ export function events(start = 0) {
   const pool = { instance: "default", pool: "default", poolId: 1, digest: "d" };
   return {
     at,
+    /** A foreign record (log-records.ts) on the subject of `address` (none: a subject of no aggregate). */
+    foreign: (address?: Address, reason: ForeignReason = "not-json"): ForeignRecord => ({
+      seq: ++seq,
+      subject: "s",
+      foreign: { reason, detail: "not JSON", bytes: 3, preview: '"{{{"' },
+      ...(address ? { address } : {}),
+    }),
     get seq() {
       return seq;
     },

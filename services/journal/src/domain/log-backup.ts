@@ -12,10 +12,17 @@
  * string so that nothing is re-serialised). Pure: the reading and checking of lines, no I/O.
  * An import checks the whole file before it writes anything (`BackupReader`), so a truncated,
  * edited or foreign file changes nothing.
+ *
+ * A log may hold foreign records (docs/journal.md, "Foreign records in the log"): they are
+ * exported and restored as they are, on their sequences (journals skip them; the import counts
+ * them), a payload that is not UTF-8 with its invalid bytes replaced. Sequences removed from the
+ * stream (`csictl log purge-foreign`) are a line `{"seq":5,"removedThrough":7}`, restored as
+ * removed too, so every later record keeps its sequence.
  */
 import { createHash, type Hash } from "node:crypto";
-import { JournalEvent, subjects } from "@csi/contracts";
+import { subjects } from "@csi/contracts";
 import { z } from "zod";
+import { classifyRecord, isForeign } from "./log-records.js";
 
 export const BACKUP_FORMAT = "csi-event-log";
 export const BACKUP_VERSION = 1;
@@ -39,6 +46,12 @@ export const BackupMessage = z.object({
   data: z.string(),
 });
 export type BackupMessage = z.infer<typeof BackupMessage>;
+
+/** Sequences `seq`…`removedThrough` were removed from the stream (foreign records purged). */
+export const BackupGap = z.object({ seq: z.number().int().min(1), removedThrough: z.number().int().min(1) }).refine((g) => g.removedThrough >= g.seq, {
+  message: "removedThrough must not be before seq",
+});
+export type BackupGap = z.infer<typeof BackupGap>;
 
 export const BackupFooter = z.object({ end: z.literal(true), messages: z.number().int().min(0), sha256: z.string().regex(/^[0-9a-f]{64}$/) });
 export type BackupFooter = z.infer<typeof BackupFooter>;
@@ -67,6 +80,14 @@ export class BackupWriter {
     return line;
   }
 
+  /** Sequences `seq`…`removedThrough` that the stream no longer holds. */
+  gap(g: BackupGap): string {
+    const line = `${JSON.stringify({ seq: g.seq, removedThrough: g.removedThrough })}\n`;
+    this.#hash.update(line);
+    this.#count += g.removedThrough - g.seq + 1;
+    return line;
+  }
+
   footer(): string {
     return `${JSON.stringify({ end: true, messages: this.#count, sha256: this.#hash.digest("hex") } satisfies BackupFooter)}\n`;
   }
@@ -89,8 +110,9 @@ function parseLine<T>(schema: z.ZodType<T>, line: string, n: number, what: strin
  * Checks a backup line by line, for the cluster it is to be restored into: the header (format,
  * version, the same cluster — subjects name their cluster, so a log cannot move to another),
  * every message (sequences dense from `firstSeq`, a subject of this cluster's log, a payload that
- * is a valid journal event), and the footer (count and SHA-256 of the message lines). `line`
- * returns the message of a message line; `end` throws unless the footer was seen and matched.
+ * or foreign record: `foreign` counts the latter), removed sequences, and the footer (count of
+ * sequences and SHA-256 of the message lines). `line` returns the message or gap of a line; `end`
+ * throws unless the footer was seen and matched.
  */
 export class BackupReader {
   header?: BackupHeader;
@@ -99,12 +121,14 @@ export class BackupReader {
   #count = 0;
   #n = 0;
   readonly #prefix: string;
+  /** Records that are not events of a journal (restored as they are). */
+  foreign = 0;
 
   constructor(readonly cluster: string) {
     this.#prefix = subjects.eventsWildcard(cluster).slice(0, -1); // "csi.<c>.evt."
   }
 
-  line(text: string): BackupMessage | undefined {
+  line(text: string): BackupMessage | BackupGap | undefined {
     const n = ++this.#n;
     if (this.#footer) {
       if (text.trim() === "") return undefined;
@@ -127,31 +151,34 @@ export class BackupReader {
       this.#footer = f;
       return undefined;
     }
-    const m = parseLine(BackupMessage, text, n, "backup message");
     const expected = this.header.firstSeq + this.#count;
+    if (/^\{"seq":\d+,"removedThrough":/.test(text)) {
+      const g = parseLine(BackupGap, text, n, "backup gap");
+      if (g.seq !== expected) throw new BackupError(`line ${n}: sequence ${g.seq} where ${expected} was due (sequences must be dense)`);
+      if (g.removedThrough > this.header.lastSeq)
+        throw new BackupError(`line ${n}: sequence ${g.removedThrough} is past the header's last sequence ${this.header.lastSeq}`);
+      this.#hash.update(`${JSON.stringify({ seq: g.seq, removedThrough: g.removedThrough })}\n`);
+      this.#count += g.removedThrough - g.seq + 1;
+      return g;
+    }
+    const m = parseLine(BackupMessage, text, n, "backup message");
     if (m.seq !== expected) throw new BackupError(`line ${n}: sequence ${m.seq} where ${expected} was due (sequences must be dense)`);
     if (m.seq > this.header.lastSeq) throw new BackupError(`line ${n}: sequence ${m.seq} is past the header's last sequence ${this.header.lastSeq}`);
     if (!m.subject.startsWith(this.#prefix) || /[\s*>]/.test(m.subject))
       throw new BackupError(`line ${n}: subject ${JSON.stringify(m.subject.slice(0, 80))} is not of this cluster's log`);
-    let event: unknown;
-    try {
-      event = JSON.parse(m.data);
-    } catch {
-      throw new BackupError(`line ${n}: the payload of sequence ${m.seq} is not JSON`);
-    }
-    const e = JournalEvent.safeParse(event);
-    if (!e.success) throw new BackupError(`line ${n}: the payload of sequence ${m.seq} is not a journal event: ${e.error.issues[0]?.message ?? "invalid"}`);
+    // A foreign record is restored as it is (journals skip it, as they did before the backup).
+    if (isForeign(classifyRecord({ cluster: this.cluster }, { seq: m.seq, subject: m.subject, data: Buffer.from(m.data, "utf8") }))) this.foreign++;
     this.#hash.update(`${JSON.stringify({ seq: m.seq, subject: m.subject, data: m.data })}\n`);
     this.#count++;
     return m;
   }
 
   /** The whole file was read: it must have had a header, every message up to lastSeq, and a matching footer. */
-  end(): { header: BackupHeader; messages: number } {
+  end(): { header: BackupHeader; messages: number; foreign: number } {
     if (!this.header) throw new BackupError("the file is empty");
     if (!this.#footer) throw new BackupError(`the file ends after ${this.#count} messages without its footer (truncated?)`);
     if (this.#count !== this.header.lastSeq - this.header.firstSeq + 1)
       throw new BackupError(`the header promises sequences ${this.header.firstSeq}–${this.header.lastSeq}, the file holds ${this.#count} messages`);
-    return { header: this.header, messages: this.#count };
+    return { header: this.header, messages: this.#count, foreign: this.foreign };
   }
 }

@@ -10,6 +10,7 @@ import type { StoredEvent } from "@csi/contracts";
 import { type Aggregate, addressKey, foldInto, foldOne, liveRecord, type States } from "./evolve.js";
 import { events, GRP, SNAP, T0, VOL } from "./fixtures.js";
 import { keysFor } from "./kinds.js";
+import type { LogRecord } from "./log-records.js";
 import { beforesNeeded, freshWrites, type Mutation, planWrites, projectionOf, stateFromHash } from "./projection.js";
 import { diffProjection, ProjectionModel, type Stored } from "./projection-state.js";
 import { groupFromHash, groupHash, snapshotFromHash, snapshotHash, volumeFromHash, volumeHash } from "./records.js";
@@ -46,7 +47,27 @@ function life(): StoredEvent[] {
   ];
 }
 
-const fold = (evs: StoredEvent[]) => foldInto(new Map(), evs);
+/**
+ * The same life with foreign records among its events (log-records.ts): on the volume's, the
+ * snapshot's and the names' subjects (they move those fences), on no aggregate's, and last.
+ */
+function lifeWithGarbage(): LogRecord[] {
+  const e = events(1000);
+  const vol = { kind: "volume", uuid: VOL } as const;
+  const name = { kind: "name", of: "volume", name: "pvc" } as const;
+  const out: LogRecord[] = [];
+  life().forEach((ev, i) => {
+    out.push(ev);
+    if (i % 4 === 1) out.push(e.foreign(vol));
+    if (i % 5 === 2) out.push(e.foreign(name, "unknown-type"));
+    if (i === 9) out.push(e.foreign({ kind: "snapshot", uuid: SNAP }, "wrong-subject"), e.foreign());
+  });
+  out.push(e.foreign({ kind: "name", of: "snapshot", name: "never" }), e.foreign(vol));
+  // Sequences in log order, as the stream assigns them.
+  return out.map((r, i) => ({ ...r, seq: i + 1 }));
+}
+
+const fold = (evs: LogRecord[]) => foldInto(new Map(), evs);
 
 /** The model's keys, the way Redis's HGETALL would hand one aggregate back (the catch-up's read). */
 function readFromModel(model: ProjectionModel, a: Aggregate | { kind: string; uuid: string }): Aggregate | undefined {
@@ -58,7 +79,7 @@ function readFromModel(model: ProjectionModel, a: Aggregate | { kind: string; uu
 }
 
 /** Replay `evs` in batches of `size` as the projector does (befores: the states it folded so far). */
-function replay(model: ProjectionModel, evs: StoredEvent[], size: number, known: States = new Map()): Mutation[][] {
+function replay(model: ProjectionModel, evs: LogRecord[], size: number, known: States = new Map()): Mutation[][] {
   const plans: Mutation[][] = [];
   for (let i = 0; i < evs.length; i += size) {
     const batch = evs.slice(i, i + size);
@@ -104,20 +125,36 @@ test("hash: the layout of a volume record is ceph-csi's omap fields, as before t
   });
 });
 
-test("plan: replayed in batches of any size, the writes leave exactly the projection of the fold", () => {
-  const evs = life();
-  for (let cut = 1; cut <= evs.length; cut++) {
-    for (let upTo = 1; upTo <= evs.length; upTo++) {
-      const part = evs.slice(0, upTo);
-      const model = new ProjectionModel();
-      replay(model, part, cut);
-      assert.deepEqual(diffProjection(projectionOf(k, fold(part).values()), live(model.dump())), [], `batches of ${cut}, up to ${upTo}`);
+test("plan: replayed in batches of any size, the writes leave exactly the projection of the fold (foreign records among the events too)", () => {
+  for (const evs of [life(), lifeWithGarbage()]) {
+    for (let cut = 1; cut <= evs.length; cut++) {
+      for (let upTo = 1; upTo <= evs.length; upTo++) {
+        const part = evs.slice(0, upTo);
+        const model = new ProjectionModel();
+        replay(model, part, cut);
+        assert.deepEqual(diffProjection(projectionOf(k, fold(part).values()), live(model.dump())), [], `batches of ${cut}, up to ${upTo}`);
+      }
     }
   }
 });
 
+test("plan: a foreign record on a name's subject writes the name's fence (its sequence field), nothing else", () => {
+  const e = events();
+  const reserved = e.nameReserved("volume", "pvc", VOL);
+  const garbage = e.foreign({ kind: "name", of: "volume", name: "pvc" });
+  const model = new ProjectionModel();
+  replay(model, [reserved, garbage], 1);
+  const seqs = model.dump().get(k.dirSeq("volume"));
+  const dir = model.dump().get(k.dir("volume"));
+  assert.deepEqual(seqs && "hash" in seqs ? seqs.hash : undefined, { pvc: String(garbage.seq) });
+  assert.deepEqual(dir && "hash" in dir ? dir.hash : undefined, { [k.dirField("volume", "pvc")]: VOL });
+});
+
 test("plan: a catch-up that reads its befores from Redis (not a cache) leaves the same", () => {
-  const evs = life();
+  for (const evs of [life(), lifeWithGarbage()]) catchUpFromEveryWatermark(evs);
+});
+
+function catchUpFromEveryWatermark(evs: LogRecord[]) {
   for (let w = 0; w < evs.length; w++) {
     const model = new ProjectionModel();
     replay(model, evs.slice(0, w), 3);
@@ -133,7 +170,7 @@ test("plan: a catch-up that reads its befores from Redis (not a cache) leaves th
     replay(model, rest, 4, known);
     assert.deepEqual(diffProjection(projectionOf(k, fold(evs).values()), live(model.dump())), [], `from ${w}`);
   }
-});
+}
 
 test("plan: applying again, or an older batch after newer ones, changes nothing (the guard)", () => {
   const evs = life();
@@ -192,7 +229,7 @@ test("fresh writes (a rebuild's, into a wiped projection) leave exactly the proj
   const e = events(100);
   const other = "5d1f4c2e-1b2a-4c3d-8e9f-0a1b2c3d4e5f";
   const log = [
-    ...life(),
+    ...lifeWithGarbage(),
     e.nameReserved("volume", "pvc-2", other),
     e.volReserved({ uuid: other, name: "pvc-2", imageName: `csi-vol-${other}` }),
     e.at({ type: "VolumeClaimed", uuid: other, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false }),

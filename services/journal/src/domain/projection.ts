@@ -19,9 +19,10 @@
  * The caller must know each aggregate's state before the events (what it read from Redis, or
  * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
-import type { Kind, StoredEvent } from "@csi/contracts";
-import { type Address, type Aggregate, addressKey, addressOf, evolve, type NameState, type RecordState, startsAfresh } from "./evolve.js";
+import type { Kind } from "@csi/contracts";
+import { type Address, type Aggregate, addressKey, addressOfRecord, evolve, type NameState, type RecordState, startsAfresh } from "./evolve.js";
 import { type Keys, KINDS } from "./kinds.js";
+import type { LogRecord } from "./log-records.js";
 import type { Stored } from "./projection-state.js";
 import { aggregateSeq, type Hash, isLive } from "./records.js";
 
@@ -98,16 +99,16 @@ function writeOf(k: Keys, after: Aggregate, seen: Map<string, Member>): Mutation
 }
 
 /** Addresses of the aggregates `events` evolve whose state before them matters and is not `known`. */
-export function beforesNeeded(events: StoredEvent[], known: { has(key: string): boolean }): Address[] {
+export function beforesNeeded(events: LogRecord[], known: { has(key: string): boolean }): Address[] {
   const out: Address[] = [];
   const first = new Set<string>();
-  for (const { event } of events) {
-    const a = addressOf(event);
+  for (const r of events) {
+    const a = addressOfRecord(r);
     if (!a) continue;
     const key = addressKey(a);
     if (first.has(key)) continue;
     first.add(key);
-    if (!known.has(key) && !startsAfresh(event)) out.push(a);
+    if (!known.has(key) && ("foreign" in r || !startsAfresh(r.event))) out.push(a);
   }
   return out;
 }
@@ -123,11 +124,11 @@ export interface Plan {
  * undefined = none) to the states after them: one per aggregate that changed, in the order
  * aggregates first appear.
  */
-export function planWrites(k: Keys, before: (key: string) => Aggregate | undefined, events: StoredEvent[]): Plan {
+export function planWrites(k: Keys, before: (key: string) => Aggregate | undefined, events: LogRecord[]): Plan {
   const cur = new Map<string, Aggregate | undefined>();
   const seen = new Map<string, Map<string, Member>>();
   for (const e of events) {
-    const a = addressOf(e.event);
+    const a = addressOfRecord(e);
     if (!a) continue;
     const key = addressKey(a);
     let members = seen.get(key);

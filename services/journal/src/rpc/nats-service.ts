@@ -12,6 +12,12 @@
  * reply that would still pass the connection's max_payload is answered with a small
  * ResourceExhausted error instead; a publish that fails anyway is logged, not thrown.
  *
+ * Replies go only to inboxes (docs/security.md): a request whose reply subject is not one
+ * (`isReplySubject`: `_INBOX.…`, or `_R_.…` across accounts) is dropped before any handler sees
+ * it — the commands' and the service discovery (`$SRV.PING/INFO/STATS`) the framework answers
+ * itself — with a log line and `onRefused` (the metric), and nothing is answered: a requester
+ * cannot make the journal write its reply into a stream (an event subject, say).
+ *
  * Graceful stop (the result is a Drainable): the endpoints' subscriptions are drained first, so
  * the replica leaves the queue group — NATS hands every new command to the other replicas at
  * once — while the commands it already took run on, beating, to their replies.
@@ -19,16 +25,18 @@
 import {
   DriverError,
   describeZodError,
+  isReplySubject,
   type JournalCommand,
   journalContract,
   NATS_DEFAULT_MAX_PAYLOAD,
   REPLY_HEADROOM_BYTES,
+  sanitizeMessage,
   subjects,
   toWireError,
 } from "@csi/contracts";
 import { type Drainable, InFlight, WORKING_BEAT } from "@csi/runtime";
 import { type ServiceMsg, Svcm } from "@nats-io/services";
-import type { NatsConnection } from "@nats-io/transport-node";
+import type { Msg, NatsConnection, SubscriptionOptions } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Journal } from "../app/journal.js";
 
@@ -57,6 +65,7 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "audit.verify": (r) => j.audit.verify(r),
     "audit.gc": (r) => j.audit.gc(r),
     "audit.rebuild": (r) => j.audit.rebuild(r),
+    "audit.purge": (r) => j.audit.purge(r),
   };
 }
 
@@ -76,6 +85,40 @@ function beating(msg: ServiceMsg, everyMs: number): () => void {
   return () => clearTimeout(timer);
 }
 
+/**
+ * `nc` as the service framework is given it: the messages of every subscription it makes (each
+ * with a callback) pass `admit` first, and only those admitted reach the framework.
+ */
+function admitting(nc: NatsConnection, admit: (msg: Msg) => boolean): NatsConnection {
+  return new Proxy(nc, {
+    get(target, prop) {
+      if (prop === "subscribe") {
+        return (subject: string, opts?: SubscriptionOptions) => {
+          const callback = opts?.callback;
+          if (!callback) return target.subscribe(subject, opts);
+          return target.subscribe(subject, { ...opts, callback: (err, msg) => (err || admit(msg) ? callback(err, msg) : undefined) });
+        };
+      }
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}
+
+/** A request may be answered only onto an inbox: else it is dropped, logged (its subjects, sanitised, never its body) and told to `onRefused`. */
+function inboxesOnly(logger: Logger, onRefused: (reason: string) => void): (msg: Msg) => boolean {
+  return (msg) => {
+    if (isReplySubject(msg.reply)) return true;
+    const reason = msg.reply ? "reply-subject" : "no-reply";
+    onRefused(reason);
+    logger.warn(
+      { subject: sanitizeMessage(msg.subject, 256), reply: sanitizeMessage(msg.reply ?? "", 256), reason },
+      "request dropped unanswered: its reply subject is not an inbox",
+    );
+    return false;
+  };
+}
+
 export async function serveJournal(
   nc: NatsConnection,
   cluster: string,
@@ -86,10 +129,13 @@ export async function serveJournal(
     beatEveryMs: number;
     /** Told of every answered command: its name, "ok" or the error's name, seconds from request to reply (the metrics). */
     observe?: (command: JournalCommand, outcome: string, seconds: number) => void;
+    /** Told of every request dropped unanswered (its reply subject is not an inbox): the metrics. */
+    onRefused?: (reason: string) => void;
   },
 ): Promise<Drainable & { readonly serving: boolean }> {
+  const guarded = admitting(nc, inboxesOnly(logger, opts.onRefused ?? (() => {})));
   // @nats-io/services pins an older nats-core prerelease; the connection is the same at runtime.
-  const svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
+  const svc = await new Svcm(guarded as unknown as ConstructorParameters<typeof Svcm>[0]).add({
     name: subjects.journalServiceName(cluster),
     version,
     description: `CSI reservation journal of cluster ${cluster}`,
