@@ -50,7 +50,7 @@ export async function exportLog(
   });
   const last = info.state.last_seq;
   // The last sequence that holds a record (records at the end may have been removed) and the first.
-  const present = info.state.messages === 0 ? 0 : (await new EventLog(nc, { cluster }).info()).last;
+  const present = info.state.messages === 0 ? 0 : (await new EventLog(nc, { cluster, ...(apiPrefix ? { apiPrefix } : {}) }).info()).last;
   const first = info.state.messages === 0 ? last + 1 : info.state.first_seq;
   const w = new BackupWriter();
   await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: 1, lastSeq: last, exportedAt: new Date().toISOString() }));
