@@ -26,13 +26,14 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { writeAuthDir } from "@csi/cli/auth";
-import { accessEnv } from "@csi/cli/auth-files";
+import { accessEnv, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import type { RedisAccess } from "@csi/runtime";
 import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
+import { loadJournalFunctionsAt } from "./redis-functions.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
@@ -172,6 +173,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const ha = opts.ha ? await haServers() : undefined;
     const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
     const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
+    // The journal's Redis function library, loaded before any journal starts by an identity that
+    // may: our own servers' admin (SECURE=1) or default user. A Redis given by URL: its journals
+    // load it if it is open, else its admin has (`csictl redis load-functions`).
+    if (!opts.redisUrl) await loadJournalFunctionsAt(redisUrl, auth ? redisAccessFrom(auth.dir, REDIS_ADMIN_USER) : {});
     /** A role's credentials (none on an open stack). */
     const roleEnv = (role: NatsRole) => (auth ? accessEnv(auth.dir, role) : {});
     const env = {

@@ -16,6 +16,7 @@ import {
   JournalClient,
   loadClusters,
   natsConnectOptions,
+  type RedisAccess,
   redactUrl,
   redisConnectOptions,
 } from "@csi/runtime";
@@ -45,7 +46,8 @@ export class Session {
   readonly timeoutMs: number;
   /** One connection per NATS role used (csictl is the admin role; `log import` writes as the cluster's journal). */
   readonly #nats = new Map<string, Promise<NatsConnection>>();
-  #redis?: Promise<Redis>;
+  /** One connection per Redis user of the stack's auth directory used (the journal's; the admin's for `redis load-functions`). */
+  readonly #redis = new Map<string, Promise<Redis>>();
   #clusters?: Clusters;
   readonly #clients: { close(): void }[] = [];
 
@@ -94,12 +96,20 @@ export class Session {
     return nc;
   }
 
-  redis(): Promise<Redis> {
+  /**
+   * Redis as the journal's user (the projection), or as `user` (the admin, for `redis
+   * load-functions`) when the running stack's auth directory is used; credentials given in the
+   * environment (REDIS_USERNAME, …) are used as they are, whatever the command.
+   */
+  redis(user?: string): Promise<Redis> {
     const url = this.#need("redisUrl", "--redis", "Redis server");
     const { redisAuthDir, redisAccess } = this.targets;
-    const given = { redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir) : redisAccess) };
+    const given: RedisAccess = { redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir, user) : redisAccess) };
     const access = this.#access(() => redisConnectOptions(given));
-    this.#redis ??= (async () => {
+    const key = given.redisUsername ?? "";
+    const open = this.#redis.get(key);
+    if (open) return open;
+    const connected = (async () => {
       const r = new Redis(url, {
         ...access,
         lazyConnect: true,
@@ -117,7 +127,8 @@ export class Session {
       }
       return r;
     })();
-    return this.#redis;
+    this.#redis.set(key, connected);
+    return connected;
   }
 
   async journal(): Promise<JournalClient> {
@@ -191,7 +202,6 @@ export class Session {
   async close(): Promise<void> {
     for (const c of this.#clients) c.close();
     for (const p of this.#nats.values()) await (await p.catch(() => undefined))?.close().catch(() => {});
-    const r = await this.#redis?.catch(() => undefined);
-    r?.disconnect();
+    for (const p of this.#redis.values()) (await p.catch(() => undefined))?.disconnect();
   }
 }
