@@ -142,7 +142,7 @@ local function apply_and_unlock(keys, args)
     for _, op in ipairs(m.o) do check_op(keys, op[1], op[2]) end
   end
   for _, lt in ipairs(locks) do
-    if keys[lt[1]] == nil then fail('apply_and_unlock: a lock is not a declared key') end
+    if type(lt[1]) ~= 'number' or lt[1] < 3 or keys[lt[1]] == nil then fail('apply_and_unlock: a lock is not a declared key') end
   end
   local p, idx = keys[1], keys[2]
   local ok = redis.call('HGET', p, 'complete') == '1'
