@@ -22,7 +22,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { accessEnv, natsAccessFrom } from "@csi/cli/auth-files";
+import { accessEnv, natsAccessFrom, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import {
   clusterLogApi,
   FLEET_API,
@@ -40,9 +40,10 @@ import {
   nodeWorkSubjects,
   subjects,
 } from "@csi/contracts";
-import { csiClient, initFleet, natsConnectOptions } from "@csi/runtime";
+import { csiClient, initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { loadJournalFunctionsAt } from "../scripts/lib/redis-functions.js";
 import { blockCap } from "./support/node-stack.js";
 import { withoutServerEnv } from "./support/npm-start.js";
 import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
@@ -127,6 +128,8 @@ function consumerCreates(deliver: string, n: number): { subject: string; body: s
 interface Layout {
   natsConfig: string;
   redisArgs: string[];
+  /** Who loads the journal's Redis function library (the admin of a locked-down Redis). */
+  redisAdmin: Omit<RedisAccess, "redisUrl">;
   env(role: NatsRole): Record<string, string>;
   access(role: NatsRole): ReturnType<typeof natsAccessFrom>;
 }
@@ -141,6 +144,7 @@ function generated(dir: string): Layout {
   return {
     natsConfig: path.join(dir, "auth.conf"),
     redisArgs: ["--aclfile", path.join(dir, "users.acl")],
+    redisAdmin: redisAccessFrom(dir, REDIS_ADMIN_USER),
     env: (r) => accessEnv(dir, r),
     access: (r) => natsAccessFrom(dir, r),
   };
@@ -156,7 +160,13 @@ function accountsOnly(dir: string): Layout {
   // Sanity: these really are wider than what auth init gives.
   assert.ok(!natsPermissions({ kind: "node", nodeId: N1 }, CLUSTERS).publish.allow.includes(">"));
   const access = (r: NatsRole) => ({ natsUser: natsUser(r), natsPassword: `pw-${natsUser(r)}` });
-  return { natsConfig, redisArgs: [], env: (r) => ({ NATS_USER: natsUser(r), NATS_PASSWORD: `pw-${natsUser(r)}`, NATS_ACCOUNTS: "1" }), access };
+  return {
+    natsConfig,
+    redisArgs: [],
+    redisAdmin: {},
+    env: (r) => ({ NATS_USER: natsUser(r), NATS_PASSWORD: `pw-${natsUser(r)}`, NATS_ACCOUNTS: "1" }),
+    access,
+  };
 }
 
 function attackSuite(name: string, layoutOf: (dir: string) => Layout) {
@@ -196,6 +206,7 @@ function attackSuite(name: string, layoutOf: (dir: string) => Layout) {
       nats = await startServer("nats", path.join(dir, "nats"), undefined, ["-c", layout.natsConfig]);
       redis = await startServer("redis", path.join(dir, "redis"), undefined, layout.redisArgs);
       await initFleet(await connectAs(fleet), CLUSTERS, [N1, N2]);
+      await loadJournalFunctionsAt(redis.url, layout.redisAdmin);
       const clustersFile = await writeClustersFile(
         dir,
         CLUSTERS.map((clusterID) => ({ clusterID, pools: ["default"] })),

@@ -459,6 +459,56 @@ describe("each check fails on a broken copy", () => {
       nomad((j) => delete (task(j, "csi-event-driver-journal").Env as Record<string, string>).METRICS_ADDR),
       /METRICS_ADDR 127\.0\.0\.1:9812 is loopback: the mapped port and the checks cannot reach it/,
     );
+    // The journal's group loads the Redis function library first, as the admin (not the journal's user).
+    const loader = (j: NomadJob[]) => {
+      const t = j.find((x) => x.Job.ID === "csi-event-driver-journal")?.Job.TaskGroups[0]?.Tasks.find((x) => x.Name === "redis-functions");
+      assert.ok(t, "the journal's redis-functions task");
+      return t;
+    };
+    const journalGroup = (j: NomadJob[]) => j.find((x) => x.Job.ID === "csi-event-driver-journal")!.Job.TaskGroups[0]!;
+    fails(
+      nomad((j) => (journalGroup(j).Tasks = journalGroup(j).Tasks.filter((t) => t.Name !== "redis-functions"))),
+      /not one task that loads the journal's Redis function library/,
+    );
+    fails(
+      nomad((j) => (loader(j).Lifecycle = { Hook: "poststart", Sidecar: false })),
+      /must be a prestart task/,
+    );
+    fails(
+      nomad((j) => (loader(j).Templates = task(j, "csi-event-driver-journal").Templates)),
+      /loads the functions as the journal's Redis user/,
+    );
+    fails(
+      nomad((j) => ((loader(j).Env as Record<string, string>).REDIS_URL = "redis://elsewhere:6379")),
+      /REDIS_URL redis:\/\/elsewhere:6379 is not the journal's/,
+    );
+  });
+
+  test("kubernetes: the journal's init container loads the Redis function library as the admin", () => {
+    const init = (d: K8sObject[]) => byName(d, "Deployment", "csi-event-driver-journal").spec.template.spec;
+    fails(
+      k8s((d) => (init(d).initContainers = [])),
+      /not one init container that loads the journal's Redis function library/,
+    );
+    fails(
+      k8s((d) => {
+        const env = init(d).initContainers[0].env.find((e: { name: string }) => e.name === "REDIS_USERNAME");
+        env.valueFrom.secretKeyRef.name = "csi-redis-journal";
+      }),
+      /loads the functions as the journal's Redis user \(csi-redis-journal\)/,
+    );
+    fails(
+      k8s((d) => init(d).initContainers[0].env.push({ name: "REDIS_SENTINELS", value: "a:26379" })),
+      /REDIS_SENTINELS a:26379 is not the journal's/,
+    );
+    fails(
+      k8s((d) => (init(d).initContainers[0].image = "csi-event-driver:latest")),
+      /image csi-event-driver:latest is not the journal's/,
+    );
+    fails(
+      k8s((d) => init(d).initContainers[0].env.push({ name: "NATS_URL", value: "nats://x" })),
+      /env NATS_URL is not a Redis setting of csictl/,
+    );
   });
 
   test("compose: env, stop grace, shared pool volume", () => {

@@ -97,9 +97,9 @@ test("a FLUSHALL in the middle of a rebuild: every volume stays resolvable, list
   const monitor = await flusher.monitor();
   let phase: "idle" | "rebuilding" | "flushed twice" = "idle";
   let batchesAfter = 0;
-  // A rebuild's batch is a script call that writes volume records (nothing else writes now).
+  // A rebuild's batch is a function call (FCALL) that writes volume records (nothing else writes now).
   monitor.on("monitor", (_time: string, args: string[]) => {
-    if (!/^eval/i.test(args[0] ?? "") || !args.some((a) => a.includes(`${keys.prefix}csi.volume.`))) return;
+    if (!/^fcall$/i.test(args[0] ?? "") || !args.some((a) => a.includes(`${keys.prefix}csi.volume.`))) return;
     if (phase === "rebuilding") {
       phase = "flushed twice";
       void flusher.flushall();

@@ -14,7 +14,7 @@ import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "
 import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { accessEnv, natsAccessFrom, redisAccessFrom } from "@csi/cli/auth-files";
+import { accessEnv, natsAccessFrom, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import {
   clusterLogApi,
   DeviceStateReported,
@@ -80,6 +80,15 @@ function fleetInit(natsUrl: string, authDir: string): void {
   });
 }
 
+/** `csictl redis load-functions` as the Redis admin, as an operator runs it before the journals start (docs/security.md). */
+function loadFunctions(redisUrl: string, authDir: string, env: Record<string, string> = {}): void {
+  const admin = redisAccessFrom(authDir, REDIS_ADMIN_USER);
+  execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "redis", "load-functions"], {
+    encoding: "utf8",
+    env: { ...withoutServerEnv(process.env), REDIS_URL: redisUrl, REDIS_USERNAME: admin.redisUsername, REDIS_PASSWORD: admin.redisPassword, ...env },
+  });
+}
+
 /** A rejection by the server's permissions (nats.js turns the -ERR into a PermissionViolationError). */
 function isViolation(op: "publish" | "subscription", subject: string) {
   return (err: unknown) => {
@@ -132,6 +141,7 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
     nats = await startServer("nats", path.join(dir, "nats"), undefined, ["-c", auth.natsConfig]);
     redis = await startServer("redis", path.join(dir, "redis"), undefined, ["--aclfile", auth.redisAcl]);
     fleetInit(nats.url, auth.dir);
+    loadFunctions(redis.url, auth.dir);
     const clustersFile = await writeClustersFile(dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
     const base = { NATS_URL: nats.url, REDIS_URL: redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: dir };
     procs.push(await spawnService("journal", { ...base, ...accessEnv(auth.dir, journalRole), CLUSTER_ID: CLUSTER }));
@@ -424,6 +434,7 @@ describe("over TLS: nats-server (client certificates required) and redis-server"
     if (noRedisTls || !redis) return void t.skip(noRedisTls);
     assert.match(redis.url, /^rediss:\/\//);
     const clustersFile = await writeClustersFile(dir, [{ clusterID: CLUSTER, pools: ["default"] }]);
+    loadFunctions(redis.url, auth.dir, { REDIS_TLS_CA: certs.ca });
     const base = { NATS_URL: nats.url, REDIS_URL: redis.url, REDIS_TLS_CA: certs.ca, CLUSTERS_FILE: clustersFile, DATA_DIR: dir, ...natsTls() };
     procs.push(await spawnService("journal", { ...base, ...accessEnv(auth.dir, journalRole), CLUSTER_ID: CLUSTER }));
     const sock = `unix://${path.join(dir, "controller.sock")}`;

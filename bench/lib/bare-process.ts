@@ -2,9 +2,9 @@
  * One process of the bare chain (bench/lib/bare-chain.ts): a CreateVolume's hops and round trips
  * with no application code. `front` stands where the controller does (a gRPC unary method over a
  * unix socket → one NATS request), `back` where the journal does (per request: the journal's own
- * lock-and-read Lua script, two events published together and acked by JetStream with their
+ * lock-and-read function, two events published together and acked by JetStream with their
  * fences, the pool's file create, the created event fenced on the volume's subject, the journal's
- * apply-and-unlock Lua script, the reply). Transport settings are the services' own (connectNats'
+ * apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
  * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
  *
  * node --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
@@ -17,7 +17,8 @@ import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
 import { createSizedFile } from "../../services/journal/src/adapters/file-pool.js";
-import { APPLY_AND_UNLOCK, LOCK_AND_READ } from "../../services/journal/src/adapters/redis-store.js";
+import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "../../services/journal/src/adapters/redis-functions.js";
+import { CallKeys } from "../../services/journal/src/adapters/redis-store.js";
 import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
 
 const raw = (b: Buffer) => b;
@@ -79,30 +80,16 @@ function event(type: string, uuid: string, name: string, extra: Record<string, u
 async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise<void> {
   const nc = await connectNats({ servers: natsUrl, noAsyncTraces: true });
   const pub = new AckedPublisher(nc);
-  const r = new Redis(redisUrl, { ...redisConnectOptions({ redisUrl }), enableAutoPipelining: true }) as Redis & {
-    lockAndRead(token: string, ttl: number, q: string): Promise<unknown[]>;
-    applyAndUnlock(muts: string, locks: string, proj: string, cond: string): Promise<number>;
-  };
-  r.defineCommand("lockAndRead", { numberOfKeys: 0, lua: LOCK_AND_READ });
-  r.defineCommand("applyAndUnlock", { numberOfKeys: 0, lua: APPLY_AND_UNLOCK });
+  const r = new Redis(redisUrl, { ...redisConnectOptions({ redisUrl }), enableAutoPipelining: true });
+  await ensureJournalFunctions(r);
   const p = "{bare}:projection";
   await r.hset(p, "complete", "1");
   const handle = async (m: Msg) => {
     const { name } = JSON.parse(m.string()) as { name: string };
     const token = randomUUID();
     const lock = `{bare}:lock.name.volume.${name}`;
-    const q = {
-      l: [lock],
-      a: [],
-      f: [
-        ["{bare}:dir.volume", name],
-        ["{bare}:dirseq.volume", name],
-      ],
-      c: [],
-      p,
-      r: "{bare}:volume.",
-    };
-    await r.lockAndRead(token, 30_000, JSON.stringify(q));
+    const [dir, dirSeq] = ["{bare}:dir.volume", "{bare}:dirseq.volume"];
+    await r.fcall(JOURNAL_FUNCTIONS.lockAndRead, 4, p, lock, dir, dirSeq, token, 30_000, 1, 0, 2, 0, "{bare}:volume.", name, name);
     const uuid = randomUUID();
     const [, reservedSeq] = await Promise.all([
       pub.publish(`${BARE_EVENTS}.name.${name}`, event("NameReserved", uuid, name), { expectedLastSubjectSequence: 0 }),
@@ -113,15 +100,17 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
       expectedLastSubjectSequence: reservedSeq,
     });
     const rec = `{bare}:volume.${uuid}`;
+    const k = new CallKeys(p, "{bare}:projection.keys");
     const muts = [
-      { g: ["{bare}:dirseq.volume", name], s: createdSeq, o: [["HSET", "{bare}:dir.volume", name, uuid]] },
+      { g: [k.at(dirSeq), name], s: createdSeq, o: [["HSET", k.at(dir), name, uuid]] },
       {
-        g: [rec, "seq"],
+        g: [k.at(rec), "seq"],
         s: createdSeq,
-        o: [["HSET", rec, "name", name, "pool", "default", "image", `csi-vol-${uuid}`, "size", "1048576", "state", "created"]],
+        o: [["HSET", k.at(rec), "name", name, "pool", "default", "image", `csi-vol-${uuid}`, "size", "1048576", "state", "created"]],
       },
     ];
-    await r.applyAndUnlock(JSON.stringify(muts), JSON.stringify([[lock, token]]), p, "{}");
+    const locks = [[k.at(lock), token]];
+    await r.fcall(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys.length, ...k.keys, JSON.stringify(muts), JSON.stringify(locks), "{}");
     m.respond(JSON.stringify({ uuid, name, sizeBytes: 1048576, pool: "default", imageName: `csi-vol-${uuid}` }));
   };
   nc.subscribe(BARE_SUBJECT, { queue: "bare", callback: (_err, m) => void handle(m).catch((err: Error) => m.respond(`error: ${err.message}`)) });

@@ -73,6 +73,9 @@ interface Spec {
   url: (port: number, tls: boolean) => string;
 }
 
+/** Redis's busy-reply-threshold (ms) on the servers started here: the deploy manifests set the same. */
+export const REDIS_BUSY_REPLY_MS = 1000;
+
 /** Where a sentinel's configuration lives in its data directory (written by the caller; Sentinel rewrites it as it learns). */
 export const SENTINEL_CONF = "sentinel.conf";
 
@@ -86,8 +89,13 @@ const specs: Record<ServerKind, Spec> = {
   },
   redis: {
     kind: "redis",
-    // Persistence on (AOF) so a restart keeps data, as a production Redis would.
-    args: (port, dir) => ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes"],
+    // Persistence on (AOF) so a restart keeps data, as a production Redis would. A script or function
+    // running past REDIS_BUSY_REPLY_MS makes Redis answer BUSY to everyone else and lets an admin kill
+    // it (FUNCTION KILL / SCRIPT KILL, docs/operations.md).
+    args: (port, dir) => [
+      ...["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes"],
+      ...["--busy-reply-threshold", String(REDIS_BUSY_REPLY_MS)],
+    ],
     tlsArgs: (port, tls) => [
       ...["--port", "0", "--tls-port", String(port)],
       ...["--tls-cert-file", tls.cert, "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "no"],

@@ -26,7 +26,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { writeAuthDir } from "@csi/cli/auth";
-import { accessEnv, natsAccessFrom } from "@csi/cli/auth-files";
+import { accessEnv, natsAccessFrom, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, inboxPrefix, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import { initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
 import { connect } from "@nats-io/transport-node";
@@ -34,6 +34,7 @@ import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
 import { type LocalServer, startServer } from "./local-servers.js";
 import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
+import { loadJournalFunctionsAt } from "./redis-functions.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {
@@ -193,6 +194,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       }
       step("fleet account initialised", { clusters, nodes: [nodeId] });
     }
+    // The journal's Redis function library, loaded before any journal starts by an identity that
+    // may: our own servers' admin (SECURE=1; with --ha Redis is open) or default user. A Redis given
+    // by URL: its journals load it if it is open, else its admin has (`csictl redis load-functions`).
+    if (!opts.redisUrl) await loadJournalFunctionsAt(redisUrl, auth && !ha ? redisAccessFrom(auth.dir, REDIS_ADMIN_USER) : {});
     /** A role's credentials (none on an open stack). */
     // With --ha, Redis (primary, replica, sentinels) stays open on loopback: its replication and
     // Sentinel ACL users are not built (docs/operations.md), so no Redis credentials are given.

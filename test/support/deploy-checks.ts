@@ -8,7 +8,7 @@
  */
 import path from "node:path";
 import { type Clusters, PLUGIN_NAME, parseMutableParameters, resolveClusters } from "@csi/contracts";
-import { ConfigError, envNames, flagNames, parseListenAddr, type Settings } from "@csi/runtime";
+import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
 import { CONTROLLER_SETTINGS, controllerConfig } from "../../services/controller/src/config.js";
 import { createLimits, splitParameters } from "../../services/controller/src/domain/csi.js";
 import { JOURNAL_SETTINGS, journalConfig } from "../../services/journal/src/config.js";
@@ -136,6 +136,39 @@ export function parseClusters(text: string | undefined, where: string, problems:
 }
 
 // ---------------------------------------------------------------------------------------------
+// The journal's Redis function library: loaded by `csictl redis load-functions` as the Redis admin
+// before a journal starts (docs/security.md), in the journal's pod (an init container) or task
+// group (a prestart task). The journal's own Redis user may not load it.
+
+const CSICTL_RE = /(^|\/)packages\/cli\/bin\/csictl\.mjs$/;
+const LOADER_ENVS = new Set(envNames(REDIS_ACCESS_SETTINGS));
+/** What the loader must share with the journal: the same Redis server. */
+const SAME_REDIS = ["REDIS_URL", "REDIS_SENTINELS", "REDIS_MASTER_NAME"];
+
+/** Whether a command line runs `csictl redis load-functions`. */
+export function loadsFunctions(argv: readonly string[]): boolean {
+  const i = argv.findIndex((a) => CSICTL_RE.test(a));
+  return i >= 0 && argv[i + 1] === "redis" && argv[i + 2] === "load-functions";
+}
+
+/** A run of the loader or of the journal: its image, env, and where its REDIS_USERNAME comes from (a Secret, a Nomad variable). */
+interface RedisRun {
+  image?: string | undefined;
+  env: Record<string, string>;
+  user?: string | undefined;
+}
+
+/** The loader next to a journal: csictl's Redis settings only, the journal's image and Redis server, not the journal's Redis user. */
+function checkLoader(where: string, loader: RedisRun, journal: RedisRun, problems: string[]): void {
+  for (const name of Object.keys(loader.env)) if (!LOADER_ENVS.has(name)) problems.push(`${where}: env ${name} is not a Redis setting of csictl`);
+  if (loader.image !== journal.image) problems.push(`${where}: image ${loader.image} is not the journal's ${journal.image}`);
+  for (const name of SAME_REDIS)
+    if (loader.env[name] !== journal.env[name]) problems.push(`${where}: ${name} ${loader.env[name]} is not the journal's (${journal.env[name]})`);
+  if (loader.user !== undefined && loader.user === journal.user)
+    problems.push(`${where}: loads the functions as the journal's Redis user (${loader.user}), which may only call them: use the admin's`);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kubernetes objects (only the fields these checks read).
 
 export interface EnvVar {
@@ -173,6 +206,7 @@ export interface Volume {
 export interface PodSpec {
   serviceAccountName?: string;
   terminationGracePeriodSeconds?: number;
+  initContainers?: Container[];
   containers: Container[];
   volumes?: Volume[];
 }
@@ -355,6 +389,7 @@ export function checkPod(pod: Pod, docs: K8sObject[], problems: string[]): { ser
 
   checkSidecars(pod, c, service, cfg, volumes, problems);
   if (service === "node-agent") checkNodeHost(pod, c, volumes, problems);
+  if (service === "journal") checkPodLoader(pod, c, docs, problems);
   return { service, config: cfg, c };
 }
 
@@ -397,6 +432,22 @@ function checkSidecars(pod: Pod, c: Container, service: ServiceName, cfg: Effect
     }
   }
   for (const want of SIDECARS[service] ?? []) if (!images.has(want)) problems.push(`${pod.where}: no ${want} sidecar`);
+}
+
+/** The journal's pod: one init container loads the function library (checkLoader). */
+function checkPodLoader(pod: Pod, c: Container, docs: K8sObject[], problems: string[]): void {
+  const loaders = (pod.spec.initContainers ?? []).filter((x) => loadsFunctions([...(x.command ?? []), ...(x.args ?? [])]));
+  const x = loaders[0];
+  if (!x || loaders.length > 1)
+    return void problems.push(`${pod.where}: not one init container that loads the journal's Redis function library (csictl redis load-functions)`);
+  const where = `${pod.where} init container ${x.name}`;
+  const user = (y: Container) => y.env?.find((e) => e.name === "REDIS_USERNAME")?.valueFrom?.secretKeyRef?.name;
+  checkLoader(
+    where,
+    { image: x.image, env: k8sEnv(x, docs, where, problems).env, user: user(x) },
+    { image: c.image, env: k8sEnv(c, docs, where, []).env, user: user(c) },
+    problems,
+  );
 }
 
 /** The node-agent's host access: privileged, host /dev, the kubelet directory with Bidirectional propagation, NODE_ID = node name. */
@@ -573,6 +624,7 @@ export function checkKustomization(dir: string, k: Kustomization, exists: (p: st
 
 interface NomadTask {
   Name: string;
+  Lifecycle?: { Hook: string; Sidecar?: boolean };
   Config: { image?: string; command?: string; args?: string[]; volumes?: string[]; privileged?: boolean; ports?: string[] };
   Env?: Record<string, string>;
   Templates?: { DestPath: string; EmbeddedTmpl: string; Envvars?: boolean }[];
@@ -603,6 +655,35 @@ function dockerVolume(volumes: string[] | undefined, containerPath: string): str
   return undefined;
 }
 
+/** A task's env: its Env (interpolations as placeholders) and the names its env templates set. */
+function nomadEnv(task: NomadTask): Record<string, string> {
+  const env = Object.fromEntries(Object.entries(task.Env ?? {}).map(([k, v]) => [k, interpolated(v)]));
+  for (const t of task.Templates ?? []) if (t.Envvars) for (const m of t.EmbeddedTmpl.matchAll(/^([A-Z][A-Z0-9_]*)=/gm)) env[m[1] as string] = "template-value";
+  return env;
+}
+
+/** Where a task's REDIS_USERNAME comes from: `<Nomad variable path>.<key>` of its env template. */
+function nomadRedisUser(task: NomadTask): string | undefined {
+  for (const t of task.Templates ?? []) {
+    const key = /^REDIS_USERNAME=\{\{\s*\.(\w+)\s*\}\}/m.exec(t.EmbeddedTmpl)?.[1];
+    if (key) return `${/nomadVar "([^"]+)"/.exec(t.EmbeddedTmpl)?.[1]}.${key}`;
+  }
+  return undefined;
+}
+
+/** The journal's task group: one prestart task (not a sidecar) loads the function library (checkLoader). */
+function checkGroupLoader(where: string, group: NomadGroup, journal: NomadTask, problems: string[]): void {
+  const loaders = group.Tasks.filter((t) => loadsFunctions([t.Config.command ?? "", ...(t.Config.args ?? [])]));
+  const t = loaders[0];
+  if (!t || loaders.length > 1)
+    return void problems.push(`${where}: not one task that loads the journal's Redis function library (csictl redis load-functions)`);
+  const at = `${where} task ${t.Name}`;
+  if (t.Lifecycle?.Hook !== "prestart" || t.Lifecycle.Sidecar)
+    problems.push(`${at}: must be a prestart task that ends (lifecycle hook prestart, not a sidecar)`);
+  const run = (x: NomadTask): RedisRun => ({ image: x.Config.image, env: nomadEnv(x), user: nomadRedisUser(x) });
+  checkLoader(at, run(t), run(journal), problems);
+}
+
 /** Every check of the Nomad jobs (all of them together: the pool directory is shared across jobs). */
 export function checkNomad(jobs: NomadJob[], referenceClusters: string, image: string | undefined): string[] {
   const problems: string[] = [];
@@ -615,10 +696,9 @@ export function checkNomad(jobs: NomadJob[], referenceClusters: string, image: s
         const s = serviceOf([task.Config.command ?? "", ...(task.Config.args ?? [])]);
         if (!s) continue;
         seen.add(s.service);
-        const env = Object.fromEntries(Object.entries(task.Env ?? {}).map(([k, v]) => [k, interpolated(v)]));
-        for (const t of task.Templates ?? [])
-          if (t.Envvars) for (const m of t.EmbeddedTmpl.matchAll(/^([A-Z][A-Z0-9_]*)=/gm)) env[m[1] as string] = "template-value";
+        const env = nomadEnv(task);
         const cfg = checkServiceRun({ where, service: s.service, args: s.args, env }, problems);
+        if (s.service === "journal") checkGroupLoader(`nomad job ${job.ID} group ${group.Name}`, group, task, problems);
         if (image !== undefined && task.Config.image !== image) problems.push(`${where}: image ${task.Config.image} is not ${image}`);
         const min = MIN_REPLICAS[s.service];
         if (min !== undefined && job.Type !== "system" && (group.Count ?? 1) < min)

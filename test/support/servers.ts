@@ -1,6 +1,7 @@
 /**
  * Test harness: a real nats-server (JetStream) and a real redis-server per test file, on free
- * ports with temporary data directories, disposed of afterwards.
+ * ports with temporary data directories, disposed of afterwards; the journal's Redis function
+ * library is loaded into the redis-server at start.
  *
  *   const env = await startTestServers();   // in before()
  *   await env.nats.kill(); await env.nats.restart();
@@ -11,6 +12,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
+import { loadJournalFunctionsAt } from "../../scripts/lib/redis-functions.js";
 
 export { freePort, startServer } from "../../scripts/lib/local-servers.js";
 export type { LocalServer };
@@ -37,6 +39,8 @@ export async function startTestServers(opts: { natsConfig?: string } = {}): Prom
     natsArgs.push("-c", path.join(dir, "nats.conf"));
   }
   const [nats, redis] = await Promise.all([startServer("nats", path.join(dir, "nats"), undefined, natsArgs), startServer("redis", path.join(dir, "redis"))]);
+  // As an admin would before the journals start (a journal on an open Redis would load it itself).
+  await loadJournalFunctionsAt(redis.url);
   return {
     nats,
     redis,

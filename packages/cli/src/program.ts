@@ -50,7 +50,7 @@ const requestIdOption = () => new Option("--request-id <id>", "request id sent a
 
 export function buildProgram(): Command {
   const program = new Command("csictl")
-    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, replay, verify, gc, rebuild, clusters, nodes, auth.")
+    .description("The command-line tool of the CSI event driver: volumes, snapshots, history, replay, verify, gc, rebuild, clusters, nodes, auth, redis.")
     .version(VERSION)
     .exitOverride()
     .configureOutput({
@@ -215,6 +215,14 @@ export function buildProgram(): Command {
     .command("nodes")
     .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
     .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s)));
+
+  program
+    .command("redis")
+    .description("the journal's Redis side, as the Redis admin (docs/security.md)")
+    .command("load-functions")
+    .description("load the journal's Redis function library (FUNCTION LOAD REPLACE of csi_journal_v<N>); the journal's own user may only call it")
+    .option("--prune", "also delete the csi_journal_v* libraries of other versions (once no journal of theirs runs)")
+    .action(act(async (s, o) => (await import("./commands/redis.js")).loadFunctions(s, o)));
 
   const auth = program.command("auth").description("credentials and permissions for locked-down NATS and Redis (docs/security.md)");
   auth

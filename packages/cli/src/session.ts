@@ -19,6 +19,7 @@ import {
   JournalClient,
   loadClusters,
   natsConnectOptions,
+  type RedisAccess,
   redactUrl,
   redisConnectOptions,
 } from "@csi/runtime";
@@ -49,7 +50,8 @@ export class Session {
   readonly timeoutMs: number;
   /** One connection per NATS role used (csictl is the admin role; `log import` writes as the cluster's journal). */
   readonly #nats = new Map<string, Promise<NatsConnection>>();
-  #redis?: Promise<Redis>;
+  /** One connection per Redis user of the stack's auth directory used (the journal's; the admin's for `redis load-functions`). */
+  readonly #redis = new Map<string, Promise<Redis>>();
   #clusters?: Clusters;
   readonly #clients: { close(): void }[] = [];
 
@@ -128,12 +130,20 @@ export class Session {
     return new EventLog(await this.nats(), { cluster, ...(instance ? { instance } : {}), ...(apiPrefix ? { apiPrefix } : {}) });
   }
 
-  redis(): Promise<Redis> {
+  /**
+   * Redis as the journal's user (the projection), or as `user` (the admin, for `redis
+   * load-functions`) when the running stack's auth directory is used; credentials given in the
+   * environment (REDIS_USERNAME, …) are used as they are, whatever the command.
+   */
+  redis(user?: string): Promise<Redis> {
     const url = this.#need("redisUrl", "--redis", "Redis server");
     const { redisAuthDir, redisAccess } = this.targets;
-    const given = { redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir) : redisAccess) };
+    const given: RedisAccess = { redisUrl: url, ...(redisAuthDir ? redisAccessFrom(redisAuthDir, user) : redisAccess) };
     const access = this.#access(() => redisConnectOptions(given));
-    this.#redis ??= (async () => {
+    const key = given.redisUsername ?? "";
+    const open = this.#redis.get(key);
+    if (open) return open;
+    const connected = (async () => {
       const r = new Redis(url, {
         ...access,
         lazyConnect: true,
@@ -151,7 +161,8 @@ export class Session {
       }
       return r;
     })();
-    return this.#redis;
+    this.#redis.set(key, connected);
+    return connected;
   }
 
   async journal(): Promise<JournalClient> {
@@ -225,7 +236,6 @@ export class Session {
   async close(): Promise<void> {
     for (const c of this.#clients) c.close();
     for (const p of this.#nats.values()) await (await p.catch(() => undefined))?.close().catch(() => {});
-    const r = await this.#redis?.catch(() => undefined);
-    r?.disconnect();
+    for (const p of this.#redis.values()) (await p.catch(() => undefined))?.disconnect();
   }
 }

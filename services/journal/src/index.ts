@@ -22,6 +22,7 @@ import type { Logger } from "pino";
 import { EventLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
+import { JOURNAL_LIBRARY } from "./adapters/redis-functions.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
 import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
@@ -86,6 +87,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
   const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
+  // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
+  // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
+  if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");
   metrics.projectionLag(clusterID, async () => {
     const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
     return { last: info.last, applied: meta?.applied ?? 0 };

@@ -2,14 +2,24 @@
  * What operator tools (csictl) use of the journal's own code, so that they read the log, the
  * Redis projection and rebuild it exactly as the journal does instead of reimplementing it:
  * the event log, the Redis store and its key layout, the projector, the subjects of a uuid, what
- * a record of the log is (an event or a foreign record).
+ * a record of the log is (an event or a foreign record); the Redis function library (an admin loads
+ * it) and the ACL file.
  */
 export { EventLog } from "./adapters/event-log.js";
 export { backupFileLines, exportLogToFile, importLog } from "./adapters/log-backup.js";
+export {
+  ensureJournalFunctions,
+  JOURNAL_FUNCTIONS,
+  JOURNAL_FUNCTIONS_VERSION,
+  JOURNAL_LIBRARY,
+  journalFunctionsLoaded,
+  journalLibraries,
+  loadJournalFunctions,
+} from "./adapters/redis-functions.js";
 export { RedisStore } from "./adapters/redis-store.js";
 export { Projector } from "./app/projector.js";
 export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
 export { BackupError } from "./domain/log-backup.js";
 export { classifyRecord, eventsOf, isForeign, type LogRecord } from "./domain/log-records.js";
 export type { ProjectionMeta } from "./domain/projection-state.js";
-export { JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./domain/redis-acl.js";
+export { ADMIN_REDIS_RULES, JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./domain/redis-acl.js";

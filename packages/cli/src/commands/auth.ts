@@ -3,8 +3,8 @@
  * (domain/auth-files.ts): the nats-server accounts block (an account per trust domain, a user per
  * role, exports and imports and permissions from @csi/contracts' natsAccountSpecs; bcrypt hashes of
  * random passwords, or nkeys with --nkeys), the list of clusters and nodes it was made for, the
- * Redis ACL file (the journal's user; the default user off) and the secrets, each 0600. Nothing
- * secret is printed. docs/security.md says how to use them.
+ * Redis ACL file (the journal's user, the admin that loads its function library; the default user
+ * off) and the secrets, each 0600. Nothing secret is printed. docs/security.md says how to use them.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
@@ -13,7 +13,16 @@ import { type NatsRole, type NatsUserEntry, natsAccountSpecs, natsAccountsConfig
 import { redisAclFile } from "@csi/journal/operator";
 import { createUser } from "@nats-io/nkeys";
 import bcrypt from "bcryptjs";
-import { LAYOUT_FILE, NATS_AUTH_CONF, natsPasswordFile, natsSeedFile, REDIS_ACL_FILE, REDIS_JOURNAL_USER, redisPasswordFile } from "../domain/auth-files.js";
+import {
+  LAYOUT_FILE,
+  NATS_AUTH_CONF,
+  natsPasswordFile,
+  natsSeedFile,
+  REDIS_ACL_FILE,
+  REDIS_ADMIN_USER,
+  REDIS_JOURNAL_USER,
+  redisPasswordFile,
+} from "../domain/auth-files.js";
 import { CliError, EXIT, usageError } from "../errors.js";
 import { table } from "../output.js";
 import type { Session } from "../session.js";
@@ -101,10 +110,16 @@ export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: 
   writeSecret(path.join(dir, NATS_AUTH_CONF), natsAccountsConfig(specs, users));
   writeSecret(path.join(dir, LAYOUT_FILE), `${JSON.stringify({ clusters: o.clusters, nodes: o.nodes }, null, 2)}\n`);
 
-  const redisPassword = secret();
-  writeSecret(redisPasswordFile(dir), `${redisPassword}\n`);
-  writeSecret(path.join(dir, REDIS_ACL_FILE), redisAclFile(REDIS_JOURNAL_USER, createHash("sha256").update(redisPassword).digest("hex"), o.clusters));
+  const redisSha = (user: string) => {
+    const password = secret();
+    writeSecret(redisPasswordFile(dir, user), `${password}\n`);
+    return createHash("sha256").update(password).digest("hex");
+  };
+  const journalSha = redisSha(REDIS_JOURNAL_USER);
+  const admin = { user: REDIS_ADMIN_USER, passwordSha256: redisSha(REDIS_ADMIN_USER) };
+  writeSecret(path.join(dir, REDIS_ACL_FILE), redisAclFile(REDIS_JOURNAL_USER, journalSha, o.clusters, admin));
   rows.push({ user: REDIS_JOURNAL_USER, role: "journals (Redis)", credential: redisPasswordFile(dir) });
+  rows.push({ user: REDIS_ADMIN_USER, role: "Redis admin (loads the journal's functions)", credential: redisPasswordFile(dir, REDIS_ADMIN_USER) });
   return { dir, natsConfig: path.join(dir, NATS_AUTH_CONF), redisAcl: path.join(dir, REDIS_ACL_FILE), clusters: o.clusters, nodes: o.nodes, users: rows };
 }
 
@@ -119,7 +134,7 @@ export async function authInit(s: Session, o: AuthInitOptions): Promise<number> 
       `${table(
         ["USER", "ROLE", "SECRET FILE"],
         result.users.map((r) => [r.user, r.role, r.credential]),
-      )}\nnats-server: -c ${result.natsConfig} (or include it), then csictl fleet init; redis-server: --aclfile ${result.redisAcl}; services: NATS_ACCOUNTS=1 (docs/security.md)`,
+      )}\nnats-server: -c ${result.natsConfig} (or include it), then csictl fleet init; redis-server: --aclfile ${result.redisAcl}, then \`csictl redis load-functions\` as admin; services: NATS_ACCOUNTS=1 (docs/security.md)`,
   );
   return EXIT.ok;
 }

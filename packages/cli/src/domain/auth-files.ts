@@ -7,6 +7,7 @@
  *   <dir>/users.acl                 Redis ACL file (SHA-256 of the password)
  *   <dir>/nats/<user>.password      a NATS user's password      (or <user>.nk: its nkey seed, --nkeys)
  *   <dir>/redis/journal.password    the journal's Redis password
+ *   <dir>/redis/admin.password      the Redis admin's password (loads the journal's function library)
  *
  * Secret files are 0600 in a 0700 directory.
  */
@@ -27,6 +28,8 @@ export function authLayout(dir: string): { clusters: string[]; nodes: string[] }
 }
 /** The Redis ACL user of the journals (csictl's rebuild runs the journal's projector with it too). */
 export const REDIS_JOURNAL_USER = "journal";
+/** The Redis admin user: every command; it loads the journal's function library (`csictl redis load-functions`) and is the operator's. */
+export const REDIS_ADMIN_USER = "admin";
 
 export const natsPasswordFile = (dir: string, user: string) => path.join(dir, "nats", `${user}.password`);
 export const natsSeedFile = (dir: string, user: string) => path.join(dir, "nats", `${user}.nk`);
@@ -40,9 +43,9 @@ export function natsAccessFrom(dir: string, role: NatsRole): { natsUser?: string
   return { natsUser: user, natsPassword: readFileSync(natsPasswordFile(dir, user), "utf8").trim() };
 }
 
-/** The journal's Redis access from an auth directory. */
-export function redisAccessFrom(dir: string): { redisUsername: string; redisPassword: string } {
-  return { redisUsername: REDIS_JOURNAL_USER, redisPassword: readFileSync(redisPasswordFile(dir), "utf8").trim() };
+/** A Redis user's access from an auth directory (the journal's unless `user` says otherwise). */
+export function redisAccessFrom(dir: string, user = REDIS_JOURNAL_USER): { redisUsername: string; redisPassword: string } {
+  return { redisUsername: user, redisPassword: readFileSync(redisPasswordFile(dir, user), "utf8").trim() };
 }
 
 /** A service's environment for its role (a journal's has its Redis access too), named by the services' settings tables. */

@@ -1,7 +1,8 @@
 /**
  * The Redis side of the journal: per-name/per-uuid locks and the omap projection.
  *
- * Round trips are what a CreateVolume costs, so each step is one Lua script:
+ * Round trips are what a CreateVolume costs, so each step is one function of the journal's Redis
+ * function library (redis-functions.ts; FCALL, every key declared):
  *   lockAndRead    take every lock of an operation (all or none) and read what it decides on
  *   applyAndUnlock apply the events the operation appended (or a replay batch, advancing the
  *                  watermark) and release the locks (compare-and-delete)
@@ -11,8 +12,9 @@
  * Every apply is conditional: the operation's and a catch-up batch on a complete projection (a
  * batch also only where its watermark starts), a rebuild's chunk on its epoch after every chunk
  * before it. A refused apply writes nothing (it still releases the locks).
- * Every key of one cluster shares the `{cluster}` hash tag, so the scripts stay in one slot
- * under Redis Cluster too.
+ * Every key of one cluster shares the `{cluster}` hash tag, so the functions stay in one slot
+ * under Redis Cluster too. The projection's keys are listed from the key index the functions keep
+ * (Keys.keyIndex), not by SCAN.
  */
 import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
@@ -22,112 +24,28 @@ import type { Keys } from "../domain/kinds.js";
 import { type Mutation, nameFromRedis, type RedisOp, stateFromHash } from "../domain/projection.js";
 import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
 import type { Hash } from "../domain/records.js";
+import { ensureJournalFunctions, isMissingFunction, JOURNAL_FUNCTIONS } from "./redis-functions.js";
 
-export const LOCK_AND_READ = `
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] json {l=[lock keys], a=[hash keys], f=[[key, field]], c=[set keys],
---   p=projection key, r=record key prefix: also read the hash <r><value of the first field>}
-local q = cjson.decode(ARGV[3])
-local taken = {}
-for i, k in ipairs(q.l) do
-  if redis.call('SET', k, ARGV[1], 'NX', 'PX', ARGV[2]) then
-    taken[#taken + 1] = k
-  else
-    for _, t in ipairs(taken) do redis.call('DEL', t) end
-    return {0, k}
-  end
-end
-local all = {}
-for i, k in ipairs(q.a) do all[i] = redis.call('HGETALL', k) end
-local fields = {}
-for i, kf in ipairs(q.f) do fields[i] = redis.call('HGET', kf[1], kf[2]) or '' end
-local counts = {}
-for i, k in ipairs(q.c) do counts[i] = redis.call('SCARD', k) end
-local rec = {}
-if q.r and fields[1] and fields[1] ~= '' then rec = redis.call('HGETALL', q.r .. fields[1]) end
-return {1, redis.call('HGET', q.p, 'complete') == '1' and 1 or 0, cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
-`;
+/** Keys of one function call, each once, numbered as KEYS in Lua (1-based) after the fixed ones. */
+export class CallKeys {
+  readonly keys: string[];
+  readonly #at = new Map<string, number>();
+  constructor(...fixed: string[]) {
+    this.keys = [];
+    for (const k of fixed) this.at(k);
+  }
+  /** The key's index into KEYS (added on first use). */
+  at(key: string): number {
+    let i = this.#at.get(key);
+    if (i === undefined) {
+      i = this.keys.push(key);
+      this.#at.set(key, i);
+    }
+    return i;
+  }
+}
 
-export const APPLY_AND_UNLOCK = `
--- ARGV[1] json [{g=[key, field], s=seq, o=[[cmd, args...]]}], ARGV[2] json [[lock key, token]],
--- ARGV[3] projection key, ARGV[4] json condition: {} = an operation's events (the projection must be
---   complete); {p=watermark the batch starts from, w=its last seq} (a catch-up: also on a complete projection only)
--- Returns the number of mutations applied, or -1 when refused (nothing written).
-local muts = cjson.decode(ARGV[1])
-local c = cjson.decode(ARGV[4])
-local p = ARGV[3]
-local ok = redis.call('HGET', p, 'complete') == '1'
-local cur = tonumber(redis.call('HGET', p, 'applied') or '0')
-if ok and c.w and cur < c.p then ok = false end
-local applied = 0
-if ok then
-  for _, m in ipairs(muts) do
-    local seq = tonumber(redis.call('HGET', m.g[1], m.g[2]) or '0')
-    if m.s > seq then
-      for _, op in ipairs(m.o) do redis.call(unpack(op)) end
-      redis.call('HSET', m.g[1], m.g[2], m.s)
-      applied = applied + 1
-    end
-  end
-  if c.w and c.w > cur then redis.call('HSET', p, 'applied', c.w) end
-end
-for _, lt in ipairs(cjson.decode(ARGV[2])) do
-  if redis.call('GET', lt[1]) == lt[2] then redis.call('DEL', lt[1]) end
-end
-if ok then return applied end
-return -1
-`;
-
-const BEGIN_REBUILD = `
--- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] log id, ARGV[3] '1' = even over a complete projection
-if ARGV[3] ~= '1' and redis.call('HGET', KEYS[1], 'complete') == '1' then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'log', ARGV[2], 'applied', 0)
-return 1
-`;
-
-const MARK_COMPLETE = `
--- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] the log's last seq the rebuild replayed to
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'applied') or '0') < tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'complete', 1)
-return 1
-`;
-
-const WRITE_FRESH = `
--- A rebuild's chunk of writes into its wiped projection. KEYS[1] projection key; ARGV[1] epoch,
--- ARGV[2] index of this chunk (the meta's 'written' must equal it), ARGV[3] '' or the log's last
--- seq (the last chunk: sets 'applied'), ARGV[4] json: the commands as one flat array of strings,
--- each as <count> <cmd> <args…> (count = 1 + #args): one argument, so the client encodes one string.
--- Returns 1, or 0 when refused (nothing written): not this epoch, complete, or a chunk missing.
-local p = KEYS[1]
-if redis.call('HGET', p, 'epoch') ~= ARGV[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
-local n = tonumber(ARGV[2])
-if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
-local a = cjson.decode(ARGV[4])
-local i = 1
-while i <= #a do
-  local c = tonumber(a[i])
-  redis.call(unpack(a, i + 1, i + c))
-  i = i + c + 1
-end
-redis.call('HSET', p, 'written', n + 1)
-if ARGV[3] ~= '' then redis.call('HSET', p, 'applied', ARGV[3]) end
-return 1
-`;
-
-const RENEW = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-`;
-
-type ScriptRedis = Redis & {
-  csiLockAndRead(token: string, ttl: number, q: string): Promise<[0, string] | [1, number, string, string, string, string]>;
-  csiApplyAndUnlock(muts: string, locks: string, proj: string, cond: string): Promise<number>;
-  csiBeginRebuild(proj: string, epoch: string, log: string, force: "0" | "1"): Promise<number>;
-  csiMarkComplete(proj: string, epoch: string, last: number): Promise<number>;
-  csiRenew(key: string, token: string, ttl: number): Promise<number>;
-  csiWriteFresh(proj: string, epoch: string, chunk: number, last: string, ops: string): Promise<number>;
-};
+type LockAndReadReply = [0, string] | [1, number, string, string, string, string];
 
 export interface ReadSpec {
   locks: string[];
@@ -171,19 +89,26 @@ function pairsToHash(flat: string[] | Record<string, never>): Hash | undefined {
 }
 
 export class RedisStore {
-  readonly #r: ScriptRedis;
+  readonly #r: Redis;
+  /** The library being made sure of after an FCALL found it missing (single-flight). */
+  #ensuring?: Promise<boolean>;
 
   constructor(
     redis: Redis,
     readonly keys: Keys,
   ) {
-    redis.defineCommand("csiLockAndRead", { numberOfKeys: 0, lua: LOCK_AND_READ });
-    redis.defineCommand("csiApplyAndUnlock", { numberOfKeys: 0, lua: APPLY_AND_UNLOCK });
-    redis.defineCommand("csiRenew", { numberOfKeys: 1, lua: RENEW });
-    redis.defineCommand("csiBeginRebuild", { numberOfKeys: 1, lua: BEGIN_REBUILD });
-    redis.defineCommand("csiMarkComplete", { numberOfKeys: 1, lua: MARK_COMPLETE });
-    redis.defineCommand("csiWriteFresh", { numberOfKeys: 1, lua: WRITE_FRESH });
-    this.#r = redis as ScriptRedis;
+    this.#r = redis;
+  }
+
+  /**
+   * Make sure the function library is in Redis: loaded here if this user may (an open Redis),
+   * else Unavailable naming the admin's step. True if this call loaded it.
+   */
+  ensureFunctions(): Promise<boolean> {
+    this.#ensuring ??= ensureJournalFunctions(this.#r).finally(() => {
+      this.#ensuring = undefined;
+    });
+    return this.#ensuring;
   }
 
   static newToken(): string {
@@ -191,15 +116,19 @@ export class RedisStore {
   }
 
   async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {
-    const q = JSON.stringify({
-      l: spec.locks,
-      a: spec.hashes,
-      f: spec.fields,
-      c: spec.counts ?? [],
-      p: this.keys.projection,
-      ...(spec.recordPrefix ? { r: spec.recordPrefix } : {}),
-    });
-    const res = await this.#call(() => this.#r.csiLockAndRead(token, ttlMs, q));
+    const counts = spec.counts ?? [];
+    const keys = [this.keys.projection, ...spec.locks, ...spec.hashes, ...spec.fields.map((f) => f[0]), ...counts];
+    const args = [
+      token,
+      ttlMs,
+      spec.locks.length,
+      spec.hashes.length,
+      spec.fields.length,
+      counts.length,
+      spec.recordPrefix ?? "",
+      ...spec.fields.map((f) => f[1]),
+    ];
+    const res = await this.#fcall<LockAndReadReply>(JOURNAL_FUNCTIONS.lockAndRead, keys, args);
     if (res[0] === 0) return { ok: false, busy: res[1] };
     const [, complete, hashesJson, fieldsJson, countsJson, recordJson] = res;
     const record = pairsToHash(luaArray<string>(recordJson));
@@ -224,13 +153,15 @@ export class RedisStore {
    * Returns how many mutations ran, or -1 if the projection refused them (nothing written).
    */
   async applyAndUnlock(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
-    const wire = muts.map((m) => ({ g: m.guard, s: m.seq, o: m.ops }));
+    const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
+    const wire = muts.map((m) => ({ g: [k.at(m.guard[0]), m.guard[1]], s: m.seq, o: m.ops.map(([cmd, key, ...rest]) => [cmd, k.at(String(key)), ...rest]) }));
+    const held = locks.map(([key, token]) => [k.at(key), token]);
     const cond = replay ? { p: replay.prev, w: replay.to } : {};
-    return this.#call(() => this.#r.csiApplyAndUnlock(JSON.stringify(wire), JSON.stringify(locks), this.keys.projection, JSON.stringify(cond)));
+    return this.#fcall<number>(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys, [JSON.stringify(wire), JSON.stringify(held), JSON.stringify(cond)]);
   }
 
   async renew(key: string, token: string, ttlMs: number): Promise<boolean> {
-    return (await this.#call(() => this.#r.csiRenew(key, token, ttlMs))) === 1;
+    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.renew, [key], [token, ttlMs])) === 1;
   }
 
   /** The projection's meta hash (undefined: there is no projection at all). */
@@ -244,7 +175,7 @@ export class RedisStore {
 
   /** Start a rebuild's epoch (the meta hash replaced); refused over a complete projection unless `force`. */
   async beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean> {
-    return (await this.#call(() => this.#r.csiBeginRebuild(this.keys.projection, epoch, logId, force ? "1" : "0"))) === 1;
+    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.beginRebuild, [this.keys.projection], [epoch, logId, force ? "1" : "0"])) === 1;
   }
 
   /**
@@ -254,38 +185,58 @@ export class RedisStore {
    * the log's `last` sequence. False: refused, nothing written.
    */
   async writeFresh(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
-    const flat: string[] = [];
-    for (const op of ops) {
-      flat.push(String(op.length));
-      for (const a of op) flat.push(String(a));
+    const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
+    const flat: (string | number)[] = [];
+    for (const [cmd, key, ...rest] of ops) {
+      flat.push(2 + rest.length, cmd, k.at(String(key)));
+      for (const a of rest) flat.push(String(a));
     }
-    const json = JSON.stringify(flat);
-    return (await this.#call(() => this.#r.csiWriteFresh(this.keys.projection, epoch, chunk, last === undefined ? "" : String(last), json))) === 1;
+    const args = [epoch, chunk, last === undefined ? "" : String(last), JSON.stringify(flat)];
+    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.writeFresh, k.keys, args)) === 1;
   }
 
   /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
   async markComplete(epoch: string, last: number): Promise<boolean> {
-    return (await this.#call(() => this.#r.csiMarkComplete(this.keys.projection, epoch, last))) === 1;
+    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.markComplete, [this.keys.projection], [epoch, last])) === 1;
   }
 
-  /** Every projection key (`{c}:csi.*`; not the locks, not the meta hash). */
+  /**
+   * Every projection key (`{c}:csi.*`; not the locks, not the meta hash) the key index holds:
+   * ZSCAN of the index (every key there from start to end is listed once at least), not SCAN.
+   */
   async projectionKeys(): Promise<string[]> {
-    const keys: string[] = [];
+    const keys = new Set<string>();
     let cursor = "0";
     do {
-      const [next, found] = await this.#call(() => this.#r.scan(cursor, "MATCH", `${this.keys.prefix}csi.*`, "COUNT", 1000));
+      const [next, found] = await this.#call(() => this.#r.zscan(this.keys.keyIndex, cursor, "COUNT", 1000));
       cursor = next;
-      keys.push(...found);
+      for (let i = 0; i < found.length; i += 2) keys.add(found[i] as string);
     } while (cursor !== "0");
-    return keys;
+    return [...keys];
   }
 
-  /** Remove every projection key. */
+  /**
+   * Remove every projection key the index holds, and the index, 1,000 keys at a time (each chunk
+   * unindexed in the same round trip: a crash in between leaves only the rest indexed). Only under
+   * the rebuild lock on an epoch just begun: nothing else writes the projection meanwhile. Keys a
+   * projection made before the key index left behind are emptied by the rebuild's first write into
+   * each (write_fresh).
+   */
   async wipeProjection(): Promise<number> {
-    const keys = await this.projectionKeys();
     let removed = 0;
-    for (let i = 0; i < keys.length; i += 1000) removed += await this.#call(() => this.#r.unlink(...keys.slice(i, i + 1000)));
-    return removed;
+    for (;;) {
+      const keys = await this.#call(() => this.#r.zrange(this.keys.keyIndex, "0", "999"));
+      if (keys.length === 0) return removed;
+      const [[, n] = []] =
+        (await this.#call(() =>
+          this.#r
+            .pipeline()
+            .unlink(...keys)
+            .zrem(this.keys.keyIndex, ...keys)
+            .exec(),
+        )) ?? [];
+      removed += Number(n ?? 0);
+    }
   }
 
   /**
@@ -395,10 +346,28 @@ export class RedisStore {
     return out;
   }
 
+  /**
+   * FCALL of one of the library's functions. A server without the library (a new empty Redis, a
+   * FUNCTION FLUSH) gets it loaded if this user may, and the call is made again; else the error
+   * names the admin's step.
+   */
+  async #fcall<T>(name: string, keys: string[], args: (string | number)[]): Promise<T> {
+    return this.#call(async () => {
+      try {
+        return (await this.#r.fcall(name, keys.length, ...keys, ...args)) as T;
+      } catch (err) {
+        if (!isMissingFunction(err)) throw err;
+        await this.ensureFunctions();
+        return (await this.#r.fcall(name, keys.length, ...keys, ...args)) as T;
+      }
+    });
+  }
+
   async #call<T>(f: () => Promise<T>): Promise<T> {
     try {
       return await f();
     } catch (err) {
+      if (err instanceof DriverError) throw err;
       throw new DriverError("Unavailable", "redis unavailable", { cause: err });
     }
   }

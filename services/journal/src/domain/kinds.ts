@@ -153,6 +153,8 @@ export interface Keys {
   /** Set of volume uuids a node holds claims on. */
   nodeClaims(nodeId: string): string;
   projection: string;
+  /** Sorted set of every projection key the journal's functions wrote (score 0, or a tombstone's expiry): lists the projection without SCAN. */
+  keyIndex: string;
   nameLock(kind: Kind, name: string): string;
   uuidLock(kind: Kind, uuid: string): string;
   lock(what: string): string;
@@ -171,6 +173,7 @@ export function keysFor(cluster: string, instance: string): Keys {
     snapsOf: (src) => `${prefix}csi.index.snap.src.${src}`,
     nodeClaims: (nodeId) => `${prefix}csi.node.${nodeId}`,
     projection: `${prefix}projection`,
+    keyIndex: `${prefix}projection.keys`,
     nameLock: (k, name) => lock(`name.${k}.${name}`),
     uuidLock: (k, uuid) => lock(`${k}.${uuid}`),
     lock,
