@@ -269,11 +269,13 @@ function attackSuite(name: string, layoutOf: (dir: string) => Layout) {
         const nc = await connectAs(attacker);
         const aims = targets(attacker);
         aimed.push(...aims);
+        const asks = requests(attacker);
         for (const [i, aim] of aims.entries()) {
+          const creates = consumerCreates(aim.subject, i);
           nc.publish(aim.subject, JSON.stringify({ type: "VolumeDeleted", forged: true }));
-          for (const r of requests(attacker)) nc.publish(r, "{}", { reply: aim.subject });
-          for (const c of consumerCreates(aim.subject, i)) nc.publish(c.subject, c.body, { reply: aim.subject });
-          tries += 1 + requests(attacker).length + consumerCreates(aim.subject, i).length;
+          for (const r of asks) nc.publish(r, "{}", { reply: aim.subject });
+          for (const c of creates) nc.publish(c.subject, c.body, { reply: aim.subject });
+          tries += 1 + asks.length + creates.length;
         }
         await nc.flush().catch(() => {}); // a connection closed for its violations has sent what it could
       }

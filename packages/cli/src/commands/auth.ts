@@ -24,6 +24,7 @@ import {
   redisPasswordFile,
 } from "../domain/auth-files.js";
 import { CliError, EXIT, usageError } from "../errors.js";
+import { commaList } from "../options.js";
 import { table } from "../output.js";
 import type { Session } from "../session.js";
 
@@ -38,11 +39,6 @@ export interface AuthInitOptions {
   force?: boolean;
 }
 
-const list = (v: string | undefined) =>
-  (v ?? "")
-    .split(",")
-    .map((x) => x.trim())
-    .filter(Boolean);
 const secret = () => randomBytes(24).toString("base64url");
 
 function writeSecret(file: string, content: string): void {
@@ -124,9 +120,9 @@ export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: 
 }
 
 export async function authInit(s: Session, o: AuthInitOptions): Promise<number> {
-  const nodes = list(o.nodes);
+  const nodes = commaList(o.nodes);
   if (nodes.length === 0) throw usageError("--nodes needs at least one node id (comma-separated)");
-  const clusters = o.clusters ? list(o.clusters) : s.clusters().clusters.map((c) => c.clusterID);
+  const clusters = o.clusters ? commaList(o.clusters) : s.clusters().clusters.map((c) => c.clusterID);
   const result = await writeAuthDir(path.resolve(o.out), { clusters, nodes, nkeys: !!o.nkeys, force: !!o.force });
   s.out.result(
     result,

@@ -9,6 +9,7 @@ import path from "node:path";
 import { initFleet } from "@csi/runtime";
 import { authLayout } from "../domain/auth-files.js";
 import { usageError } from "../errors.js";
+import { commaList, replicasOption } from "../options.js";
 import { fields } from "../output.js";
 import type { Session } from "../session.js";
 
@@ -19,15 +20,8 @@ export interface FleetInitOptions {
   replicas?: string;
 }
 
-const list = (v: string | undefined) =>
-  (v ?? "")
-    .split(",")
-    .map((x) => x.trim())
-    .filter(Boolean);
-
 export async function fleetInit(s: Session, o: FleetInitOptions): Promise<void> {
-  const replicas = o.replicas === undefined ? 1 : Number(o.replicas);
-  if (!(Number.isInteger(replicas) && replicas >= 1 && replicas <= 5)) throw usageError(`--replicas must be 1 to 5, got ${JSON.stringify(o.replicas)}`);
+  const replicas = replicasOption(o.replicas) ?? 1;
   const dir = o.authDir ? path.resolve(o.authDir) : undefined;
   let layout: { clusters: string[]; nodes: string[] };
   if (dir) {
@@ -38,7 +32,7 @@ export async function fleetInit(s: Session, o: FleetInitOptions): Promise<void> 
       throw usageError(`${dir}: ${(err as Error).message} (made by csictl auth init)`);
     }
   } else {
-    layout = { nodes: list(o.nodes), clusters: o.clusters ? list(o.clusters) : s.clusters().clusters.map((c) => c.clusterID) };
+    layout = { nodes: commaList(o.nodes), clusters: o.clusters ? commaList(o.clusters) : s.clusters().clusters.map((c) => c.clusterID) };
     if (layout.nodes.length === 0) throw usageError("--nodes (or --auth-dir) names the nodes whose work consumers to make");
   }
   const nc = await s.nats({ kind: "fleet" }, dir);

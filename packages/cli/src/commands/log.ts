@@ -14,6 +14,7 @@ import { MAX_PURGE_RECORDS, type PurgeAction } from "@csi/contracts";
 import { BackupError, backupFileLines, exportLogToFile, importLog } from "@csi/journal/operator";
 import { PURGE_HEAD, purgeRow } from "../domain/audit.js";
 import { CliError, EXIT, type ExitCode, usageError } from "../errors.js";
+import { replicasOption } from "../options.js";
 import { fields, table } from "../output.js";
 import { startProgress } from "../progress.js";
 import type { Session } from "../session.js";
@@ -59,9 +60,7 @@ export async function logExport(s: Session, file: string): Promise<void> {
 }
 
 export async function logImport(s: Session, file: string, o: { replicas?: string }): Promise<void> {
-  const replicas = o.replicas === undefined ? undefined : Number(o.replicas);
-  if (replicas !== undefined && !(Number.isInteger(replicas) && replicas >= 1 && replicas <= 5))
-    throw usageError(`--replicas must be 1 to 5, got ${JSON.stringify(o.replicas)}`);
+  const replicas = replicasOption(o.replicas);
   const cluster = s.cluster().clusterID;
   await access(file, constants.R_OK).catch((err: NodeJS.ErrnoException) => {
     throw usageError(`cannot read ${file}: ${err.code ?? err.message}`);

@@ -31,6 +31,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
 import type { Drainable } from "../drain.js";
+import type { FleetAccess } from "./fleet.js";
 
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
@@ -118,7 +119,7 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
     what?: string;
     waitForQueue?: boolean;
     /** Where the queue lives and whether this process makes it (default: its own account, made if missing). */
-    at?: { apiPrefix?: string; makes: boolean };
+    at?: FleetAccess;
     onDropped?: (reason: DropReason) => void;
   } & StreamOptions = {},
 ): Promise<Drainable> {
