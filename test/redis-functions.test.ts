@@ -377,10 +377,7 @@ describe("a journal with only this ACL", () => {
     })();
     assert.equal(again.uuid, w.uuid, "rebuilt from the log with the journal's user: the name still answers its volume");
     assert.equal(await admin.hget(k1.projection, "complete"), "1");
-    assert.ok(
-      proc.logs.some((l) => /projection rebuilt/.test(l)),
-      "it rebuilt",
-    );
+    await proc.untilLog((l) => /projection rebuilt/.test(l), "that it rebuilt");
     assert.equal(await admin.exists(k2.projection), 1, "another cluster's projection: the journal never wiped it");
     assert.equal(await admin.hget(`${k2.prefix}csi.volume.x`, "csi.volname"), "theirs");
     assert.ok(!proc.logs.some((l) => /NOPERM/.test(l)), "no command of the journal was refused");
@@ -392,10 +389,8 @@ describe("a journal with only this ACL", () => {
       assert.ok(err instanceof DriverError && err.code === "Unavailable", String(err));
       return true;
     });
-    assert.ok(
-      (proc?.logs ?? []).some((l) => l.includes("csictl redis load-functions")),
-      "the journal's log says what to do",
-    );
+    assert.ok(proc, "the journal of the test above");
+    await proc.untilLog((l) => l.includes("csictl redis load-functions"), "what to do (the journal's log says the admin's step)");
     assert.equal(csictlLoad(REDIS_ADMIN_USER).status, 0);
     assert.ok((await create("pvc-acl-3")).uuid);
   });

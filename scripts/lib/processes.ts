@@ -18,6 +18,12 @@ export interface ServiceProcess {
   child: ChildProcess;
   /** Every log line so far (pino JSON). */
   logs: string[];
+  /**
+   * Resolves with the first log line, so far or to come, that `match` accepts; rejects once the
+   * process has exited without one. A line can come after the reply it goes with, so
+   * tests wait for it rather than look once.
+   */
+  untilLog(match: (line: string) => boolean, what: string): Promise<string>;
   /** Where the service writes its READY_FILE. */
   readyFile: string;
   /** Its ops listener (/metrics, /healthz, /readyz), from the READY_FILE: http://127.0.0.1:port; unset before ready or with METRICS_ADDR=off. */
@@ -71,6 +77,8 @@ export async function spawnService(
     stdio: ["ignore", "pipe", "pipe"],
   });
   const logs: string[] = [];
+  const waiters = new Set<(line: string) => void>();
+  let closed: number | null | undefined; // set once the process and its output have ended
   let buf = "";
   let metricsUrl: string | undefined;
   const exited = new Promise<number | null>((resolve) =>
@@ -87,9 +95,13 @@ export async function spawnService(
       buf = buf.slice(i + 1);
       logs.push(line);
       opts.onLine?.(line);
+      for (const w of waiters) w(line);
       i = buf.indexOf("\n");
     }
   };
+  child.once("close", (code) => {
+    closed = code;
+  });
   child.stdout?.on("data", onData);
   child.stderr?.on("data", onData);
   const ready = new Promise<void>((resolve, reject) => {
@@ -123,9 +135,27 @@ export async function spawnService(
     if (child.exitCode === null && child.signalCode === null) child.kill(sig);
     return exited;
   };
+  const untilLog = (match: (line: string) => boolean, what: string) =>
+    new Promise<string>((resolve, reject) => {
+      const seen = logs.find(match);
+      if (seen !== undefined) return resolve(seen);
+      if (closed !== undefined) return reject(new Error(`${service} exited (${closed}) without logging ${what}`));
+      const w = (line: string) => {
+        if (!match(line)) return;
+        waiters.delete(w);
+        resolve(line);
+      };
+      waiters.add(w);
+      // "close": after the last of its output, which "exit" may precede.
+      child.once("close", (code) => {
+        if (!waiters.delete(w)) return;
+        reject(new Error(`${service} exited (${code}) without logging ${what}`));
+      });
+    });
   return {
     child,
     logs,
+    untilLog,
     readyFile,
     get metricsUrl() {
       return metricsUrl;
