@@ -2,7 +2,7 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
-import { type Clusters, DeviceReport, DriverError, inboxPrefix, type JournalEvent, nodeQueues, subjects } from "@csi/contracts";
+import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type StoredEvent, subjects } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -19,9 +19,10 @@ import {
 } from "@csi/runtime";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { EventLog } from "./adapters/event-log.js";
+import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
+import { observedLog } from "./adapters/observed-log.js";
 import { JOURNAL_LIBRARY } from "./adapters/redis-functions.js";
 import { RedisStore } from "./adapters/redis-store.js";
 import { Journal } from "./app/journal.js";
@@ -77,7 +78,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const events = metrics.countAppends(new EventLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas }));
+  const events = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
   metrics.watchForeign(events, log);
   await events.ensureStream();
   // On one account, journals make the streams and queues nodes use; in the account layout they are
@@ -98,7 +99,11 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   distrustAfterRedisDrops(redis, projector);
   await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
 
-  const eventLog = withFaults(events, { SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
+  const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
+  const eventLog = observedLog(events, async (e) => {
+    metrics.appended(e);
+    await faults(e);
+  });
   const journal = new Journal({
     cluster,
     pools,
@@ -170,19 +175,14 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
  * process (a crash) or SIGSTOP it (a freeze: its lock renewals stop, so its locks expire while
  * it still means to go on — the case the sequence fences exist for).
  */
-function withFaults(events: EventLog, faults: Partial<Record<"SIGKILL" | "SIGSTOP", string>>, log: Logger): EventLog {
+function faultsAfter(faults: Partial<Record<"SIGKILL" | "SIGSTOP", string>>, log: Logger): (e: StoredEvent) => Promise<void> {
   const armed = Object.entries(faults).filter(([, type]) => type) as ["SIGKILL" | "SIGSTOP", string][];
-  if (armed.length === 0) return events;
-  const append = events.append.bind(events);
-  events.append = async (a, meta) => {
-    const stored = await append(a, meta);
+  return async (stored) => {
     for (const [signal, type] of armed) {
-      if ((stored.event as JournalEvent).type !== type) continue;
+      if (stored.event.type !== type) continue;
       log.warn({ type, signal }, "fault injection");
       process.kill(process.pid, signal);
       if (signal === "SIGKILL") await new Promise(() => {});
     }
-    return stored;
   };
-  return events;
 }

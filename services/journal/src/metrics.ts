@@ -17,6 +17,8 @@
  * Readiness: "redis" (the connection is ready and answers PING) and "commands" (the command
  * endpoints are subscribed); "nats" comes from watchNats.
  */
+
+import type { StoredEvent } from "@csi/contracts";
 import {
   CALL_SECONDS,
   type Counter,
@@ -32,7 +34,7 @@ import {
 } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import type { EventLog } from "./adapters/event-log.js";
+import type { JetStreamLog } from "./adapters/event-log.js";
 import { shownSubject } from "./domain/log-records.js";
 
 /** Foreign records whose sequences a process remembers (so each is logged and counted once); past it, no more are. */
@@ -78,7 +80,7 @@ export class JournalMetrics {
    * line names the sequence, the subject (sanitised) and why, with a short sanitised preview of
    * the body at most.
    */
-  watchForeign(events: EventLog, log: Logger): void {
+  watchForeign(events: JetStreamLog, log: Logger): void {
     const seen = new Set<number>();
     let full = false;
     events.onForeign = (r) => {
@@ -108,16 +110,10 @@ export class JournalMetrics {
     this.#lockWait.observe({ outcome }, seconds);
   };
 
-  /** Count every event that lands through `events.append` (appendAll and reports go through it too). */
-  countAppends(events: EventLog): EventLog {
-    const append = events.append.bind(events);
-    events.append = async (a, meta) => {
-      const stored = await append(a, meta);
-      this.#appended.inc({ type: stored.event.type });
-      return stored;
-    };
-    return events;
-  }
+  /** Count one event that landed (the event log's observer: adapters/observed-log.ts). */
+  readonly appended = (e: StoredEvent): void => {
+    this.#appended.inc({ type: e.event.type });
+  };
 
   /** csi_journal_projection_lag{cluster}: read at scrape time; absent when it cannot be read within LAG_READ_MS. */
   projectionLag(cluster: string, read: () => Promise<{ last: number; applied: number }>): void {

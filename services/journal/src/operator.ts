@@ -5,7 +5,7 @@
  * a record of the log is (an event or a foreign record); the Redis function library (an admin loads
  * it) and the ACL file.
  */
-export { EventLog } from "./adapters/event-log.js";
+export { JetStreamLog as EventLog, JetStreamLog } from "./adapters/event-log.js";
 export { backupFileLines, exportLogToFile, importLog } from "./adapters/log-backup.js";
 export {
   ensureJournalFunctions,

@@ -7,7 +7,7 @@
  * append goes on against the subject's last sequence (`#fenceBeyondForeign`).
  */
 
-import { type Actor, DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
+import { DriverError, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
 import {
   JetStreamApiCodes,
@@ -21,7 +21,9 @@ import {
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { classifyRecord, type ForeignRecord, isForeign, type LogOf, type LogRecord } from "../domain/log-records.js";
-import type { LogInfo } from "../domain/projection-state.js";
+import type { Append, AppendMeta, EventLog, LogInfo } from "../ports/event-log.js";
+
+export type { Append } from "../ports/event-log.js";
 
 /** Messages one pull of a read asks for (the next pull runs while these are handed over). */
 const PULL_MESSAGES = 4096;
@@ -76,13 +78,6 @@ export function isFenced(err: unknown): boolean {
   return err instanceof SequenceConflict || (err instanceof AppendError && err.cause instanceof SequenceConflict);
 }
 
-export interface Append {
-  subject: string;
-  body: EventBody;
-  /** Last sequence of the subject this writer saw (0: the subject must be empty); omitted: no fence (reports). */
-  expectedSeq?: number;
-}
-
 export interface EventLogOptions {
   cluster: string;
   /** The instance whose request names this log's reader keeps: a name subject of another instance holds foreign records. Unset: any instance's. */
@@ -92,7 +87,8 @@ export interface EventLogOptions {
   apiPrefix?: string;
 }
 
-export class EventLog {
+/** The event log on JetStream (the production EventLog). */
+export class JetStreamLog implements EventLog {
   readonly stream: string;
   #jsm?: JetStreamManager;
   readonly #publisher: AckedPublisher;
@@ -230,7 +226,7 @@ export class EventLog {
    * by this process (the commands it came from were validated on arrival), so it is not parsed
    * again here; what is read back from the log is.
    */
-  async append(a: Append, meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent> {
+  async append(a: Append, meta: AppendMeta): Promise<StoredEvent> {
     const event = { ...a.body, v: 1, ...meta } as JournalEvent;
     const json = JSON.stringify(event);
     // A larger record is foreign to every reader of the log (log-records.ts): never write one.
@@ -289,7 +285,7 @@ export class EventLog {
    * concurrently) and return them as stored, in the order given. Every append is tried; if any
    * failed, the AppendError says which landed, so the caller can undo them.
    */
-  async appendAll(list: Append[], meta: { requestId: string; actor: Actor; time: string }): Promise<StoredEvent[]> {
+  async appendAll(list: Append[], meta: AppendMeta): Promise<StoredEvent[]> {
     const results = await Promise.allSettled(list.map((a) => this.append(a, meta)));
     const failed = results.find((r) => r.status === "rejected");
     const landed = results.map((r) => (r.status === "fulfilled" ? r.value : undefined));
@@ -347,3 +343,6 @@ export class EventLog {
     return last;
   }
 }
+
+/** The name tests and tools have used for it. */
+export { JetStreamLog as EventLog };

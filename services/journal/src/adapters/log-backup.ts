@@ -24,7 +24,7 @@ import { AckedPublisher, readStreamRange } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BackupError, BackupReader, BackupWriter, MAX_BACKUP_LINE } from "../domain/log-backup.js";
-import { EventLog } from "./event-log.js";
+import { JetStreamLog } from "./event-log.js";
 
 /** Publishes of an import in flight at once (acks are awaited in order). */
 const IMPORT_WINDOW = 1024;
@@ -50,7 +50,7 @@ export async function exportLog(
   });
   const last = info.state.last_seq;
   // The last sequence that holds a record (records at the end may have been removed) and the first.
-  const present = info.state.messages === 0 ? 0 : (await new EventLog(nc, { cluster, ...(apiPrefix ? { apiPrefix } : {}) }).info()).last;
+  const present = info.state.messages === 0 ? 0 : (await new JetStreamLog(nc, { cluster, ...(apiPrefix ? { apiPrefix } : {}) }).info()).last;
   const first = info.state.messages === 0 ? last + 1 : info.state.first_seq;
   const w = new BackupWriter();
   await write(w.header({ format: "csi-event-log", version: 1, cluster, stream, firstSeq: 1, lastSeq: last, exportedAt: new Date().toISOString() }));
@@ -106,7 +106,7 @@ export async function importLog(
   const { header, foreign } = check.end();
 
   // 2. An empty stream to restore into.
-  const log = new EventLog(nc, { cluster, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
+  const log = new JetStreamLog(nc, { cluster, ...(opts.replicas ? { replicas: opts.replicas } : {}) });
   await log.ensureStream();
   const jsm = await jetstreamManager(nc);
   const state = (await jsm.streams.info(log.stream)).state;

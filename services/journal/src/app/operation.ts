@@ -6,11 +6,12 @@
 import { type Actor, aborted, type StoredEvent } from "@csi/contracts";
 import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
-import { type Append, AppendError, type EventLog, isFenced, isUncertain } from "../adapters/event-log.js";
+import { AppendError, isFenced, isUncertain } from "../adapters/event-log.js";
 import { type ReadResult, type ReadSpec, RedisStore } from "../adapters/redis-store.js";
 import { type Address, type Aggregate, addressKey, addressOf } from "../domain/evolve.js";
 import { nameFromRedis, stateFromHash } from "../domain/projection.js";
 import type { Hash } from "../domain/records.js";
+import type { Append, EventLog } from "../ports/event-log.js";
 import { type Projector, planWithBefores } from "./projector.js";
 
 export interface OperationEnv {

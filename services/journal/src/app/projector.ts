@@ -18,12 +18,12 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import type { EventLog } from "../adapters/event-log.js";
 import { RedisStore } from "../adapters/redis-store.js";
 import { type Aggregate, foldInto, type States } from "../domain/evolve.js";
 import { type ForeignRecord, isForeign, type LogRecord } from "../domain/log-records.js";
 import { beforesNeeded, freshWrites, type Plan, planWrites, projectionOf } from "../domain/projection.js";
 import { diffProjection, judgeProjection } from "../domain/projection-state.js";
+import type { EventLog } from "../ports/event-log.js";
 
 /**
  * The projection writes of `events`, each aggregate starting from its `known` state or, when

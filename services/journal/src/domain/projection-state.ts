@@ -14,6 +14,7 @@
  * key (`diffProjection`). `ProjectionModel` runs planned writes in memory exactly as the Lua
  * applier does (the tests prove the plans against the fold with it).
  */
+import type { LogInfo } from "../ports/event-log.js";
 import type { Mutation, RedisOp } from "./projection.js";
 import type { Hash } from "./records.js";
 
@@ -22,13 +23,6 @@ export interface ProjectionMeta {
   log?: string;
   applied: number;
   complete: boolean;
-}
-
-export interface LogInfo {
-  /** Identity of the stream (its creation time): a projection of another log is worthless. */
-  id: string;
-  /** Last sequence in the log. */
-  last: number;
 }
 
 export type Judgement = { ok: true } | { ok: false; reason: string };
