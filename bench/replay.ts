@@ -22,11 +22,11 @@ import { Redis } from "ioredis";
 import { startServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { backupFileLines, exportLogToFile, importLog } from "../services/journal/src/adapters/log-backup.js";
-import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
 import { Projector } from "../services/journal/src/app/projector.js";
 import { emptyReplay, replayInto } from "../services/journal/src/domain/audit.js";
 import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
-import { keysFor } from "../services/journal/src/domain/kinds.js";
+import { keysFor } from "../services/journal/src/store/layout.js";
+import { RedisStore } from "../services/journal/src/store/redis-store.js";
 import { cpuMeter } from "./lib/cpu.js";
 
 const EVENTS = Number(process.env.BENCH_REPLAY_EVENTS ?? 200_000);

@@ -16,7 +16,7 @@ import { runChaos } from "../scripts/lib/chaos/run.js";
 import { formatTable } from "../scripts/lib/chaos/table.js";
 import type { ModelVolume, OpRecord } from "../scripts/lib/chaos/workload.js";
 import { seeded } from "../scripts/lib/random.js";
-import { keysFor } from "../services/journal/src/domain/kinds.js";
+import { keysFor } from "../services/journal/src/store/layout.js";
 import { whyNoDevices } from "./support/machine.js";
 
 test("CO retry policy: transient codes and connection errors are retried with capped exponential backoff", () => {

@@ -25,7 +25,7 @@ import { type HaServers, startHaServers, until, withRedis } from "../scripts/lib
 import type { LocalServer } from "../scripts/lib/local-servers.js";
 import { EventLog } from "../services/journal/src/adapters/event-log.js";
 import { FilePool } from "../services/journal/src/adapters/file-pool.js";
-import { keysFor } from "../services/journal/src/domain/kinds.js";
+import { keysFor } from "../services/journal/src/store/layout.js";
 import { fencedAsk, fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
 import { tempDir } from "./support/servers.js";
 

@@ -12,8 +12,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { AppendUncertain, EventLog } from "../services/journal/src/adapters/event-log.js";
 import { FilePool } from "../services/journal/src/adapters/file-pool.js";
-import { RedisStore } from "../services/journal/src/adapters/redis-store.js";
-import { keysFor } from "../services/journal/src/domain/kinds.js";
+import { keysFor } from "../services/journal/src/store/layout.js";
+import { RedisStore } from "../services/journal/src/store/redis-store.js";
 import { fencedAsk, fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
 import { startTestServers, type TestServers } from "./support/servers.js";
 

@@ -37,29 +37,29 @@ const has = async (i: number) => (await redis.exists(k.record("volume", uuid(i))
 
 test("chunks land in order on their epoch; the last sets the watermark; then complete", async () => {
   assert.equal(await store.beginRebuild(E1, "log", false), true);
-  assert.equal(await store.writeFresh(E1, 0, chunk(0)), true);
-  assert.equal(await store.writeFresh(E1, 2, chunk(2)), false, "chunk 1 is missing: refused");
+  assert.equal(await store.writeFreshOps(E1, 0, chunk(0)), true);
+  assert.equal(await store.writeFreshOps(E1, 2, chunk(2)), false, "chunk 1 is missing: refused");
   assert.equal(await has(2), false, "a refused chunk writes nothing");
-  assert.equal(await store.writeFresh(E2, 1, chunk(1)), false, "another epoch's chunk");
-  assert.equal(await store.writeFresh(E1, 1, chunk(1), 7), true);
+  assert.equal(await store.writeFreshOps(E2, 1, chunk(1)), false, "another epoch's chunk");
+  assert.equal(await store.writeFreshOps(E1, 1, chunk(1), 7), true);
   assert.deepEqual(await redis.hgetall(k.projection), { epoch: E1, log: "log", applied: "7", written: "2" });
   assert.deepEqual(await redis.zrange(k.index("volume"), "0", "-1"), [uuid(0), uuid(1)]);
   assert.equal(await store.markComplete(E1, 7), true);
-  assert.equal(await store.writeFresh(E1, 2, chunk(2)), false, "nothing more once complete");
+  assert.equal(await store.writeFreshOps(E1, 2, chunk(2)), false, "nothing more once complete");
   assert.equal(await has(2), false);
 });
 
 test("after a FLUSHALL, or back from a snapshot with fewer chunks written, the next chunk is refused", async () => {
   assert.equal(await store.beginRebuild(E2, "log", true), true);
-  assert.equal(await store.writeFresh(E2, 0, chunk(10)), true);
-  assert.equal(await store.writeFresh(E2, 1, chunk(11)), true);
+  assert.equal(await store.writeFreshOps(E2, 0, chunk(10)), true);
+  assert.equal(await store.writeFreshOps(E2, 1, chunk(11)), true);
   // What a Redis restarted from a snapshot taken after chunk 0 holds: the same epoch, one chunk written.
   await redis.hset(k.projection, "written", 1);
   await redis.del(k.record("volume", uuid(11)));
-  assert.equal(await store.writeFresh(E2, 2, chunk(12), 9), false, "chunk 1 was lost: the rebuild must start over");
+  assert.equal(await store.writeFreshOps(E2, 2, chunk(12), 9), false, "chunk 1 was lost: the rebuild must start over");
   assert.equal(await has(12), false);
   await redis.flushall();
-  assert.equal(await store.writeFresh(E2, 1, chunk(11)), false, "flushed: no epoch");
+  assert.equal(await store.writeFreshOps(E2, 1, chunk(11)), false, "flushed: no epoch");
   assert.equal(await has(11), false);
   assert.equal(await store.markComplete(E2, 9), false);
 });

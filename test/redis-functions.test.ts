@@ -172,14 +172,14 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
       ["HSET", k1.record("volume", uuid(1)), "csi.volname", "pvc-1", "_seq", 1],
       ["ZADD", k1.index("volume"), 0, uuid(1)],
     ];
-    assert.equal(await store.writeFresh(EPOCH, 0, ops, 1), true);
+    assert.equal(await store.writeFreshOps(EPOCH, 0, ops, 1), true);
     assert.equal(await store.markComplete(EPOCH, 1), true);
     const token = RedisStore.newToken();
     const lock = k1.uuidLock("volume", uuid(2));
-    const got = await store.lockAndRead(token, 5000, { locks: [lock], hashes: [k1.record("volume", uuid(1))], fields: [], counts: [k1.nodeClaims("n1")] });
+    const got = await store.lockAndReadKeys(token, 5000, { locks: [lock], hashes: [k1.record("volume", uuid(1))], fields: [], counts: [k1.nodeClaims("n1")] });
     assert.ok(got.ok && got.read.projectionComplete && got.read.hashes[0]?.["csi.volname"] === "pvc-1" && got.read.counts[0] === 0);
-    assert.equal(await store.renew(lock, token, 5000), true);
-    const n = await store.applyAndUnlock(
+    assert.equal(await store.renew({ kind: "volume", uuid: uuid(2) }, token, 5000), true);
+    const n = await store.applyMutations(
       [{ guard: [k1.record("volume", uuid(2)), "_seq"], seq: 2, ops: [["HSET", k1.record("volume", uuid(2)), "csi.volname", "pvc-2"]] }],
       [[lock, token]],
     );
@@ -191,7 +191,7 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
   test("another cluster's keys are refused before anything is written", async () => {
     const other = new RedisStore(journal, k2);
     await assert.rejects(other.beginRebuild(EPOCH, "log", true), (err: unknown) => NOPERM((err as Error).cause));
-    await assert.rejects(other.lockAndRead("t", 5000, { locks: [k2.uuidLock("volume", uuid(9))], hashes: [], fields: [] }), (err: unknown) =>
+    await assert.rejects(other.lockAndReadKeys("t", 5000, { locks: [k2.uuidLock("volume", uuid(9))], hashes: [], fields: [] }), (err: unknown) =>
       NOPERM((err as Error).cause),
     );
     // One call naming a c1 lock and a c2 key: the whole call is refused, the c1 lock is not taken.
@@ -206,7 +206,7 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
     const store = new RedisStore(journal, k1);
     const rec = k1.record("volume", uuid(3));
     // SET is granted to the user (the locks), but not a write the applier takes.
-    await assert.rejects(store.applyAndUnlock([{ guard: [rec, "_seq"], seq: 3, ops: [["SET", rec, "x"]] }], []), (err: unknown) =>
+    await assert.rejects(store.applyMutations([{ guard: [rec, "_seq"], seq: 3, ops: [["SET", rec, "x"]] }], []), (err: unknown) =>
       refused(/not a projection write/)((err as Error).cause),
     );
     assert.equal(await admin.exists(rec), 0, "nothing written");
@@ -228,8 +228,8 @@ describe("the key index instead of SCAN", () => {
     assert.deepEqual((await store.projectionKeys()).sort(), await scanned(), "the index holds what SCAN would find");
     const src = k1.snapsOf(uuid(1));
     const gone = k1.record("volume", uuid(2));
-    await store.applyAndUnlock([{ guard: [k1.record("snapshot", uuid(3)), "_seq"], seq: 10, ops: [["SADD", src, uuid(3)]] }], []);
-    await store.applyAndUnlock(
+    await store.applyMutations([{ guard: [k1.record("snapshot", uuid(3)), "_seq"], seq: 10, ops: [["SADD", src, uuid(3)]] }], []);
+    await store.applyMutations(
       [
         { guard: [k1.record("snapshot", uuid(3)), "_seq"], seq: 11, ops: [["SREM", src, uuid(3)]] },
         {
@@ -252,7 +252,7 @@ describe("the key index instead of SCAN", () => {
     await sleep(300);
     // The next tombstone written prunes the expired ones from the index.
     const next = k1.record("volume", uuid(4));
-    await store.applyAndUnlock(
+    await store.applyMutations(
       [
         {
           guard: [next, "_seq"],
@@ -282,7 +282,7 @@ describe("the key index instead of SCAN", () => {
     assert.deepEqual(await admin.keys(`${k1.prefix}csi.*`), [stale], "only the unindexed key is left");
     assert.equal(await admin.exists(k1.uuidLock("volume", uuid(6))), 1, "locks stay");
     assert.equal(await admin.hget(k2.projection, "applied"), "7", "another cluster's keys stay");
-    assert.equal(await store.writeFresh("e2", 0, [["HSET", stale, "csi.volname", "new", "_seq", 5]], 5), true);
+    assert.equal(await store.writeFreshOps("e2", 0, [["HSET", stale, "csi.volname", "new", "_seq", 5]], 5), true);
     assert.deepEqual(await admin.hgetall(stale), { "csi.volname": "new", _seq: "5" }, "the stale field went with the first write");
     assert.deepEqual(await store.projectionKeys(), [stale]);
   });

@@ -17,8 +17,8 @@ import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
 import { createSizedFile } from "../../services/journal/src/adapters/file-pool.js";
-import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "../../services/journal/src/adapters/redis-functions.js";
-import { CallKeys } from "../../services/journal/src/adapters/redis-store.js";
+import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "../../services/journal/src/store/redis-functions.js";
+import { CallKeys } from "../../services/journal/src/store/redis-store.js";
 import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
 
 const raw = (b: Buffer) => b;

@@ -10,9 +10,9 @@ import { createLogger, type RedisAccess, redisConnectOptions } from "@csi/runtim
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { EventLog } from "../../../services/journal/src/adapters/event-log.js";
-import { RedisStore } from "../../../services/journal/src/adapters/redis-store.js";
 import { Projector } from "../../../services/journal/src/app/projector.js";
-import type { Keys } from "../../../services/journal/src/domain/kinds.js";
+import type { Keys } from "../../../services/journal/src/store/layout.js";
+import { RedisStore } from "../../../services/journal/src/store/redis-store.js";
 import { StateFile } from "../../../services/node-agent/src/adapters/state-file.js";
 import { NodeState } from "../../../services/node-agent/src/domain/node-state.js";
 import { loopsUnder, mountsLeftUnder } from "../machine.js";

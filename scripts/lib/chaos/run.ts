@@ -19,7 +19,7 @@ import path from "node:path";
 import { csiClient, loadClusters, redisConnectOptions } from "@csi/runtime";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { keysFor } from "../../../services/journal/src/domain/kinds.js";
+import { keysFor } from "../../../services/journal/src/store/layout.js";
 import { cleanupUnder } from "../machine.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";

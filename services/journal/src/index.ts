@@ -23,19 +23,20 @@ import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
-import { JOURNAL_LIBRARY } from "./adapters/redis-functions.js";
-import { RedisStore } from "./adapters/redis-store.js";
+
 import { Journal } from "./app/journal.js";
 import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
-import { keysFor } from "./domain/kinds.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
 import { JournalMetrics } from "./metrics.js";
 import { serveJournal } from "./rpc/nats-service.js";
+import { keysFor } from "./store/layout.js";
+import { JOURNAL_LIBRARY } from "./store/redis-functions.js";
+import { RedisStore } from "./store/redis-store.js";
 
 export { JournalConfig, journalConfig } from "./config.js";
 /** The Redis key layout (test/journal.test.ts reads the projection with it). */
-export { keysFor } from "./domain/kinds.js";
+export { keysFor } from "./store/layout.js";
 
 export interface RunningJournal {
   journal: Journal;

@@ -7,6 +7,13 @@
  */
 export { JetStreamLog as EventLog, JetStreamLog } from "./adapters/event-log.js";
 export { backupFileLines, exportLogToFile, importLog } from "./adapters/log-backup.js";
+export { Projector } from "./app/projector.js";
+export { KINDS, uuidSubjects } from "./domain/kinds.js";
+export { BackupError } from "./domain/log-backup.js";
+export { classifyRecord, eventsOf, isForeign, type LogRecord } from "./domain/log-records.js";
+export { type Keys, keysFor } from "./store/layout.js";
+export type { ProjectionMeta } from "./store/projection-state.js";
+export { ADMIN_REDIS_RULES, JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./store/redis-acl.js";
 export {
   ensureJournalFunctions,
   JOURNAL_FUNCTIONS,
@@ -15,11 +22,5 @@ export {
   journalFunctionsLoaded,
   journalLibraries,
   loadJournalFunctions,
-} from "./adapters/redis-functions.js";
-export { RedisStore } from "./adapters/redis-store.js";
-export { Projector } from "./app/projector.js";
-export { type Keys, KINDS, keysFor, uuidSubjects } from "./domain/kinds.js";
-export { BackupError } from "./domain/log-backup.js";
-export { classifyRecord, eventsOf, isForeign, type LogRecord } from "./domain/log-records.js";
-export type { ProjectionMeta } from "./domain/projection-state.js";
-export { ADMIN_REDIS_RULES, JOURNAL_REDIS_COMMANDS, journalRedisRules, redisAclFile } from "./domain/redis-acl.js";
+} from "./store/redis-functions.js";
+export { RedisStore } from "./store/redis-store.js";

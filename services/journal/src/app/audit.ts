@@ -23,41 +23,37 @@ import {
   type PurgeAction,
   quote,
   replyBudget,
-  subjects,
   takeWithin,
 } from "@csi/contracts";
 import {
   claimedNodes,
+  collectReservation,
   countFindings,
   emptyReplay,
   gcPlan,
   type Heartbeat,
-  imageOwner,
   inspect,
-  mayCollect,
-  mayRemoveImage,
   pointOf,
+  removeLeakedImage,
   replayEntries,
   replayInto,
 } from "../domain/audit.js";
-import { type Aggregate, foldOne, type RecordState, type States } from "../domain/evolve.js";
+import type { States } from "../domain/evolve.js";
 import { KINDS } from "../domain/kinds.js";
 import { type ForeignRecord, isForeign, shownSubject } from "../domain/log-records.js";
 import type { ImageInfo } from "../domain/pool-backend.js";
-import { stateFromHash } from "../domain/projection.js";
-import type { Aggregates } from "./aggregates.js";
-import { type Operation, runOperation } from "./operation.js";
+import type { Journal } from "./journal.js";
 
 export type HeartbeatReader = (nodeIds: string[]) => Promise<Map<string, Heartbeat | undefined>>;
 
 export class Audit {
   constructor(
-    private readonly a: Aggregates,
+    private readonly j: Journal,
     private readonly heartbeats: HeartbeatReader,
   ) {}
 
   get #d() {
-    return this.a.d;
+    return this.j.d;
   }
 
   async replay(req: ParsedRequest<"audit.replay">): Promise<CommandResult<"audit.replay">> {
@@ -67,7 +63,7 @@ export class Audit {
     if (req.uuid) {
       // Only its subjects: each kind's (the uuid says nothing of its kind), each read up to the point.
       for (const k of Object.values(KINDS)) {
-        await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { subject: k.events(this.a.cluster, req.uuid), ...upTo });
+        await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { subject: k.events(this.#d.cluster.clusterID, req.uuid), ...upTo });
       }
       return { upTo: r.upTo, entries: replayEntries(r.states, { uuid: req.uuid }) };
     }
@@ -75,7 +71,7 @@ export class Audit {
     await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: 4096, ...upTo });
     const all = replayEntries(r.states, req.startingToken ? { after: req.startingToken } : {});
     const max = Math.min(req.maxEntries || MAX_PAGE_ENTRIES, all.length);
-    const { entries, nextToken } = this.a.fitReply(all.slice(0, max), (e) => e.uuid, max < all.length ? all[max - 1]?.uuid : undefined);
+    const { entries, nextToken } = this.j.fitReply(all.slice(0, max), (e) => e.uuid, max < all.length ? all[max - 1]?.uuid : undefined);
     return { upTo: r.upTo, entries, ...(nextToken ? { nextToken } : {}) };
   }
 
@@ -108,77 +104,11 @@ export class Audit {
     const actions: GcAction[] = [];
     for (const action of chosen) {
       if (!req.apply) actions.push(action);
-      else actions.push(action.type === "removeLeakedImage" ? await this.#removeImage(req, action) : await this.#collect(req, action));
+      else if (action.type === "removeLeakedImage") actions.push(await this.j.run(removeLeakedImage(req.requestId, action)));
+      else actions.push(await this.j.run(collectReservation(req.requestId, action, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs })));
     }
     const { taken } = takeWithin(actions, (x) => jsonBytes(x) + 1, replyBudget(this.#d.maxPayload) - 1024, false);
     return { apply: req.apply, actions: taken, truncated: taken.length < plan.length };
-  }
-
-  /** The state of one aggregate from its own subject of the log (what gc re-checks under its lock). */
-  async #fromLog(kind: "volume" | "snapshot", uuid: string): Promise<Aggregate | undefined> {
-    return foldOne({ kind, uuid }, undefined, await this.#d.log.history([this.a.recordSubject(kind, uuid)]));
-  }
-
-  /** Remove a leaked image under its lock (and its aggregate's, if named after one); then ImageLeakCollected. */
-  #removeImage(req: ParsedRequest<"audit.gc">, action: GcAction): Promise<GcAction> {
-    const k = this.a.keys;
-    const owner = imageOwner(action.imageName);
-    return runOperation(this.#d, req.requestId, async (op) => {
-      await op.lock({
-        locks: [k.lock(`image.${action.pool}.${action.imageName}`), ...(owner ? [k.uuidLock(owner.kind, owner.uuid)] : [])],
-        hashes: [],
-        fields: [],
-      });
-      const pool = this.a.pool(action.pool);
-      const image = await pool.statImage(action.imageName);
-      const refused = mayRemoveImage(owner ? await this.#fromLog(owner.kind, owner.uuid) : undefined, image);
-      if (refused || !image) return { ...action, outcome: "skipped" as const, reason: refused };
-      await pool.deleteImage(action.imageName);
-      const reason = "in the pool without a reservation (audit.gc)";
-      const [ev] = await op.append({
-        subject: subjects.poolEvents(this.a.cluster, action.pool),
-        body: { type: "ImageLeakCollected", pool: action.pool, imageName: image.name, imageId: image.id, sizeBytes: image.sizeBytes, reason },
-      });
-      return { ...action, outcome: "done" as const, ...(ev ? { seq: ev.seq } : {}) };
-    });
-  }
-
-  /** Collect an orphaned reservation under its uuid's and its name's locks: ReservationCollected (+ NameReleased). */
-  #collect(req: ParsedRequest<"audit.gc">, action: GcAction): Promise<GcAction> {
-    const k = this.a.keys;
-    const kind = action.kind as "volume" | "snapshot";
-    const uuid = action.uuid as string;
-    return runOperation(this.#d, req.requestId, async (op: Operation) => {
-      const [h] = (await op.lock({ locks: [k.uuidLock(kind, uuid)], hashes: [k.record(kind, uuid)], fields: [] })).hashes;
-      const state = stateFromHash(kind, uuid, h) as RecordState | undefined;
-      const name = state?.record?.name;
-      if (!state?.record || name === undefined) return { ...action, outcome: "skipped" as const, reason: "the reservation is gone" };
-      const second = await op.lock({
-        locks: [k.nameLock(kind, name)],
-        hashes: [],
-        fields: [
-          [k.dir(kind), k.dirField(kind, name)],
-          [k.dirSeq(kind), name],
-        ],
-      });
-      const image = await this.a.poolOf(state.record.pool)?.statImage(action.imageName);
-      const refused = mayCollect(state, image, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs });
-      if (refused) return { ...action, outcome: "skipped" as const, reason: refused };
-      const reason = "reserved without an image past the threshold (audit.gc)";
-      const landed = await op.append(
-        { subject: this.a.recordSubject(kind, uuid), body: { type: "ReservationCollected", kind, uuid, reason }, expectedSeq: state.seq },
-        ...(second.fields[0] === uuid
-          ? [
-              {
-                subject: this.a.nameSubject(kind, name),
-                body: { type: "NameReleased" as const, kind, name, uuid },
-                expectedSeq: Number(second.fields[1] ?? 0),
-              },
-            ]
-          : []),
-      );
-      return { ...action, outcome: "done" as const, ...(landed[0] ? { seq: landed[0].seq } : {}) };
-    });
   }
 
   /**
@@ -220,7 +150,7 @@ export class Audit {
 
   async rebuild(_req: ParsedRequest<"audit.rebuild">): Promise<CommandResult<"audit.rebuild">> {
     const started = performance.now();
-    const dropped = (await this.#d.store.projectionKeys()).length;
+    const dropped = await this.#d.store.projectionSize();
     const replayedTo = await this.#d.projector.rebuild("asked for (audit.rebuild)");
     return { dropped, replayedTo, ms: Math.round(performance.now() - started) };
   }

@@ -18,25 +18,35 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { RedisStore } from "../adapters/redis-store.js";
-import { type Aggregate, foldInto, type States } from "../domain/evolve.js";
+import { type Aggregate, addressKey, addressOfRecord, Fold, foldInto, type States, startsAfresh, type Trail } from "../domain/evolve.js";
 import { type ForeignRecord, isForeign, type LogRecord } from "../domain/log-records.js";
-import { beforesNeeded, freshWrites, type Plan, planWrites, projectionOf } from "../domain/projection.js";
-import { diffProjection, judgeProjection } from "../domain/projection-state.js";
 import type { EventLog } from "../ports/event-log.js";
+import type { JournalStore } from "../ports/store.js";
+import { judgeProjection } from "../store/projection-state.js";
 
 /**
- * The projection writes of `events`, each aggregate starting from its `known` state or, when
- * not known (and not started afresh by its first event), from what Redis holds (read in one
- * round trip, only if some are needed).
+ * A replay batch folded (once) into trails: each aggregate starts from its `known` state or,
+ * when not known (and not started afresh by its first record), from what the projection holds
+ * (read in one round trip, only if some are needed).
  */
-export async function planWithBefores(
-  store: RedisStore,
-  events: LogRecord[],
+async function foldBatch(
+  store: JournalStore,
+  records: LogRecord[],
   known: { has(key: string): boolean; get(key: string): Aggregate | undefined },
-): Promise<Plan> {
-  const read = await store.readStates(beforesNeeded(events, known));
-  return planWrites(store.keys, (key) => (read.has(key) ? read.get(key) : known.get(key)), events);
+): Promise<Trail[]> {
+  const fold = new Fold();
+  const needed = [];
+  for (const r of records) {
+    const a = addressOfRecord(r);
+    if (!a || fold.has(a)) continue;
+    const key = addressKey(a);
+    if (known.has(key)) fold.know(a, known.get(key));
+    else if ("foreign" in r || !startsAfresh(r.event)) needed.push(a);
+    else fold.know(a, undefined);
+  }
+  for (const [key, s] of await store.readStates(needed)) fold.know(key, s);
+  fold.apply(records);
+  return fold.trails();
 }
 
 /**
@@ -105,7 +115,7 @@ export class Projector {
 
   constructor(
     private readonly log: EventLog,
-    private readonly store: RedisStore,
+    private readonly store: JournalStore,
     private readonly logger: Logger,
     opts: ProjectorOptions = {},
   ) {
@@ -226,24 +236,23 @@ export class Projector {
         if (last !== undefined) return last;
         continue; // flushed or rebuilt under us: look again
       }
-      const key = this.store.keys.lock("rebuild");
-      const token = RedisStore.newToken();
-      if (!(await this.store.tryLock(key, token, this.#lockTtlMs))) {
+      const token = randomBytes(16).toString("hex");
+      if (!(await this.store.tryRebuildLock(token, this.#lockTtlMs))) {
         await sleep(50 + Math.random() * 100); // another replica rebuilds: wait for `complete`
         continue;
       }
       try {
-        await this.#rebuildLocked(key, token, force);
+        await this.#rebuildLocked(token, force);
       } finally {
-        await this.store.unlock(key, token).catch(() => {});
+        await this.store.releaseRebuildLock(token).catch(() => {});
       }
       force = undefined; // done (or interrupted: the projection is then incomplete, judged again)
     }
   }
 
   /** One rebuild attempt under the rebuild lock; the caller looks at the projection again afterwards. */
-  async #rebuildLocked(lockKey: string, token: string, force: string | undefined): Promise<void> {
-    const renew = setInterval(() => this.store.renew(lockKey, token, this.#lockTtlMs).catch(() => false), Math.max(50, Math.floor(this.#lockTtlMs / 3)));
+  async #rebuildLocked(token: string, force: string | undefined): Promise<void> {
+    const renew = setInterval(() => this.store.renewRebuildLock(token, this.#lockTtlMs).catch(() => false), Math.max(50, Math.floor(this.#lockTtlMs / 3)));
     renew.unref();
     try {
       // Judged again under the lock: another replica may have finished a rebuild meanwhile.
@@ -282,8 +291,7 @@ export class Projector {
     const inFlight: Promise<boolean>[] = [];
     let ok = true;
     for (let i = 0; i < chunks && ok; i++) {
-      const ops = freshWrites(this.store.keys, all.slice(i * size, (i + 1) * size));
-      inFlight.push(this.store.writeFresh(epoch, i, ops, i === chunks - 1 ? last : undefined));
+      inFlight.push(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined));
       if (inFlight.length >= IN_FLIGHT) ok = (await inFlight.shift()) === true;
     }
     for (const p of inFlight.splice(0)) ok = (await p) && ok;
@@ -315,10 +323,10 @@ export class Projector {
       from,
       async (batch) => {
         if (refused) return false;
-        const plan = await planWithBefores(this.store, batch, cache);
-        for (const [key, state] of plan.after) cache.set(key, state);
+        const trails = await foldBatch(this.store, batch, cache);
+        for (const t of trails) cache.set(addressKey(t.address), t.states.at(-1));
         const to = batch[batch.length - 1]?.seq ?? prev;
-        inFlight.push(this.store.applyAndUnlock(plan.mutations, [], { prev, to }));
+        inFlight.push(this.store.applyAndUnlock(trails, [], "", { prev, to }));
         prev = to;
         events += batch.length;
         if (inFlight.length >= IN_FLIGHT) await settle(inFlight.shift());
@@ -361,28 +369,12 @@ export class Projector {
     const states: States = new Map();
     const foreign: ForeignRecord[] = [];
     let upTo = await this.fold(states, 0, foreign);
-    // Redis is read and compared 1,000 keys at a time (only what differs is kept); a key the log
-    // says is a hash is read without asking its type first (a wrong guess reads as different,
-    // and is read again properly below).
-    const want = projectionOf(this.store.keys, states.values());
-    const wantsHash = (k: string) => {
-      const v = want.get(k);
-      return v !== undefined && "hash" in v;
-    };
-    const keys = await this.store.projectionKeys();
-    let differ: string[] = [];
-    for (let i = 0; i < keys.length; i += 1000) {
-      const chunk = keys.slice(i, i + 1000);
-      differ.push(...diffProjection(want, await this.store.dumpProjection(chunk, wantsHash), chunk));
-    }
-    const inRedis = new Set(keys);
-    differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
-    differ.sort();
+    let { differ, keys } = await this.store.differences(states.values());
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
       upTo = await this.fold(states, upTo, foreign);
-      differ = diffProjection(projectionOf(this.store.keys, states.values()), await this.store.dumpProjection(differ), differ);
+      ({ differ } = await this.store.differences(states.values(), differ));
     }
-    return { differ, keys: keys.length, states, upTo, foreign };
+    return { differ, keys, states, upTo, foreign };
   }
 }

@@ -4,10 +4,13 @@
  * node registrations, and hands them in.
  */
 import { type Finding, type GcAction, type Kind, type LogPoint, type ReplayEntry, SNAPSHOT_IMAGE_PREFIX, VOLUME_IMAGE_PREFIX } from "@csi/contracts";
-import { type Aggregate, foldInto, type RecordState, type States, statusOf } from "./evolve.js";
+import type { Command } from "./decider.js";
+import { type Address, type Aggregate, foldInto, type RecordState, type States, statusOf } from "./evolve.js";
+import { shared } from "./kinds.js";
 import { eventsOf, type ForeignRecord, foreignView, isForeign, type LogRecord } from "./log-records.js";
 import type { ImageInfo } from "./pool-backend.js";
 import { groupHead, snapshotView, volumeView } from "./records.js";
+import { nameState } from "./reservation.js";
 
 // ------------------------------------------------------------------ replay
 
@@ -232,4 +235,56 @@ export function mayCollect(s: RecordState | undefined, image: ImageInfo | undefi
   if ("claims" in r && r.claims.length > 0) return "it has claims";
   if (!isOld(r.createdAt, o)) return "it is younger than the threshold";
   return undefined;
+}
+
+/** gc: remove a leaked image under its lock (and its aggregate's, if named after one; re-checked from the log), then ImageLeakCollected. */
+export function removeLeakedImage(requestId: string, action: GcAction): Command<GcAction> {
+  const owner = imageOwner(action.imageName);
+  const ref = { pool: action.pool, imageName: action.imageName };
+  return {
+    requestId,
+    first: { locks: [{ kind: "image", ...ref }, ...(owner ? [owner] : [])], ...(owner ? { fromLog: [owner] } : {}) },
+    decide: (v) => {
+      const [done] = v.appended;
+      if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
+      const image = v.image(ref);
+      if (image === undefined) return { stat: [ref] };
+      const refused = mayRemoveImage(owner ? v.state(owner) : undefined, image ?? undefined);
+      if (refused || !image) return { reply: { ...action, outcome: "skipped", reason: refused } };
+      const reason = "in the pool without a reservation (audit.gc)";
+      return {
+        act: {
+          effects: [{ op: "delete", ...ref }],
+          events: [{ type: "ImageLeakCollected", pool: action.pool, imageName: image.name, imageId: image.id, sizeBytes: image.sizeBytes, reason }],
+        },
+      };
+    },
+  };
+}
+
+/** gc: collect an orphaned reservation under its uuid's and its name's locks: ReservationCollected (+ NameReleased). */
+export function collectReservation(requestId: string, action: GcAction, o: { now: number; olderThanMs: number }): Command<GcAction> {
+  const me: Address = { kind: action.kind as "volume" | "snapshot", uuid: action.uuid as string };
+  const kind = me.kind as "volume" | "snapshot";
+  return {
+    requestId,
+    first: { locks: [{ kind, uuid: me.uuid }], states: [me] },
+    decide: (v) => {
+      const [done] = v.appended;
+      if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
+      const state = v.state(me) as RecordState | undefined;
+      const record = state?.record;
+      if (!record) return { reply: { ...action, outcome: "skipped", reason: "the reservation is gone" } };
+      const name: Address = { kind: "name", of: kind, name: record.name };
+      if (!v.has(name)) return { read: { locks: [{ kind: "name", of: kind, name: record.name }], states: [name] } };
+      const ref = { pool: record.pool, imageName: action.imageName };
+      const image = v.image(ref);
+      if (image === undefined) return { stat: [ref] };
+      const refused = mayCollect(state, image ?? undefined, o);
+      if (refused) return { reply: { ...action, outcome: "skipped", reason: refused } };
+      const reason = "reserved without an image past the threshold (audit.gc)";
+      const release = nameState(v, kind, record.name)?.uuid === me.uuid ? [shared.nameReleased(kind, record.name, me.uuid)] : [];
+      return { act: { events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] } };
+    },
+  };
 }

@@ -247,6 +247,67 @@ export function foldOne(address: Address, from: Aggregate | undefined, events: I
   return s;
 }
 
+/**
+ * Aggregates as read, and every state each one went through as records were folded into it:
+ * the one place a command's (or a replay batch's) records are evolved — once each. The trail
+ * of an aggregate (its state before, then after each record that changed it) is what the
+ * projection's writes are planned from (store/), and its last state what the reply shows.
+ */
+export class Fold {
+  readonly #before = new Map<string, Aggregate | undefined>();
+  readonly #trails = new Map<string, { address: Address; states: (Aggregate | undefined)[] }>();
+  /** How many times evolve ran (a test counts it: once per record). */
+  evolutions = 0;
+
+  /**
+   * Take `s` as the state of `a` (an address, or its `addressKey`) before any record of this fold:
+   * ignored once `a` is known, unless `replace` (a better source, e.g. the log, before any record
+   * of this fold touched it).
+   */
+  know(a: Address | string, s: Aggregate | undefined, replace = false): void {
+    const key = typeof a === "string" ? a : addressKey(a);
+    if (this.#trails.has(key) || (this.#before.has(key) && !replace)) return;
+    this.#before.set(key, s);
+  }
+
+  has(a: Address): boolean {
+    const key = addressKey(a);
+    return this.#before.has(key) || this.#trails.has(key);
+  }
+
+  state(a: Address): Aggregate | undefined {
+    const key = addressKey(a);
+    return this.#trails.get(key)?.states.at(-1) ?? this.#before.get(key);
+  }
+
+  /** Evolve each record into its aggregate (an aggregate not known starts from nothing). */
+  apply(records: Iterable<LogRecord>): void {
+    for (const r of records) {
+      const a = addressOfRecord(r);
+      if (!a) continue;
+      const key = addressKey(a);
+      const prev = this.state(a);
+      const next = evolve(prev, r);
+      this.evolutions++;
+      if (next === prev) continue;
+      const trail = this.#trails.get(key) ?? { address: a, states: [this.#before.get(key)] };
+      trail.states.push(next);
+      this.#trails.set(key, trail);
+    }
+  }
+
+  /** Every aggregate that changed: its state before, then after each change (the last is now). */
+  trails(): Trail[] {
+    return [...this.#trails.values()];
+  }
+}
+
+/** An aggregate's states through a fold: `states[0]` before it, the last one after it. */
+export interface Trail {
+  address: Address;
+  states: (Aggregate | undefined)[];
+}
+
 /** The record of a record state, if it lives. */
 export function liveRecord<K extends Kind>(s: Aggregate | undefined, kind: K): Records[K] | undefined {
   return s?.kind === kind ? ((s as { record?: Records[K] }).record ?? undefined) : undefined;

@@ -12,15 +12,27 @@
  *   conflict      the name holds a group of other source volumes or parameters: AlreadyExists
  *   inconsistent  the directory and the record disagree on the name
  */
-import type { GroupMember } from "@csi/contracts";
+import {
+  alreadyExists,
+  DriverError,
+  type EventBody,
+  type GroupMember,
+  type GroupSnapshotView,
+  invalidArgument,
+  notFound,
+  type ParsedRequest,
+} from "@csi/contracts";
+import type { Act, Command, Ctx, Decision, ImageRef, View } from "./decider.js";
+import { type Address, liveRecord } from "./evolve.js";
+import { createdEvent, KINDS, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
-import type { GroupRecord, Hash, SnapshotRecord } from "./records.js";
-import { digestOf, sameSet, type Verdict } from "./reservation.js";
+import { type GroupRecord, groupSnapshotView, type SnapshotRecord, type VolumeRecord } from "./records.js";
+import { digestOf, nameState, sameSet, type Verdict } from "./reservation.js";
+import { madeIn, poolIn } from "./volumes.js";
 
-/** One member as read under the lock: its snapshot record (if any) and its image (if cut). */
+/** One member as read under the lock: its snapshot record (if it lives) and its image (if cut). */
 export interface MemberState {
   member: GroupMember;
-  hash?: Hash;
   record?: SnapshotRecord;
   image?: ImageInfo;
 }
@@ -80,4 +92,195 @@ export function groupPool(sources: { uuid: string; pool: string }[]): { pool: st
   const pools = [...new Set(sources.map((s) => s.pool))];
   if (pools.length === 1 && pools[0]) return { pool: pools[0] };
   return { refused: `the source volumes are in several pools (${pools.sort().join(", ")}): a group snapshot is cut in one pool` };
+}
+
+const memberAddress = (m: GroupMember): Address => ({ kind: "snapshot", uuid: m.snapshotUuid });
+const imageOf = (m: GroupMember) => KINDS.snapshot.imageName(m.snapshotUuid);
+
+/** The group's members as the view has them: their records and images (as looked at). */
+function membersOf(v: View, record: GroupRecord): MemberState[] {
+  return record.members.map((member) => {
+    const r = liveRecord(v.state(memberAddress(member)), "snapshot");
+    const image = r ? v.image({ pool: r.pool, imageName: r.imageName }) : undefined;
+    return { member, ...(r ? { record: r } : {}), ...(image ? { image } : {}) };
+  });
+}
+
+export const groupView = (s: GroupState): GroupSnapshotView =>
+  groupSnapshotView(
+    s.record,
+    s.members.flatMap((m) => (m.record ? [m.record] : [])),
+  );
+
+/**
+ * CreateVolumeGroupSnapshot (idempotent by name, crash-safe like a single snapshot): lock the
+ * group name and every source volume; judge (checkGroupReservation); new: NameReserved +
+ * GroupSnapshotReserved (listing every member's snapshot uuid, ids(1…)), then every member's
+ * SnapshotReserved, then every member cut (at once, while every source volume is locked), then
+ * every SnapshotCreated and GroupSnapshotCreated together. A failure before every cut is made
+ * removes every member image and undoes the group and its members.
+ */
+export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">): Command<GroupSnapshotView> {
+  const digest = groupDigest(req.sourceUuids, req.parameters);
+  const name: Address = { kind: "name", of: "groupsnapshot", name: req.name };
+  const sources = req.sourceUuids.map((uuid) => ({ kind: "volume" as const, uuid }));
+  return {
+    requestId: req.requestId,
+    first: { locks: [{ kind: "name", of: "groupsnapshot", name: req.name }, ...sources], states: [name, ...sources], follow: true },
+    decide: (v, ctx) => {
+      const dirUuid = nameState(v, "groupsnapshot", req.name)?.uuid;
+      const record = dirUuid ? liveRecord(v.state({ kind: "groupsnapshot", uuid: dirUuid }), "groupsnapshot") : undefined;
+      if (v.failed) return groupFailed(v, req.name, ctx.ids(0));
+      if (record) {
+        const unread = record.members.map(memberAddress).filter((a) => !v.has(a));
+        if (unread.length > 0) return { read: { states: unread } };
+        if (dirUuid === ctx.ids(0) && !record.ready) {
+          const step = buildStep(v, ctx, record);
+          if (step) return { act: step };
+        }
+        const unseen = membersOf(v, record).flatMap((m) => (m.record && v.image(refOf(m.record)) === undefined ? [refOf(m.record)] : []));
+        if (unseen.length > 0) return { stat: unseen };
+      }
+      const state = record && { record, members: membersOf(v, record) };
+      const verdict = checkGroupReservation({ name: req.name, sourceUuids: req.sourceUuids, digest }, dirUuid, state);
+      switch (verdict.kind) {
+        case "reuse":
+          return { reply: groupView(verdict.record) };
+        case "conflict":
+          throw alreadyExists(verdict.reason);
+        case "inconsistent":
+          throw new DriverError("Inconsistent", verdict.reason);
+        case "complete":
+          return { act: { events: recordCuts(verdict.record.record, verdict.cut) } };
+        case "stale":
+          return { act: undoGroup(v, req.name, verdict.uuid, verdict.reason) };
+        case "new":
+          return { act: { events: reserveGroup(v, ctx, req, digest) } };
+        default: {
+          const never: never = verdict;
+          throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+        }
+      }
+    },
+  };
+}
+
+const refOf = (r: { pool: string; imageName: string }): ImageRef => ({ pool: r.pool, imageName: r.imageName });
+
+function reserveGroup(v: View, ctx: Ctx, req: ParsedRequest<"groupsnapshot.create">, digest: string): EventBody[] {
+  const volumes = req.sourceUuids.map((uuid) => {
+    const r = madeIn(v, "volume", uuid, undefined);
+    if (!r) throw notFound(`source volume ${uuid} does not exist`);
+    return r;
+  });
+  const where = groupPool(volumes);
+  if ("refused" in where) throw new DriverError("FailedPrecondition", where.refused);
+  const uuid = ctx.ids(0);
+  const members = volumes.map((vol, i) => ({ volumeUuid: vol.uuid, snapshotUuid: ctx.ids(i + 1) }));
+  const pool = { pool: where.pool, poolId: poolIn(ctx, where.pool).poolId };
+  return [
+    shared.nameReserved("groupsnapshot", req.name, uuid),
+    { type: "GroupSnapshotReserved", uuid, name: req.name, instance: ctx.cluster.instance, ...pool, digest, members },
+  ];
+}
+
+/** Our own group, not made yet: reserve the members not reserved, else cut the members not cut; undefined when all are. */
+function buildStep(v: View, ctx: Ctx, g: GroupRecord): Act | undefined {
+  const members = membersOf(v, g);
+  const unreserved = members.filter((m) => !m.record);
+  if (unreserved.length > 0) {
+    return {
+      events: unreserved.map(
+        ({ member }): EventBody => ({
+          type: "SnapshotReserved",
+          uuid: member.snapshotUuid,
+          name: g.name,
+          instance: ctx.cluster.instance,
+          sourceUuid: member.volumeUuid,
+          pool: g.pool,
+          poolId: g.poolId,
+          imageName: imageOf(member),
+          digest: g.digest,
+          groupSnapshotUuid: g.uuid,
+        }),
+      ),
+    };
+  }
+  const uncut = members.filter((m) => !m.image);
+  if (uncut.length === 0) return undefined;
+  return {
+    effects: uncut.map(({ member }) => {
+      const source = liveRecord(v.state({ kind: "volume", uuid: member.volumeUuid }), "volume") as VolumeRecord;
+      return { op: "snapshot", pool: g.pool, from: source.imageName, imageName: imageOf(member) };
+    }),
+  };
+}
+
+/** Record the members that were cut but not recorded, and the group (one time for them all). */
+function recordCuts(g: GroupRecord, cut: MemberState[]): EventBody[] {
+  const created = cut.flatMap((m) => (m.record && m.image ? [createdEvent("snapshot", m.record.uuid, m.image)] : []));
+  return g.ready ? created : [...created, { type: "GroupSnapshotCreated", uuid: g.uuid }];
+}
+
+/** Undo a group that was not cut whole: remove what member images there are, end its records, release the name. */
+function undoGroup(v: View, name: string, uuid: string, reason: string): Act {
+  const record = liveRecord(v.state({ kind: "groupsnapshot", uuid }), "groupsnapshot");
+  const members = record ? membersOf(v, record) : [];
+  return {
+    effects: members.map((m) => ({ op: "delete" as const, pool: m.record?.pool ?? "*", imageName: imageOf(m.member) })),
+    events: [
+      shared.nameReleased("groupsnapshot", name, uuid),
+      ...(record ? [shared.undone("groupsnapshot", uuid, reason)] : []),
+      ...members.flatMap((m) => (m.record ? [shared.undone("snapshot", m.member.snapshotUuid, reason)] : [])),
+    ],
+  };
+}
+
+/** A step of our own group failed: unless every member was cut (an append failed after), undo it whole. */
+function groupFailed(v: View, name: string, ours: string): Decision<GroupSnapshotView> {
+  const f = v.failed as NonNullable<View["failed"]>;
+  const record = liveRecord(v.state({ kind: "groupsnapshot", uuid: ours }), "groupsnapshot");
+  const named = nameState(v, "groupsnapshot", name)?.uuid === ours;
+  if (!record && !named) return { fail: f.error };
+  const members = record ? membersOf(v, record) : [];
+  if (f.step === "append" && members.length > 0 && members.every((m) => m.image)) return { fail: f.error };
+  const reason = f.step === "effect" ? `a member's cut failed: ${f.error.message}` : f.fenced ? "name fenced off" : "a reservation failed";
+  const undo = record ? undoGroup(v, name, ours, reason) : { events: [shared.nameReleased("groupsnapshot", name, ours)] };
+  return { fail: f.error, act: named ? undo : { ...undo, events: (undo.events ?? []).filter((e) => e.type !== "NameReleased") } };
+}
+
+/**
+ * DeleteVolumeGroupSnapshot: lock the group, then its name and its members; remove the members'
+ * images and append their SnapshotDeleted, then GroupSnapshotDeleted + NameReleased (so a crash
+ * in between leaves a live group whose members are gone, which the CO's retry finishes).
+ */
+export function deleteGroupSnapshot(req: ParsedRequest<"groupsnapshot.delete">): Command<{ deleted: boolean }> {
+  const me = { kind: "groupsnapshot" as const, uuid: req.uuid };
+  return {
+    requestId: req.requestId,
+    first: { locks: [me], states: [me] },
+    decide: (v) => {
+      if (v.appended.some((e) => e.event.type === "GroupSnapshotDeleted")) return { reply: { deleted: true } };
+      const r = liveRecord(v.state(me), "groupsnapshot");
+      if (!r) return { reply: { deleted: false } }; // unknown: deleting is idempotent
+      const mismatch = membersMismatch(r, req.snapshotUuids);
+      if (mismatch) throw invalidArgument(mismatch);
+      const name: Address = { kind: "name", of: "groupsnapshot", name: r.name };
+      if (!v.has(name)) {
+        const members = r.members.map((m) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid }));
+        return { read: { locks: [{ kind: "name", of: "groupsnapshot", name: r.name }, ...members], states: [name, ...members] } };
+      }
+      const live = membersOf(v, r).flatMap((m) => (m.record ? [m.record] : []));
+      if (live.length > 0) {
+        return {
+          act: {
+            effects: live.map((s) => ({ op: "delete" as const, pool: s.pool, imageName: s.imageName })),
+            events: live.map((s) => shared.deleted("snapshot", s.uuid)),
+          },
+        };
+      }
+      const release = nameState(v, "groupsnapshot", r.name)?.uuid === r.uuid ? [shared.nameReleased("groupsnapshot", r.name, r.uuid)] : [];
+      return { act: { events: [shared.deleted("groupsnapshot", r.uuid), ...release] } };
+    },
+  };
 }

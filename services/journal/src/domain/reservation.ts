@@ -13,7 +13,10 @@
  *   inconsistent  the directory and the record disagree on the name: an operator must look
  */
 import { createHash } from "node:crypto";
-import type { Capability, ContentSource } from "@csi/contracts";
+import { alreadyExists, type Capability, type ContentSource, DriverError, type EventBody, type Kind } from "@csi/contracts";
+import type { Act, Ctx, Decision, Effect, ImageRef, View } from "./decider.js";
+import { liveRecord, type NameState } from "./evolve.js";
+import { createdEvent, type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
 import type { SnapshotRecord, VolumeRecord } from "./records.js";
 
@@ -142,4 +145,102 @@ export function checkSnapshotReservation(
 /** Page over a sorted list of uuids: the token is the last uuid of the previous page. */
 export function nextToken(uuids: string[], maxEntries: number): string | undefined {
   return maxEntries > 0 && uuids.length > maxEntries ? uuids[maxEntries - 1] : undefined;
+}
+
+/**
+ * How a volume or a snapshot is created, as one decider over the rounds of a run (the same for
+ * both kinds; group snapshots: group.ts). Each round looks at the request name, the record it
+ * points at and that record's image, and takes the next step:
+ *
+ *   the name points nowhere                  reserve: NameReserved + *Reserved (a new uuid, ids(0))
+ *   our own reservation, image not made yet  build the image (create, clone or snapshot)
+ *   our own reservation, image made          *Created
+ *   anyone's, image not looked at            stat it
+ *   otherwise                                the verdict (reservation state machine above):
+ *                                            reuse → reply; complete → *Created; stale → undo
+ *                                            (remove the image, NameReleased + ReservationUndone),
+ *                                            after which the name points nowhere; conflict → AlreadyExists
+ *
+ * A failed step of our own reservation undoes it (failed below).
+ */
+export interface ImageCreate<K extends ImageKind, V> {
+  kind: K;
+  name: string;
+  verdict(record: RecordOf<K> | undefined, dirUuid: string | undefined, image: ImageInfo | undefined): Verdict<RecordOf<K>>;
+  /** The reservation of a new aggregate `uuid`; throws what refuses it (its source, pool, size). */
+  reserve(uuid: string): EventBody;
+  /** The step that makes the image of our reservation. */
+  build(record: RecordOf<K>): Effect;
+  reply(record: RecordOf<K>): V;
+}
+
+export function decideImageCreate<K extends ImageKind, V>(v: View, ctx: Ctx, c: ImageCreate<K, V>): Decision<V> {
+  const dirUuid = nameState(v, c.kind, c.name)?.uuid;
+  const record = dirUuid ? liveRecord(v.state({ kind: c.kind, uuid: dirUuid }), c.kind) : undefined;
+  const ours = ctx.ids(0);
+  if (v.failed) return failed(v, c.kind, c.name, ours, record && { pool: record.pool, imageName: record.imageName });
+  const ref = record && { pool: record.pool, imageName: record.imageName };
+  const image = ref && v.image(ref);
+  if (record && ref && dirUuid === ours && !record.imageId) {
+    return image ? { act: { events: [createdEvent(c.kind, ours, image)] } } : { act: { effects: [c.build(record)] } };
+  }
+  if (ref && image === undefined) return { stat: [ref] };
+  const verdict = c.verdict(record, dirUuid, image ?? undefined);
+  switch (verdict.kind) {
+    case "reuse":
+      return { reply: c.reply(verdict.record) };
+    case "conflict":
+      throw alreadyExists(verdict.reason);
+    case "inconsistent":
+      throw new DriverError("Inconsistent", verdict.reason);
+    case "complete":
+      return { act: { events: [createdEvent(c.kind, verdict.record.uuid, verdict.image)] } };
+    case "stale":
+      return { act: undoStale(v, c.kind, c.name, verdict.uuid, verdict.reason) };
+    case "new":
+      return { act: { events: [shared.nameReserved(c.kind, c.name, ours), c.reserve(ours)] } };
+    default: {
+      const never: never = verdict;
+      throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+export function nameState(v: View, of: Kind, name: string): NameState | undefined {
+  const s = v.state({ kind: "name", of, name });
+  return s?.kind === "name" ? s : undefined;
+}
+
+/**
+ * Undo a stale reservation of `uuid` under `name`: remove its image (from its pool; from every
+ * pool when its record is lost), release the name, end the record if it still lives.
+ */
+function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason: string): Act {
+  const record = liveRecord(v.state({ kind, uuid }), kind);
+  const imageName = record?.imageName ?? KINDS[kind].imageName(uuid);
+  return {
+    effects: [{ op: "delete", pool: record?.pool ?? "*", imageName }],
+    events: [shared.nameReleased(kind, name, uuid), ...(record ? [shared.undone(kind, uuid, reason)] : [])],
+  };
+}
+
+/**
+ * A step of this run failed. If the reservation is ours and its image not made, undo it: remove
+ * what the failed build may have left, release the name, end the record — so the log says exactly
+ * what was reserved and undone. An append that failed after the image was made keeps it: the next
+ * create of the name records it (and the runner removes it when another writer ended the record).
+ */
+function failed<V>(v: View, kind: ImageKind, name: string, ours: string, ref: ImageRef | undefined): Decision<V> {
+  const f = v.failed as NonNullable<View["failed"]>;
+  const mine = liveRecord(v.state({ kind, uuid: ours }), kind);
+  const named = nameState(v, kind, name)?.uuid === ours;
+  if ((!mine && !named) || (mine && ref && v.image(ref))) return { fail: f.error };
+  const reason = f.step === "effect" ? `image creation failed: ${f.error.message}` : f.fenced ? "name fenced off" : "its reservation failed";
+  return {
+    fail: f.error,
+    act: {
+      effects: f.step === "effect" && mine ? [{ op: "delete", pool: mine.pool, imageName: mine.imageName }] : [],
+      events: [...(named ? [shared.nameReleased(kind, name, ours)] : []), ...(mine ? [shared.undone(kind, ours, reason)] : [])],
+    },
+  };
 }

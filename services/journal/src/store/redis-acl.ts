@@ -8,7 +8,7 @@
  *
  * Pure: the passwords come in as their SHA-256 (hex), which is what an ACL file stores.
  */
-import { keysFor } from "./kinds.js";
+import { keysFor } from "./layout.js";
 
 /**
  * What ioredis sends on connect: HELLO (RESP3, with AUTH), the INFO of its ready check; PING is the

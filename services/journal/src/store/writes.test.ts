@@ -7,13 +7,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { StoredEvent } from "@csi/contracts";
-import { type Aggregate, addressKey, foldInto, foldOne, liveRecord, type States } from "./evolve.js";
-import { events, GRP, SNAP, T0, VOL } from "./fixtures.js";
-import { keysFor } from "./kinds.js";
-import type { LogRecord } from "./log-records.js";
-import { beforesNeeded, freshWrites, type Mutation, planWrites, projectionOf, stateFromHash } from "./projection.js";
+import { type Aggregate, addressKey, foldInto, foldOne, liveRecord, type States } from "../domain/evolve.js";
+import { events, GRP, SNAP, T0, VOL } from "../domain/fixtures.js";
+import type { LogRecord } from "../domain/log-records.js";
+import { groupFromHash, groupHash, snapshotFromHash, snapshotHash, stateFromHash, volumeFromHash, volumeHash } from "./hash.js";
+import { keysFor } from "./layout.js";
 import { diffProjection, ProjectionModel, type Stored } from "./projection-state.js";
-import { groupFromHash, groupHash, snapshotFromHash, snapshotHash, volumeFromHash, volumeHash } from "./records.js";
+import { beforesNeeded, freshWrites, type Mutation, planWrites, projectionOf } from "./writes.js";
 
 const k = keysFor("c1", "default");
 const T1 = "2026-01-01T00:00:05.000Z";

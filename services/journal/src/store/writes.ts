@@ -5,8 +5,8 @@
  * (`toHash` of the kind, plus `_seq` and `_gone`), or a tombstone (`_seq`, `_gone=1`, 24 h TTL)
  * once it ended; the index entries it belongs to (`memberships`); a request name's directory
  * entry. `projectionOf(states)` is the whole projection of a fold — what a rebuild must leave —
- * and `planWrites` turns the step from the states before some events to the states after them
- * into guarded Redis writes, one per aggregate:
+ * and `writesOf` turns each aggregate's trail through a fold (its state before some events,
+ * then after each) into guarded Redis writes, one per aggregate:
  *
  *   - the record hash is written whole (DEL + HSET; a tombstone also gets its TTL), so the
  *     write is right whatever state between `before` and `after` Redis holds;
@@ -19,12 +19,11 @@
  * The caller must know each aggregate's state before the events (what it read from Redis, or
  * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
-import type { Kind } from "@csi/contracts";
-import { type Address, type Aggregate, addressKey, addressOfRecord, evolve, type NameState, type RecordState, startsAfresh } from "./evolve.js";
-import { type Keys, KINDS } from "./kinds.js";
-import type { LogRecord } from "./log-records.js";
+import { type Address, type Aggregate, addressKey, addressOfRecord, Fold, startsAfresh, type Trail } from "../domain/evolve.js";
+import type { LogRecord } from "../domain/log-records.js";
+import { type Hash, recordHash } from "./hash.js";
+import type { Keys } from "./layout.js";
 import type { Stored } from "./projection-state.js";
-import { aggregateSeq, type Hash, isLive } from "./records.js";
 
 export type RedisOp = [string, ...(string | number)[]];
 
@@ -51,28 +50,6 @@ export function memberships(k: Keys, s: Aggregate | undefined): Member[] {
 }
 
 const memberId = (m: Member) => `${m.type}\u0000${m.key}\u0000${m.member}`;
-
-/** The record hash of a live record state (without the guard's `_seq`). */
-function recordHash(s: RecordState): Hash | undefined {
-  if (!s.record) return undefined;
-  // The KINDS row of s.kind takes s.record's type.
-  const hash = (KINDS[s.kind].toHash as (r: typeof s.record) => Hash)(s.record);
-  return { ...hash, _gone: "0" };
-}
-
-/** A record state as read back from its Redis hash: live, a tombstone, or unknown. */
-export function stateFromHash<K extends Kind>(kind: K, uuid: string, h: Hash | undefined): RecordState<K> | undefined {
-  if (!h) return undefined;
-  const seq = aggregateSeq(h);
-  if (!isLive(h)) return { kind, uuid, seq } as RecordState<K>; // a tombstone (or a stray partial hash: nothing to read)
-  return { kind, uuid, seq, record: KINDS[kind].fromHash(uuid, h) } as RecordState<K>;
-}
-
-/** A request name as read back from its directory entry and its sequence field. */
-export function nameFromRedis(of: Kind, name: string, uuid: string | undefined, seq: number): NameState | undefined {
-  if (!uuid && !seq) return undefined;
-  return { kind: "name", of, name, seq, ...(uuid ? { uuid } : {}) };
-}
 
 /** The Redis write that takes an aggregate to `after`; `seen`: index entries of the states before it. */
 function writeOf(k: Keys, after: Aggregate, seen: Map<string, Member>): Mutation {
@@ -115,41 +92,40 @@ export function beforesNeeded(events: LogRecord[], known: { has(key: string): bo
 
 export interface Plan {
   mutations: Mutation[];
-  /** The state after the events of every aggregate they evolve, by `addressKey`. */
+  /** The state after the events of every aggregate they changed, by `addressKey`. */
   after: Map<string, Aggregate | undefined>;
 }
 
 /**
- * The writes that take the projection from the states before `events` (`before(addressKey)`;
- * undefined = none) to the states after them: one per aggregate that changed, in the order
- * aggregates first appear.
+ * A replay batch's writes: `events` folded (once) from the states before them (`before`, by
+ * `addressKey`; undefined = none), and the writes of every aggregate that changed.
  */
 export function planWrites(k: Keys, before: (key: string) => Aggregate | undefined, events: LogRecord[]): Plan {
-  const cur = new Map<string, Aggregate | undefined>();
-  const seen = new Map<string, Map<string, Member>>();
-  for (const e of events) {
-    const a = addressOfRecord(e);
-    if (!a) continue;
-    const key = addressKey(a);
-    let members = seen.get(key);
-    if (!members) {
-      members = new Map();
-      seen.set(key, members);
-      cur.set(key, before(key));
-      for (const m of memberships(k, cur.get(key))) members.set(memberId(m), m);
-    }
-    const prev = cur.get(key);
-    const next = evolve(prev, e);
-    if (next === prev) continue;
-    cur.set(key, next);
-    for (const m of memberships(k, next)) members.set(memberId(m), m);
+  const fold = new Fold();
+  for (const r of events) {
+    const a = addressOfRecord(r);
+    if (a && !fold.has(a)) fold.know(a, before(addressKey(a)));
   }
-  const mutations: Mutation[] = [];
-  for (const [key, members] of seen) {
-    const after = cur.get(key);
-    if (after && after !== before(key)) mutations.push(writeOf(k, after, members));
+  fold.apply(events);
+  const trails = fold.trails();
+  return { mutations: writesOf(k, trails), after: new Map(trails.map((t) => [addressKey(t.address), t.states.at(-1)])) };
+}
+
+/**
+ * The writes that take the projection through each aggregate's trail (domain/evolve.ts Fold):
+ * one per aggregate that changed, written as its last state, dropping the index entries of every
+ * state before it that the last one lacks. Nothing is evolved here: the fold ran once, upstream.
+ */
+export function writesOf(k: Keys, trails: Trail[]): Mutation[] {
+  const out: Mutation[] = [];
+  for (const t of trails) {
+    const after = t.states.at(-1);
+    if (!after) continue;
+    const seen = new Map<string, Member>();
+    for (const s of t.states) for (const m of memberships(k, s)) seen.set(memberId(m), m);
+    out.push(writeOf(k, after, seen));
   }
-  return { mutations, after: cur };
+  return out;
 }
 
 /** The whole projection of a fold: every key a rebuild from the log leaves (tombstones, which expire, left out). */

@@ -4,11 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { foldInto } from "./evolve.js";
-import { events, SNAP, VOL } from "./fixtures.js";
-import { keysFor } from "./kinds.js";
-import { planWrites, projectionOf } from "./projection.js";
+import { foldInto } from "../domain/evolve.js";
+import { events, SNAP, VOL } from "../domain/fixtures.js";
+import { keysFor } from "./layout.js";
 import { diffProjection, judgeProjection, metaFromHash, ProjectionModel, type Stored } from "./projection-state.js";
+import { planWrites, projectionOf } from "./writes.js";
 
 const EPOCH = "0123456789abcdef0123456789abcdef";
 const LOG = { id: "2026-01-01T00:00:00.000Z", last: 40 };

@@ -19,12 +19,14 @@
 import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
-import { type Address, type Aggregate, addressKey } from "../domain/evolve.js";
-import type { Keys } from "../domain/kinds.js";
-import { type Mutation, nameFromRedis, type RedisOp, stateFromHash } from "../domain/projection.js";
-import { metaFromHash, type ProjectionMeta, type Stored } from "../domain/projection-state.js";
-import type { Hash } from "../domain/records.js";
+import type { LockOn, ReadPlan } from "../domain/decider.js";
+import { type Address, type Aggregate, addressKey, type Trail } from "../domain/evolve.js";
+import type { IndexOf, JournalStore, LockResult, ReplayStep, StateMap } from "../ports/store.js";
+import { type Hash, nameFromRedis, stateFromHash } from "./hash.js";
+import type { Keys } from "./layout.js";
+import { diffProjection, metaFromHash, type ProjectionMeta, type Stored } from "./projection-state.js";
 import { ensureJournalFunctions, isMissingFunction, JOURNAL_FUNCTIONS } from "./redis-functions.js";
+import { freshWrites, type Mutation, projectionOf, type RedisOp, writesOf } from "./writes.js";
 
 /** Keys of one function call, each once, numbered as KEYS in Lua (1-based) after the fixed ones. */
 export class CallKeys {
@@ -47,33 +49,15 @@ export class CallKeys {
 
 type LockAndReadReply = [0, string] | [1, number, string, string, string, string];
 
+/** A read plan as the lock_and_read function takes it: keys to lock, hashes, hash fields, set sizes. */
 export interface ReadSpec {
   locks: string[];
   hashes: string[];
   fields: [string, string][];
-  /** Sets whose cardinality to read. */
   counts?: string[];
   /** Also read the hash `<recordPrefix><value of fields[0]>` (the record a name points at). */
   recordPrefix?: string;
 }
-
-export interface ReadResult {
-  /** The projection is complete (not flushed, not half rebuilt): what was read can be trusted. */
-  projectionComplete: boolean;
-  hashes: (Hash | undefined)[];
-  fields: (string | undefined)[];
-  counts: number[];
-  /** The hash read through `recordPrefix`, if any. */
-  record?: Hash;
-}
-
-/** A catch-up batch: the watermark it continues from, its last seq. */
-export interface ReplayStep {
-  prev: number;
-  to: number;
-}
-
-export type LockResult = { ok: true; read: ReadResult } | { ok: false; busy: string };
 
 /** cjson encodes an empty Lua table as {} rather than []. */
 function luaArray<T>(json: string): T[] {
@@ -88,7 +72,7 @@ function pairsToHash(flat: string[] | Record<string, never>): Hash | undefined {
   return h;
 }
 
-export class RedisStore {
+export class RedisStore implements JournalStore {
   readonly #r: Redis;
   /** The library being made sure of after an FCALL found it missing (single-flight). */
   #ensuring?: Promise<boolean>;
@@ -115,7 +99,50 @@ export class RedisStore {
     return randomBytes(16).toString("hex");
   }
 
-  async lockAndRead(token: string, ttlMs: number, spec: ReadSpec): Promise<LockResult> {
+  /** The Redis key of a lock. */
+  lockKey(l: LockOn): string {
+    const k = this.keys;
+    if (l.kind === "name") return k.nameLock(l.of, l.name);
+    if (l.kind === "image") return k.lock(`image.${l.pool}.${l.imageName}`);
+    return k.uuidLock(l.kind, l.uuid);
+  }
+
+  async lockAndRead(token: string, ttlMs: number, plan: ReadPlan): Promise<LockResult> {
+    const k = this.keys;
+    const locks = plan.locks ?? [];
+    const states = plan.states ?? [];
+    // A name is two fields (its directory entry, its fence); the first name's record can be followed.
+    const names = states.filter((a) => a.kind === "name");
+    const records = states.filter((a) => a.kind !== "name");
+    const followed = plan.follow ? names[0] : undefined;
+    const spec: ReadSpec = {
+      locks: locks.map((l) => this.lockKey(l)),
+      hashes: records.map((a) => k.record(a.kind, a.uuid)),
+      fields: names.flatMap((a): [string, string][] => [
+        [k.dir(a.of), k.dirField(a.of, a.name)],
+        [k.dirSeq(a.of), a.name],
+      ]),
+      counts: (plan.nodeClaims ?? []).map((n) => k.nodeClaims(n)),
+      ...(followed ? { recordPrefix: k.record(followed.of, "") } : {}),
+    };
+    const res = await this.lockAndReadKeys(token, ttlMs, spec);
+    if (!res.ok) return { ok: false, busy: locks[spec.locks.indexOf(res.busy)] ?? { kind: "name", of: "volume", name: res.busy } };
+    const { read } = res;
+    const out: StateMap = new Map();
+    records.forEach((a, i) => {
+      out.set(addressKey(a), stateFromHash(a.kind, a.uuid, read.hashes[i]));
+    });
+    names.forEach((a, i) => {
+      const uuid = read.fields[2 * i];
+      out.set(addressKey(a), nameFromRedis(a.of, a.name, uuid, Number(read.fields[2 * i + 1] ?? 0)));
+      if (a === followed && uuid) out.set(addressKey({ kind: a.of, uuid }), stateFromHash(a.of, uuid, read.record));
+    });
+    const nodeClaims = new Map((plan.nodeClaims ?? []).map((n, i) => [n, read.counts[i] ?? 0]));
+    return { ok: true, read: { complete: read.projectionComplete, states: out, nodeClaims } };
+  }
+
+  /** lock_and_read with keys as they are (tests drive the function with it). */
+  async lockAndReadKeys(token: string, ttlMs: number, spec: ReadSpec) {
     const counts = spec.counts ?? [];
     const keys = [this.keys.projection, ...spec.locks, ...spec.hashes, ...spec.fields.map((f) => f[0]), ...counts];
     const args = [
@@ -129,21 +156,29 @@ export class RedisStore {
       ...spec.fields.map((f) => f[1]),
     ];
     const res = await this.#fcall<LockAndReadReply>(JOURNAL_FUNCTIONS.lockAndRead, keys, args);
-    if (res[0] === 0) return { ok: false, busy: res[1] };
+    if (res[0] === 0) return { ok: false as const, busy: res[1] };
     const [, complete, hashesJson, fieldsJson, countsJson, recordJson] = res;
-    const record = pairsToHash(luaArray<string>(recordJson));
     const hashes = luaArray<string[] | Record<string, never>>(hashesJson).map(pairsToHash);
     const fields = luaArray<string>(fieldsJson);
     return {
-      ok: true,
+      ok: true as const,
       read: {
         projectionComplete: complete === 1,
         hashes: spec.hashes.map((_, i) => hashes[i]),
         fields: spec.fields.map((_, i) => fields[i] || undefined),
         counts: luaArray<number>(countsJson),
-        ...(record ? { record } : {}),
+        record: pairsToHash(luaArray<string>(recordJson)),
       },
     };
+  }
+
+  /** Write the trails' last states and release `locks` (one round trip); see CommandStore. */
+  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): Promise<number> {
+    return this.applyMutations(
+      writesOf(this.keys, trails),
+      locks.map((l) => [this.lockKey(l), token]),
+      replay,
+    );
   }
 
   /**
@@ -152,7 +187,8 @@ export class RedisStore {
    * watermark from `prev` to `to` (also only onto a complete projection).
    * Returns how many mutations ran, or -1 if the projection refused them (nothing written).
    */
-  async applyAndUnlock(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
+  /** Mutations as the apply_and_unlock function takes them, and locks as [key, token] (tests drive the function with it). */
+  async applyMutations(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
     const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
     const wire = muts.map((m) => ({ g: [k.at(m.guard[0]), m.guard[1]], s: m.seq, o: m.ops.map(([cmd, key, ...rest]) => [cmd, k.at(String(key)), ...rest]) }));
     const held = locks.map(([key, token]) => [k.at(key), token]);
@@ -160,7 +196,11 @@ export class RedisStore {
     return this.#fcall<number>(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys, [JSON.stringify(wire), JSON.stringify(held), JSON.stringify(cond)]);
   }
 
-  async renew(key: string, token: string, ttlMs: number): Promise<boolean> {
+  async renew(lock: LockOn, token: string, ttlMs: number): Promise<boolean> {
+    return this.#renew(this.lockKey(lock), token, ttlMs);
+  }
+
+  async #renew(key: string, token: string, ttlMs: number): Promise<boolean> {
     return (await this.#fcall<number>(JOURNAL_FUNCTIONS.renew, [key], [token, ttlMs])) === 1;
   }
 
@@ -184,7 +224,12 @@ export class RedisStore {
    * snapshot taken mid-rebuild has fewer, and refuses). The last chunk also sets `applied` to
    * the log's `last` sequence. False: refused, nothing written.
    */
-  async writeFresh(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
+  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number): Promise<boolean> {
+    return this.writeFreshOps(epoch, chunk, freshWrites(this.keys, states), last);
+  }
+
+  /** writeFresh of Redis commands as they are (tests drive the function with it). */
+  async writeFreshOps(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
     const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
     const flat: (string | number)[] = [];
     for (const [cmd, key, ...rest] of ops) {
@@ -266,13 +311,45 @@ export class RedisStore {
     return out;
   }
 
-  /** Take / release a plain lock (the rebuild's): SET NX PX, compare-and-delete. */
-  async tryLock(key: string, token: string, ttlMs: number): Promise<boolean> {
-    return (await this.#call(() => this.#r.set(key, token, "PX", ttlMs, "NX"))) === "OK";
+  /** The cluster's rebuild lock: SET NX PX, renewed and released (compare-and-delete) with its token. */
+  async tryRebuildLock(token: string, ttlMs: number): Promise<boolean> {
+    return (await this.#call(() => this.#r.set(this.keys.lock("rebuild"), token, "PX", ttlMs, "NX"))) === "OK";
   }
 
-  async unlock(key: string, token: string): Promise<void> {
-    await this.applyAndUnlock([], [[key, token]]);
+  renewRebuildLock(token: string, ttlMs: number): Promise<boolean> {
+    return this.#renew(this.keys.lock("rebuild"), token, ttlMs);
+  }
+
+  async releaseRebuildLock(token: string): Promise<void> {
+    await this.applyMutations([], [[this.keys.lock("rebuild"), token]]);
+  }
+
+  async projectionSize(): Promise<number> {
+    return (await this.projectionKeys()).length;
+  }
+
+  /**
+   * Where the projection differs from `states` (the whole log folded): every key the key index
+   * holds and every key the states want, 1,000 at a time (only what differs is kept), or only
+   * the keys in `only`. A key the states say is a hash is read without asking its type first (a
+   * wrong guess reads as different, and is read again properly by the next look at `only`).
+   */
+  async differences(states: Iterable<Aggregate>, only?: string[]): Promise<{ differ: string[]; keys: number }> {
+    const want = projectionOf(this.keys, states);
+    if (only) return { differ: diffProjection(want, await this.dumpProjection(only), only), keys: only.length };
+    const wantsHash = (k: string) => {
+      const v = want.get(k);
+      return v !== undefined && "hash" in v;
+    };
+    const keys = await this.projectionKeys();
+    const differ: string[] = [];
+    for (let i = 0; i < keys.length; i += 1000) {
+      const chunk = keys.slice(i, i + 1000);
+      differ.push(...diffProjection(want, await this.dumpProjection(chunk, wantsHash), chunk));
+    }
+    const inRedis = new Set(keys);
+    differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
+    return { differ: differ.sort(), keys: keys.length };
   }
 
   async #pipeline(keys: string[], add: (p: ReturnType<Redis["pipeline"]>, key: string, i: number) => void): Promise<unknown[]> {
@@ -284,44 +361,23 @@ export class RedisStore {
     return res.map(([err, v]) => (err ? undefined : v));
   }
 
-  async hashes(keys: string[]): Promise<(Hash | undefined)[]> {
-    if (keys.length === 0) return [];
-    const res = await this.#pipeline(keys, (p, k) => p.hgetall(k));
-    return res.map(toHash);
+  /** States read in the same round trip as the projection's `complete` mark: undefined when it is not complete. */
+  async completeStates(addresses: Address[]): Promise<StateMap | undefined> {
+    const [complete, states] = await this.#states(addresses, true);
+    return complete ? states : undefined;
   }
 
-  /**
-   * The hashes, read in the same round trip as the projection's `complete` mark: undefined when
-   * the projection is not complete (flushed, being rebuilt), so the caller waits and reads again.
-   */
-  async completeHashes(keys: string[]): Promise<(Hash | undefined)[] | undefined> {
-    const [complete, ...res] = await this.#pipeline([this.keys.projection, ...keys], (p, k, i) => (i === 0 ? p.hget(k, "complete") : p.hgetall(k)));
-    return complete === "1" ? res.map(toHash) : undefined;
+  /** The state of each aggregate as the projection holds it (one round trip), by `addressKey`. */
+  async readStates(addresses: Address[]): Promise<StateMap> {
+    return (await this.#states(addresses, false))[1];
   }
 
-  /**
-   * Up to `count` members of a lexicographic index after `after` (exclusive; all when 0), read with
-   * the projection's `complete` mark in the same round trip: undefined when it is not complete.
-   */
-  async completeIndexPage(key: string, after: string | undefined, count: number): Promise<string[] | undefined> {
-    const min = after ? `(${after}` : "-";
-    const p = this.#r.pipeline().hget(this.keys.projection, "complete");
-    if (count > 0) p.zrangebylex(key, min, "+", "LIMIT", 0, count);
-    else p.zrangebylex(key, min, "+");
-    const [[, complete] = [], [err, members] = []] = (await this.#call(() => p.exec())) ?? [];
-    if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
-    return complete === "1" ? (members as string[]) : undefined;
-  }
-
-  /**
-   * The state of each aggregate as the projection holds it (one round trip), by `addressKey`:
-   * what a write planned from it starts from (an absent aggregate maps to undefined).
-   */
-  async readStates(addresses: Address[]): Promise<Map<string, Aggregate | undefined>> {
-    const out = new Map<string, Aggregate | undefined>();
-    if (addresses.length === 0) return out;
+  async #states(addresses: Address[], withComplete: boolean): Promise<[boolean, StateMap]> {
+    const out: StateMap = new Map();
+    if (addresses.length === 0 && !withComplete) return [true, out];
     const k = this.keys;
     const p = this.#r.pipeline();
+    if (withComplete) p.hget(k.projection, "complete");
     for (const a of addresses) {
       if (a.kind === "name") p.hget(k.dir(a.of), k.dirField(a.of, a.name)).hget(k.dirSeq(a.of), a.name);
       else p.hgetall(k.record(a.kind, a.uuid));
@@ -333,17 +389,30 @@ export class RedisStore {
       if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
       return v;
     };
+    const complete = withComplete ? next() === "1" : true;
     for (const a of addresses) {
       if (a.kind === "name") {
         const uuid = next() as string | null;
         const seq = Number((next() as string | null) ?? 0);
         out.set(addressKey(a), nameFromRedis(a.of, a.name, uuid ?? undefined, seq));
-      } else {
-        const h = next() as Hash | null;
-        out.set(addressKey(a), stateFromHash(a.kind, a.uuid, h && Object.keys(h).length > 0 ? h : undefined));
-      }
+      } else out.set(addressKey(a), stateFromHash(a.kind, a.uuid, toHash(next())));
     }
-    return out;
+    return [complete, out];
+  }
+
+  /**
+   * Up to `count` members of a lexicographic index after `after` (exclusive; all when 0), read with
+   * the projection's `complete` mark in the same round trip: undefined when it is not complete.
+   */
+  async completeIndexPage(index: IndexOf, after: string | undefined, count: number): Promise<string[] | undefined> {
+    const key = "kind" in index ? this.keys.index(index.kind) : this.keys.snapsOf(index.snapshotsOf);
+    const min = after ? `(${after}` : "-";
+    const p = this.#r.pipeline().hget(this.keys.projection, "complete");
+    if (count > 0) p.zrangebylex(key, min, "+", "LIMIT", 0, count);
+    else p.zrangebylex(key, min, "+");
+    const [[, complete] = [], [err, members] = []] = (await this.#call(() => p.exec())) ?? [];
+    if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
+    return complete === "1" ? (members as string[]) : undefined;
   }
 
   /**

@@ -15,8 +15,8 @@
  * applier does (the tests prove the plans against the fold with it).
  */
 import type { LogInfo } from "../ports/event-log.js";
-import type { Mutation, RedisOp } from "./projection.js";
-import type { Hash } from "./records.js";
+import type { Hash } from "./hash.js";
+import type { Mutation, RedisOp } from "./writes.js";
 
 export interface ProjectionMeta {
   epoch?: string;

@@ -1,0 +1,372 @@
+/**
+ * The one runner of every journal command (domain/decider.ts says what a command is):
+ *
+ *   lock + read  →  decide  →  read more | stat images | effects then fenced appends  →  decide …  →  reply
+ *   and at the end, whatever happened: the projection written from the fold and the locks released, in one round trip.
+ *
+ * - Locks: all of a read's or none, with a bounded wait (then Aborted), renewed while the run
+ *   lasts. A read waits for a projection being rebuilt, and is made again after Redis came back.
+ * - Appends: each event fenced on its aggregate's sequence as the run sees it; events of one act
+ *   on different subjects go together, events on one subject one after the other.
+ * - The fold: every appended event is evolved once (domain/evolve.ts Fold); the decider's next
+ *   round, the reply and the projection's writes all come from that one fold.
+ * - A failed step is told to the decider, which undoes what it must and fails. A run fenced off
+ *   (another writer changed an aggregate first: the projection was behind the log) is run again
+ *   after catching up, up to FENCED_ATTEMPTS, as a CO's retry would be, without the round trip.
+ */
+import { randomBytes, randomUUID } from "node:crypto";
+import { type Actor, aborted, DriverError, type JournalEvent, type ResolvedCluster, type StoredEvent } from "@csi/contracts";
+import { retry } from "@csi/runtime";
+import type { Logger } from "pino";
+import { AppendError, isFenced, isUncertain } from "../adapters/event-log.js";
+import { imageOwner } from "../domain/audit.js";
+import {
+  type Act,
+  type Command,
+  type Ctx,
+  type Effect,
+  type Failure,
+  type ImageRef,
+  imageKey,
+  type LockOn,
+  type ReadPlan,
+  type View,
+} from "../domain/decider.js";
+import { type Address, addressOf, endsAggregate, Fold, foldOne, startsAfresh } from "../domain/evolve.js";
+import { KINDS, subjectOf } from "../domain/kinds.js";
+import { eventsOf } from "../domain/log-records.js";
+import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
+import { poolOf } from "../domain/volumes.js";
+import type { EventLog } from "../ports/event-log.js";
+import type { CommandStore, Reading } from "../ports/store.js";
+
+/** What the runner needs of the projector: catch-up after Redis came back, waiting for a rebuild. */
+export interface ProjectionGate {
+  current(): Promise<void>;
+  ready(): Promise<void>;
+  catchUp(): Promise<number>;
+  distrust(): void;
+  readonly distrusted: boolean;
+}
+
+export interface RunnerDeps {
+  cluster: ResolvedCluster;
+  pools: ReadonlyMap<string, PoolBackend>;
+  log: EventLog;
+  store: CommandStore;
+  projector: ProjectionGate;
+  actor: Actor;
+  logger: Logger;
+  lockTtlMs: number;
+  lockWaitMs: number;
+  now: () => Date;
+  /** Told how long each lock wait took, and whether it got the locks or gave up (ABORTED): the metrics. */
+  observeLockWait?: (seconds: number, outcome: "acquired" | "busy") => void;
+  /** Told after each run how many events it appended and how many times it evolved one (equal: the fold ran once). */
+  observeFold?: (appended: number, evolutions: number) => void;
+}
+
+/** Runs of one command fenced off before it gives up (see the top). */
+const FENCED_ATTEMPTS = 3;
+/** Rounds of one run at most: a decider that never answers is a bug, not a wait. */
+const MAX_ROUNDS = 32;
+
+export async function run<R>(deps: RunnerDeps, cmd: Command<R>): Promise<R> {
+  for (let attempt = 1; ; attempt++) {
+    const r = new Run(deps, cmd);
+    try {
+      const result = await r.go();
+      // The commit point is the log's ack; the reply still waits for the projection (one round
+      // trip that also releases the locks), so whoever reads after the reply sees what it was told.
+      await r.finish();
+      return result;
+    } catch (err) {
+      await r.finish(err); // catches up after a fence conflict
+      if (!isFenced(err) || attempt >= FENCED_ATTEMPTS) throw err;
+      deps.logger.info({ requestId: cmd.requestId, attempt }, "fenced off: caught up with the log, deciding again");
+    }
+  }
+}
+
+/** A lock someone else holds (retried until the bounded wait is over, then Aborted). */
+class LockBusy extends Error {
+  constructor(readonly lock: LockOn) {
+    super("lock busy");
+  }
+}
+
+class Run<R> implements View {
+  readonly #token = randomBytes(16).toString("hex");
+  readonly #fold = new Fold();
+  readonly #images = new Map<string, ImageInfo | null>();
+  /** Images this run made: an orphan if another writer ended their aggregate meanwhile. */
+  readonly #made: ImageRef[] = [];
+  readonly #held: LockOn[] = [];
+  readonly #claims = new Map<string, number>();
+  readonly #ids: string[] = [];
+  readonly #ctx: Ctx;
+  #renewTimer?: NodeJS.Timeout;
+  readonly appended: StoredEvent[] = [];
+  failed?: Failure;
+
+  constructor(
+    private readonly d: RunnerDeps,
+    private readonly cmd: Command<R>,
+  ) {
+    this.#ctx = { cluster: d.cluster, pools: d.pools, ids: (i) => (this.#ids[i] ??= randomUUID()) };
+  }
+
+  state(a: Address) {
+    return this.#fold.state(a);
+  }
+  has(a: Address) {
+    return this.#fold.has(a);
+  }
+  image(ref: ImageRef) {
+    const key = imageKey(ref);
+    return this.#images.has(key) ? this.#images.get(key) : undefined;
+  }
+  nodeClaims(nodeId: string) {
+    return this.#claims.get(nodeId) ?? 0;
+  }
+
+  async go(): Promise<R> {
+    await this.#read(this.cmd.first);
+    for (let round = 0; round < MAX_ROUNDS; round++) {
+      const next = this.cmd.decide(this, this.#ctx);
+      if (this.failed && !("fail" in next)) throw this.failed.error; // told of a failure, a decider fails
+      if ("reply" in next) return next.reply;
+      if ("fail" in next) {
+        if (next.act) await this.#act(next.act).catch((err) => this.d.logger.warn({ err, requestId: this.cmd.requestId }, "undo failed"));
+        if (isFenced(next.fail)) await this.#dropOrphans();
+        throw next.fail;
+      }
+      if ("read" in next) await this.#read(next.read);
+      else if ("stat" in next) await this.#stat(next.stat);
+      else await this.#act(next.act).catch((err: unknown) => this.#failed(err));
+    }
+    throw new DriverError("Internal", `${this.cmd.requestId}: no answer after ${MAX_ROUNDS} rounds`);
+  }
+
+  #failed(err: unknown): void {
+    const error = err instanceof Error ? err : new Error(String(err));
+    const step = (err as { step?: Failure["step"] }).step ?? "append";
+    this.failed = { step, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err) };
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  async #read(plan: ReadPlan): Promise<void> {
+    if (plan.locks?.length || plan.states?.length || plan.nodeClaims?.length) {
+      const read = await this.#lockAndRead(plan);
+      for (const [key, s] of read.states) this.#fold.know(key, s);
+      for (const [node, n] of read.nodeClaims) this.#claims.set(node, n);
+    }
+    for (const a of plan.fromLog ?? []) this.#fold.know(a, foldOne(a, undefined, await this.d.log.history([this.#subject(a)])), true);
+  }
+
+  #subject(a: Address): string {
+    return a.kind === "name"
+      ? KINDS[a.of].nameEvents(this.d.cluster.clusterID, this.d.cluster.instance, a.name)
+      : KINDS[a.kind].events(this.d.cluster.clusterID, a.uuid);
+  }
+
+  /** Take the plan's locks and read; again after Redis came back; after waiting for a rebuild if the projection is incomplete. */
+  async #lockAndRead(plan: ReadPlan): Promise<Reading> {
+    const locks = plan.locks ?? [];
+    for (;;) {
+      await this.d.projector.current();
+      const read = await this.#take(plan);
+      if (this.d.projector.distrusted) {
+        await this.#release(locks); // Redis came back while we read (e.g. a Sentinel failover): read again once caught up
+        continue;
+      }
+      if (read.complete) return read;
+      // The projection is flushed or being rebuilt: wait for it (bounded → Unavailable), then read again.
+      await this.#release(locks);
+      await this.d.projector.ready();
+    }
+  }
+
+  async #take(plan: ReadPlan): Promise<Reading> {
+    const attempt = async () => {
+      const res = await this.d.store.lockAndRead(this.#token, this.d.lockTtlMs, plan);
+      if (!res.ok) throw new LockBusy(res.busy);
+      this.#held.push(...(plan.locks ?? []));
+      if ((plan.locks ?? []).length > 0) this.#startRenewing();
+      return res.read;
+    };
+    const started = performance.now();
+    const waited = (outcome: "acquired" | "busy") => this.d.observeLockWait?.((performance.now() - started) / 1000, outcome);
+    try {
+      const read = await retry(attempt, {
+        tries: Number.POSITIVE_INFINITY,
+        deadline: Date.now() + this.d.lockWaitMs,
+        firstDelayMs: 1,
+        maxDelayMs: 50,
+        jitter: 1,
+        retryIf: (err) => err instanceof LockBusy,
+      });
+      waited("acquired");
+      return read;
+    } catch (err) {
+      if (!(err instanceof LockBusy)) throw err;
+      waited("busy");
+      const what = err.lock.kind === "name" ? "name" : err.lock.kind;
+      throw aborted(`an operation on the same ${what} is in progress, retry`);
+    }
+  }
+
+  async #stat(refs: ImageRef[]): Promise<void> {
+    await Promise.all(
+      refs.map(async (ref) => {
+        this.#images.set(imageKey(ref), (await this.#pool(ref.pool).statImage(ref.imageName)) ?? null);
+      }),
+    );
+  }
+
+  #pool(name: string): PoolBackend {
+    return poolOf(this.d.pools, this.d.cluster.clusterID, name);
+  }
+
+  // ---------------------------------------------------------------- acts
+
+  /** The act's effects (at once; the first failure is the act's), then its events. */
+  async #act(act: Act): Promise<void> {
+    const done = await Promise.allSettled((act.effects ?? []).map((e) => this.#effect(e)));
+    const failed = done.find((x) => x.status === "rejected");
+    if (failed) throw new EffectFailed(failed.reason);
+    if (act.events?.length) await this.#append(act.events);
+  }
+
+  async #effect(e: Effect): Promise<void> {
+    const ref = { pool: e.pool, imageName: e.imageName };
+    if (e.op === "delete") {
+      const pools = e.pool === "*" ? [...this.d.pools.values()] : [this.#pool(e.pool)];
+      for (const p of pools) await p.deleteImage(e.imageName, e.copied === undefined ? {} : { copied: e.copied });
+      this.#images.set(imageKey(ref), null);
+      return;
+    }
+    const pool = this.#pool(e.pool);
+    const made =
+      e.op === "create"
+        ? await pool.createImage(e.imageName, e.sizeBytes)
+        : e.op === "clone"
+          ? await pool.cloneImage(e.from, e.imageName, e.sizeBytes)
+          : e.op === "snapshot"
+            ? await pool.snapshotImage(e.from, e.imageName)
+            : await pool.resizeImage(e.imageName, e.sizeBytes);
+    this.#images.set(imageKey(ref), made);
+    if (e.op !== "resize") this.#made.push(ref);
+  }
+
+  /** Append events: those on different subjects together, those on one subject in order; each fenced on the fold's sequence. */
+  async #append(bodies: Act["events"] & {}): Promise<void> {
+    const waves: (typeof bodies)[] = [];
+    const perSubject = new Map<string, number>();
+    for (const b of bodies) {
+      const subject = subjectOf(b, this.d.cluster.clusterID, this.d.cluster.instance);
+      const i = perSubject.get(subject) ?? 0;
+      perSubject.set(subject, i + 1);
+      (waves[i] ??= []).push(b);
+      if (b.type === "ReservationUndone")
+        this.d.logger.warn({ kind: b.kind, uuid: b.uuid, reason: b.reason, requestId: this.cmd.requestId }, "undoing a reservation");
+    }
+    const meta = { requestId: this.cmd.requestId, actor: this.d.actor, time: this.d.now().toISOString() };
+    for (const wave of waves) {
+      const list = [];
+      for (const body of wave) {
+        const a = addressOf(body as JournalEvent);
+        // An aggregate the run never read (its record lost from the projection) is read from the log:
+        // its state and fence. A reservation of a fresh uuid starts its aggregate: its fence is 0.
+        if (a && !this.#fold.has(a) && !startsAfresh(body as JournalEvent)) await this.#read({ fromLog: [a] });
+        const fence = a ? { expectedSeq: this.#fold.state(a)?.seq ?? 0 } : {};
+        list.push({ subject: subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance), body, ...fence });
+      }
+      try {
+        this.#landed(await this.d.log.appendAll(list, meta));
+      } catch (err) {
+        if (err instanceof AppendError) this.#landed(err.landed.filter((e) => e !== undefined));
+        // An append without an answer may still land: the projection cannot know, so the next
+        // command catches up with the log before it reads (nats-server before 2.10 does not enforce
+        // an expected subject sequence of 0 on replicated streams: nats-server#5644).
+        if (isUncertain(err)) this.d.projector.distrust();
+        throw err;
+      }
+    }
+  }
+
+  #landed(events: StoredEvent[]): void {
+    this.#fold.apply(events);
+    this.appended.push(...events);
+  }
+
+  /** After being fenced off: an image this run made whose aggregate another writer ended is an orphan (named after our uuid): remove it. */
+  async #dropOrphans(): Promise<void> {
+    for (const ref of this.#made) {
+      const owner = imageOwner(ref.imageName);
+      if (owner && (await this.#ended(owner)))
+        await this.#pool(ref.pool)
+          .deleteImage(ref.imageName)
+          .catch(() => {});
+    }
+  }
+
+  /** Whether an aggregate's log ends with its end (deleted or undone), foreign records aside; false when unsure. */
+  async #ended(a: Address): Promise<boolean> {
+    const history = await this.d.log.history([this.#subject(a)]).catch(() => []);
+    const last = eventsOf(history).at(-1);
+    return !!last && endsAggregate(last);
+  }
+
+  // ---------------------------------------------------------------- the end
+
+  /** Write the projection from the fold and release every lock (one round trip); catch up after a fence conflict. */
+  async finish(err?: unknown): Promise<void> {
+    clearInterval(this.#renewTimer);
+    const locks = this.#held.splice(0);
+    const trails = this.#fold.trails();
+    try {
+      if ((await this.d.store.applyAndUnlock(trails, locks, this.#token)) < 0 && trails.length > 0) {
+        // The projection was flushed or is being rebuilt: nothing was written (never into a half
+        // projection). The rebuild replays these events; write them again once it is complete so
+        // a read after the reply shows them.
+        await this.d.projector.ready();
+        await this.d.store.applyAndUnlock(trails, [], this.#token);
+      }
+    } catch (applyErr) {
+      // The events are in the log; the projector replays them. Locks expire by TTL.
+      this.d.logger.error({ err: applyErr }, "could not apply events after append");
+    }
+    this.d.observeFold?.(this.appended.length, this.#fold.evolutions);
+    if (isFenced(err)) await this.d.projector.catchUp().catch(() => {});
+  }
+
+  async #release(locks: LockOn[]): Promise<void> {
+    if (locks.length === 0) return;
+    await this.d.store.applyAndUnlock([], locks, this.#token);
+    for (const l of locks) this.#held.splice(this.#held.indexOf(l), 1);
+  }
+
+  #startRenewing(): void {
+    if (this.#renewTimer) return;
+    const every = Math.max(50, Math.floor(this.d.lockTtlMs / 3));
+    this.#renewTimer = setInterval(() => {
+      for (const l of this.#held) {
+        this.d.store.renew(l, this.#token, this.d.lockTtlMs).then(
+          (ok) => ok || this.d.logger.warn({ lock: l }, "lock lost while working; appends stay fenced by sequence"),
+          () => {},
+        );
+      }
+    }, every);
+    this.#renewTimer.unref();
+  }
+}
+
+/** An effect's failure (told to the decider as an effect step's). */
+class EffectFailed extends Error {
+  readonly step = "effect";
+  constructor(override readonly cause: Error) {
+    super(cause?.message ?? String(cause));
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * The shape of every journal command's decision (Emmett's decider, extended with the image
+ * steps a storage journal takes). A command is a pure function `decide(view, ctx) → Decision`;
+ * app/runner.ts is the one loop that executes them all:
+ *
+ *   lock + read (plan)  →  decide  →  [read more | stat images | effects, then append events]  →  decide again …  →  reply
+ *
+ * Each round the decider sees the view as it is now: the aggregates read under the locks,
+ * evolved (domain/evolve.ts, once per event) by every event this run appended; the images it
+ * looked at or made; and, after a failed step, the failure. Nothing in a decider does I/O, reads
+ * a clock or makes an id: new uuids come in `ctx.ids` (fixed per run), time is stamped by the
+ * log. A decider refuses by throwing a DriverError (the runner answers it to the caller).
+ */
+import type { DriverError, EventBody, Kind, ResolvedCluster, StoredEvent } from "@csi/contracts";
+import { type Address, type Aggregate, addressKey } from "./evolve.js";
+import type { ImageInfo } from "./pool-backend.js";
+
+/** What a lock is taken on: a request name of a kind, an aggregate, an image of a pool (gc). */
+export type LockOn = { kind: "name"; of: Kind; name: string } | { kind: Kind; uuid: string } | { kind: "image"; pool: string; imageName: string };
+
+export interface ReadPlan {
+  /** Taken all or none, with a bounded wait (then Aborted); held to the end of the run. */
+  locks?: LockOn[];
+  /** Aggregates read (under the locks) from the projection. */
+  states?: Address[];
+  /** Also read the record each of these names points at (same round trip). */
+  follow?: boolean;
+  /** Nodes whose claim counts are read (ResourceExhausted past a node's maximum). */
+  nodeClaims?: string[];
+  /** Aggregates folded from their own subject of the log (what the projection has lost, or a fence check). */
+  fromLog?: Address[];
+}
+
+/** An image of a pool. `pool` "*": every pool of the cluster (an image whose record is lost). */
+export interface ImageRef {
+  pool: string;
+  imageName: string;
+}
+
+/** A step on a pool's images: run in order, before the decision's events are appended. */
+export type Effect =
+  | { op: "create"; pool: string; imageName: string; sizeBytes: number }
+  | { op: "clone"; pool: string; from: string; imageName: string; sizeBytes: number }
+  | { op: "snapshot"; pool: string; from: string; imageName: string }
+  | { op: "resize"; pool: string; imageName: string; sizeBytes: number }
+  | { op: "delete"; pool: string; imageName: string; copied?: boolean };
+
+/** A failed step the decider is told of (it then decides how to undo, and fails). */
+export interface Failure {
+  step: "effect" | "append";
+  error: DriverError | Error;
+  /** The append failed on its fence: another writer changed an aggregate first. */
+  fenced: boolean;
+}
+
+export interface Act {
+  effects?: Effect[];
+  /** Appended together after the effects, each fenced on its aggregate's sequence in the view. */
+  events?: EventBody[];
+}
+
+export type Decision<R> =
+  | { reply: R }
+  | { read: ReadPlan }
+  | { stat: ImageRef[] }
+  | { act: Act }
+  /** Undo what must be undone (best effort), then fail with `error`. */
+  | { fail: DriverError | Error; act?: Act };
+
+/** What a decider sees. */
+export interface View {
+  /** An aggregate as read (undefined: none) evolved by this run's events. */
+  state(a: Address): Aggregate | undefined;
+  /** Whether `a` was read (from the projection or the log), so `state(a)` is its real state. */
+  has(a: Address): boolean;
+  /** An image looked at (stat) or made by this run: its info, null when absent, undefined when not looked at. */
+  image(ref: ImageRef): ImageInfo | null | undefined;
+  /** Volumes the node holds claims on (read with `nodeClaims`). */
+  nodeClaims(nodeId: string): number;
+  /** Every event this run appended, as stored. */
+  appended: readonly StoredEvent[];
+  /** The failed step, once one failed (the decider is asked once more, to undo). */
+  failed?: Failure;
+}
+
+export interface PoolInfo {
+  poolId: number;
+  maxImageBytes: number;
+  /** Where a node finds an image of the pool (the publish context). */
+  imagePath(imageName: string): string;
+}
+
+export interface Ctx {
+  cluster: ResolvedCluster;
+  /** The cluster's pools (an unknown one is InvalidArgument). */
+  pools: ReadonlyMap<string, PoolInfo>;
+  /** Fresh uuids for this run, the same on every round (ids(0) is the first new aggregate). */
+  ids: (i: number) => string;
+}
+
+export type Decide<R> = (view: View, ctx: Ctx) => Decision<R>;
+
+/** A command as the runner takes it: the first read, then its decider. */
+export interface Command<R> {
+  requestId: string;
+  first: ReadPlan;
+  decide: Decide<R>;
+}
+
+export const imageKey = (ref: ImageRef) => `${ref.pool}\u0000${ref.imageName}`;
+export const lockKey = (l: LockOn) =>
+  l.kind === "name" ? `name:${l.of}:${l.name}` : l.kind === "image" ? `image:${l.pool}:${l.imageName}` : addressKey({ kind: l.kind, uuid: l.uuid });

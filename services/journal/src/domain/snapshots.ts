@@ -1,0 +1,60 @@
+/**
+ * The snapshot commands as deciders (domain/decider.ts). Pure. Group snapshots: group.ts.
+ */
+import { invalidArgument, notFound, type ParsedRequest, type SnapshotView } from "@csi/contracts";
+import type { Command } from "./decider.js";
+import { liveRecord } from "./evolve.js";
+import { KINDS } from "./kinds.js";
+import { snapshotView } from "./records.js";
+import { checkSnapshotReservation, decideImageCreate, digestOf } from "./reservation.js";
+import { deleteImageAggregate, madeIn, poolIn } from "./volumes.js";
+
+export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<SnapshotView> {
+  const digest = digestOf({ parameters: req.parameters });
+  const source = { kind: "volume" as const, uuid: req.sourceUuid };
+  return {
+    requestId: req.requestId,
+    first: {
+      locks: [{ kind: "name", of: "snapshot", name: req.name }, source],
+      states: [{ kind: "name", of: "snapshot", name: req.name }, source],
+      follow: true,
+    },
+    decide: (v, ctx) => {
+      const volume = madeIn(v, "volume", req.sourceUuid, req.sourcePoolId);
+      return decideImageCreate(v, ctx, {
+        kind: "snapshot",
+        name: req.name,
+        verdict: (record, dir, image) => checkSnapshotReservation({ name: req.name, sourceUuid: req.sourceUuid, digest }, dir, record, image),
+        reserve: (uuid) => {
+          if (!volume) throw notFound(`source volume ${req.sourceUuid} does not exist`);
+          return {
+            type: "SnapshotReserved",
+            uuid,
+            name: req.name,
+            instance: ctx.cluster.instance,
+            sourceUuid: req.sourceUuid,
+            pool: volume.pool,
+            poolId: poolIn(ctx, volume.pool).poolId,
+            imageName: KINDS.snapshot.imageName(uuid),
+            digest,
+          };
+        },
+        build: (r) => ({ op: "snapshot", pool: r.pool, from: volume?.imageName ?? "", imageName: r.imageName }),
+        reply: snapshotView,
+      });
+    },
+  };
+}
+
+export function deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Command<{ deleted: boolean }> {
+  return deleteImageAggregate("snapshot", req, (r, v) => {
+    if (!r.groupSnapshotUuid) return undefined;
+    const group = { kind: "groupsnapshot" as const, uuid: r.groupSnapshotUuid };
+    if (!v.has(group)) return { read: { states: [group] } };
+    // CSI: a member of a group snapshot cannot be deleted on its own (DeleteSnapshot → INVALID_ARGUMENT).
+    if (liveRecord(v.state(group), "groupsnapshot")) {
+      throw invalidArgument(`snapshot ${r.uuid} is part of group snapshot ${r.groupSnapshotUuid}: delete the group snapshot instead`);
+    }
+    return undefined;
+  });
+}

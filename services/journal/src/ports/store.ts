@@ -1,0 +1,81 @@
+/**
+ * The projection store as the journal's app code sees it (a port): locks, and the projection of
+ * the log read and written as domain states (domain/evolve.ts) — never as Redis hashes. How the
+ * states are encoded (keys, fields, functions, ACL) is the adapter's business: store/ holds the
+ * Redis one (production); adapters/memory-store.ts an in-memory one (fast tests). One contract
+ * suite (test/contracts/store.contract.ts) proves them equal.
+ */
+import type { Kind } from "@csi/contracts";
+import type { LockOn, ReadPlan } from "../domain/decider.js";
+import type { Address, Aggregate, Trail } from "../domain/evolve.js";
+import type { ProjectionMeta } from "../store/projection-state.js";
+
+/** States by `addressKey` (undefined: the aggregate has none in the projection). */
+export type StateMap = Map<string, Aggregate | undefined>;
+
+export interface Reading {
+  /** The projection is complete (not flushed, not half rebuilt): what was read can be trusted. */
+  complete: boolean;
+  /** The plan's states, and the records its names point at (`follow`). */
+  states: StateMap;
+  /** Volumes each node of the plan holds claims on. */
+  nodeClaims: Map<string, number>;
+}
+
+export type LockResult = { ok: true; read: Reading } | { ok: false; busy: LockOn };
+
+/** A catch-up batch: the watermark it continues from, its last seq. */
+export interface ReplayStep {
+  prev: number;
+  to: number;
+}
+
+/** A paged index: a kind's live records, or the snapshots of one source volume. */
+export type IndexOf = { kind: Kind } | { snapshotsOf: string };
+
+export interface CommandStore {
+  /** Take every lock of `plan` (all or none) with `token` for `ttlMs`, and read the plan's states. */
+  lockAndRead(token: string, ttlMs: number, plan: ReadPlan): Promise<LockResult>;
+  /**
+   * Write each trail's last state (idempotently: a write older than what is there does nothing)
+   * and release `locks` held with `token`, in one step. Without `replay` only onto a complete
+   * projection; a catch-up batch also moves the watermark from `prev` to `to`. Returns how many
+   * writes ran, or -1 if the projection refused them (nothing written; locks still released).
+   */
+  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): Promise<number>;
+  /** Extend a lock still held with `token`; false when it was lost. */
+  renew(lock: LockOn, token: string, ttlMs: number): Promise<boolean>;
+  /** States as the projection holds them, whatever its completeness. */
+  readStates(addresses: Address[]): Promise<StateMap>;
+  /** States read with the projection's complete mark: undefined when it is not complete. */
+  completeStates(addresses: Address[]): Promise<StateMap | undefined>;
+  /** Up to `count` uuids of an index after `after` (0: all), with the complete mark: undefined when not complete. */
+  completeIndexPage(index: IndexOf, after: string | undefined, count: number): Promise<string[] | undefined>;
+}
+
+/** The projection's own life: its meta, rebuilds, and the start-up comparison with the log. */
+export interface ProjectionStore {
+  projectionMeta(): Promise<ProjectionMeta | undefined>;
+  projectionComplete(): Promise<boolean>;
+  /** The cluster's rebuild lock (one rebuild per cluster). */
+  tryRebuildLock(token: string, ttlMs: number): Promise<boolean>;
+  renewRebuildLock(token: string, ttlMs: number): Promise<boolean>;
+  releaseRebuildLock(token: string): Promise<void>;
+  /** Start a rebuild's epoch (refused over a complete projection unless `force`). */
+  beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean>;
+  /** Remove every projection key; returns how many. */
+  wipeProjection(): Promise<number>;
+  /** Chunk `chunk` of a rebuild's states, only on `epoch` after every chunk before it; the last sets the watermark `last`. */
+  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number): Promise<boolean>;
+  /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
+  markComplete(epoch: string, last: number): Promise<boolean>;
+  /** How many keys the projection holds. */
+  projectionSize(): Promise<number>;
+  /**
+   * The keys (named as the store names them) where the projection differs from `states` (the
+   * whole log folded), looking at every key, or only at `only` (keys found to differ before).
+   */
+  differences(states: Iterable<Aggregate>, only?: string[]): Promise<{ differ: string[]; keys: number }>;
+}
+
+export type JournalStore = CommandStore & ProjectionStore;
