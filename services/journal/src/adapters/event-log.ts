@@ -4,10 +4,14 @@
  * writer that lost its lock cannot overwrite a newer state: the server refuses the append with
  * "wrong last sequence" and the writer gets a SequenceConflict — unless everything on the subject
  * after what the writer decided on is foreign (not a journal's event) or was removed: then the
- * append goes on against the subject's last sequence (`#fenceBeyondForeign`).
+ * append goes on against the subject's last sequence (`fenceBeyondForeign`).
+ *
+ * What any EventLog does the same way (stamping, the fence rule, a batch, a history) is written
+ * once here, on the port: `stampEvent`, `appendFenced`, `appendEach`, `historyOf`; the in-memory
+ * log (memory-log.ts) uses them too.
  */
 
-import { DriverError, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
+import { DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
 import {
   JetStreamApiCodes,
@@ -85,6 +89,85 @@ export interface EventLogOptions {
   replicas?: number;
   /** Reads through this JetStream API prefix (csictl in the account layout reads the log through the API it imports). */
   apiPrefix?: string;
+}
+
+/** An event as a journal writes it (`{ ...body, v: 1, ...meta }`) and its JSON; ResourceExhausted when larger than an event may be. */
+export function stampEvent(body: EventBody, meta: AppendMeta): { event: JournalEvent; json: string } {
+  const event = { ...body, v: 1, ...meta } as JournalEvent;
+  const json = JSON.stringify(event);
+  // A larger record is foreign to every reader of the log (log-records.ts): never write one.
+  const bytes = Buffer.byteLength(json, "utf8");
+  if (bytes > MAX_EVENT_BYTES)
+    throw new DriverError("ResourceExhausted", `a ${event.type} of ${bytes} bytes is larger than an event may be (${MAX_EVENT_BYTES})`);
+  return { event, json };
+}
+
+/**
+ * Store one append with `put`, fenced on the subject's last sequence it is given (a failed fence
+ * throws a SequenceConflict), and return its sequence. After a failed fence, the append goes on
+ * past foreign or removed records (`fenceBeyondForeign`), fenced on the subject's last sequence
+ * as the log sees it then, at most FENCE_RECHECKS times.
+ */
+export async function appendFenced(log: EventLog, a: Append, put: (expectedSeq: number | undefined) => Promise<number>): Promise<number> {
+  let expected = a.expectedSeq;
+  for (let recheck = 0; ; recheck++) {
+    try {
+      return await put(expected);
+    } catch (err) {
+      const beyond =
+        err instanceof SequenceConflict && a.expectedSeq !== undefined && recheck < FENCE_RECHECKS
+          ? await fenceBeyondForeign(log, a.subject, a.expectedSeq)
+          : undefined;
+      if (beyond === undefined) throw err;
+      expected = beyond;
+    }
+  }
+}
+
+/**
+ * After a fence conflict on `subject` (the writer decided on its records up to `seq`): the
+ * subject's last sequence as the log sees it now, if no event of a journal is on the subject
+ * after `seq` — only foreign records, or records removed (docs/journal.md, "Foreign records in
+ * the log") — so the append may go on against it; undefined when an event is newer (a real
+ * concurrent change: the caller is fenced off) or the log cannot be read. The log's view is
+ * read first and the retry is fenced on it: anything appended after this look fails the retry.
+ */
+export async function fenceBeyondForeign(log: EventLog, subject: string, seq: number): Promise<number | undefined> {
+  try {
+    const last = await log.lastSeqOf(subject);
+    let newerEvent = false;
+    await log.read(
+      seq + 1,
+      async (batch) => {
+        newerEvent = batch.some((r) => !isForeign(r));
+        return !newerEvent;
+      },
+      { subject },
+    );
+    return newerEvent ? undefined : last;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Every append of a batch tried (at once) with `append`, returned as stored in the order given;
+ * if any failed, an AppendError says which landed, so the caller can undo them.
+ */
+export async function appendEach(list: Append[], append: (a: Append) => Promise<StoredEvent>): Promise<StoredEvent[]> {
+  const results = await Promise.allSettled(list.map((a) => append(a)));
+  const failed = results.find((r) => r.status === "rejected");
+  const landed = results.map((r) => (r.status === "fulfilled" ? r.value : undefined));
+  const uncertain = results.some((r) => r.status === "rejected" && r.reason instanceof AppendUncertain);
+  if (failed) throw new AppendError(landed, failed.reason, uncertain);
+  return landed as StoredEvent[];
+}
+
+/** Every record of these subjects, in log order: each subject read from its start. */
+export async function historyOf(log: EventLog, subjectList: string[]): Promise<LogRecord[]> {
+  const records: LogRecord[] = [];
+  for (const subject of subjectList) await log.read(1, async (b) => void records.push(...b), { subject });
+  return records.sort((a, b) => a.seq - b.seq);
 }
 
 /** The event log on JetStream (the production EventLog). */
@@ -227,56 +310,19 @@ export class JetStreamLog implements EventLog {
    * again here; what is read back from the log is.
    */
   async append(a: Append, meta: AppendMeta): Promise<StoredEvent> {
-    const event = { ...a.body, v: 1, ...meta } as JournalEvent;
-    const json = JSON.stringify(event);
-    // A larger record is foreign to every reader of the log (log-records.ts): never write one.
-    if (Buffer.byteLength(json, "utf8") > MAX_EVENT_BYTES)
-      throw new DriverError(
-        "ResourceExhausted",
-        `a ${event.type} of ${Buffer.byteLength(json, "utf8")} bytes is larger than an event may be (${MAX_EVENT_BYTES})`,
-      );
-    let expected = a.expectedSeq;
-    for (let recheck = 0; ; recheck++) {
-      try {
-        const opts = expected === undefined ? {} : { expectedLastSubjectSequence: expected };
-        const seq = await this.#publisher.publish(a.subject, json, opts);
-        return { seq, subject: a.subject, event };
-      } catch (err) {
-        if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) {
-          const beyond = a.expectedSeq !== undefined && recheck < FENCE_RECHECKS ? await this.#fenceBeyondForeign(a.subject, a.expectedSeq) : undefined;
-          if (beyond === undefined) throw new SequenceConflict(a.subject, { cause: err });
-          expected = beyond;
-          continue;
-        }
-        if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
-        throw new AppendUncertain({ cause: err });
-      }
-    }
+    const { event, json } = stampEvent(a.body, meta);
+    const seq = await appendFenced(this, a, (expected) => this.#publish(a.subject, json, expected));
+    return { seq, subject: a.subject, event };
   }
 
-  /**
-   * After a fence conflict on `subject` (the writer decided on its records up to `seq`): the
-   * subject's last sequence as the server sees it now, if no event of a journal is on the subject
-   * after `seq` — only foreign records, or records removed (docs/journal.md, "Foreign records in
-   * the log") — so the append may go on against it; undefined when an event is newer (a real
-   * concurrent change: the caller is fenced off) or the log cannot be read. The server's view is
-   * read first and the retry is fenced on it: anything appended after this look fails the retry.
-   */
-  async #fenceBeyondForeign(subject: string, seq: number): Promise<number | undefined> {
+  /** One publish, fenced on `expected` if set: a failed fence is a SequenceConflict, a refusal Unavailable, no answer an AppendUncertain. */
+  async #publish(subject: string, json: string, expected: number | undefined): Promise<number> {
     try {
-      const last = await this.lastSeqOf(subject);
-      let newerEvent = false;
-      await this.read(
-        seq + 1,
-        async (batch) => {
-          newerEvent = batch.some((r) => !isForeign(r));
-          return !newerEvent;
-        },
-        { subject },
-      );
-      return newerEvent ? undefined : last;
-    } catch {
-      return undefined;
+      return await this.#publisher.publish(subject, json, expected === undefined ? {} : { expectedLastSubjectSequence: expected });
+    } catch (err) {
+      if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(subject, { cause: err });
+      if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
+      throw new AppendUncertain({ cause: err });
     }
   }
 
@@ -285,20 +331,13 @@ export class JetStreamLog implements EventLog {
    * concurrently) and return them as stored, in the order given. Every append is tried; if any
    * failed, the AppendError says which landed, so the caller can undo them.
    */
-  async appendAll(list: Append[], meta: AppendMeta): Promise<StoredEvent[]> {
-    const results = await Promise.allSettled(list.map((a) => this.append(a, meta)));
-    const failed = results.find((r) => r.status === "rejected");
-    const landed = results.map((r) => (r.status === "fulfilled" ? r.value : undefined));
-    const uncertain = results.some((r) => r.status === "rejected" && r.reason instanceof AppendUncertain);
-    if (failed) throw new AppendError(landed, failed.reason, uncertain);
-    return landed as StoredEvent[];
+  appendAll(list: Append[], meta: AppendMeta): Promise<StoredEvent[]> {
+    return appendEach(list, (a) => this.append(a, meta));
   }
 
   /** Every record of these subjects, in log order (an aggregate's history; foreign records included, marked). */
-  async history(subjectList: string[]): Promise<LogRecord[]> {
-    const events: LogRecord[] = [];
-    for (const subject of subjectList) await this.read(1, async (b) => void events.push(...b), { subject });
-    return events.sort((a, b) => a.seq - b.seq);
+  history(subjectList: string[]): Promise<LogRecord[]> {
+    return historyOf(this, subjectList);
   }
 
   /**
