@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type DriverError, MAX_PAGE_ENTRIES } from "@csi/contracts";
-import { capacityOf, expansionOf, MAX_VOLUME_BYTES, maxEntriesOf } from "./csi.js";
+import { type Clusters, composeVolumeId, type DriverError, MAX_PAGE_ENTRIES, type VolumeView } from "@csi/contracts";
+import { confirmCapabilities, contentSourceOf, locateId, maxEntriesOf } from "./csi.js";
 
-const MiB = 1024 * 1024;
 const code = (f: () => unknown) => {
   try {
     f();
@@ -13,41 +12,55 @@ const code = (f: () => unknown) => {
   }
 };
 
-describe("capacities", () => {
-  test("create: no range is the default; int64-max required is OUT_OF_RANGE; negative is INVALID_ARGUMENT", () => {
-    assert.equal(capacityOf(undefined).sizeBytes, 1024 * MiB);
-    assert.equal(
-      code(() => capacityOf({ required_bytes: "9223372036854775807", limit_bytes: "0" })),
-      "OutOfRange",
-    );
-    assert.equal(
-      code(() => capacityOf({ required_bytes: "-1", limit_bytes: "0" })),
-      "InvalidArgument",
-    );
-    assert.deepEqual(capacityOf({ required_bytes: String(MiB), limit_bytes: "9223372036854775807" }), { sizeBytes: MiB, limitBytes: MAX_VOLUME_BYTES });
-  });
-  test("expand: never the create default; an empty range is INVALID_ARGUMENT; a limit alone grows nothing", () => {
-    assert.equal(
-      code(() => expansionOf(null)),
-      "InvalidArgument",
-    );
-    assert.equal(
-      code(() => expansionOf({ required_bytes: "0", limit_bytes: "0" })),
-      "InvalidArgument",
-    );
-    assert.deepEqual(expansionOf({ required_bytes: "0", limit_bytes: String(8 * MiB) }), { sizeBytes: 0, limitBytes: 8 * MiB });
-    assert.deepEqual(expansionOf({ required_bytes: String(MiB + 1), limit_bytes: "0" }), { sizeBytes: 2 * MiB, limitBytes: 0 });
-    assert.equal(
-      code(() => expansionOf({ required_bytes: "9223372036854775807", limit_bytes: "0" })),
-      "OutOfRange",
-    );
-  });
-  test("max_entries: negative refused, past the cap clamped", () => {
+describe("max_entries", () => {
+  test("negative refused, past the cap clamped", () => {
     assert.equal(
       code(() => maxEntriesOf(-1)),
       "InvalidArgument",
     );
     assert.equal(maxEntriesOf(2 ** 31 - 1), MAX_PAGE_ENTRIES);
     assert.equal(maxEntriesOf(0), 0);
+  });
+});
+
+describe("locateId: an id names something of ours only in a known cluster and pool", () => {
+  const east = { clusterID: "east", instance: "default", defaultPool: "a", pools: [{ name: "a", id: 1, root: "/a" }] };
+  const clusters: Clusters = { defaultCluster: "east", clusters: [east], get: (id) => (id === "east" ? east : undefined) };
+  const UUID = "6b131693-8210-4b03-acc4-9acebba04e87";
+  const cases: [string, string, boolean][] = [
+    ["a known cluster and pool", composeVolumeId({ clusterID: "east", poolID: 1, uuid: UUID }), true],
+    ["a pool id the cluster does not have", composeVolumeId({ clusterID: "east", poolID: 2, uuid: UUID }), false],
+    ["a cluster we do not know", composeVolumeId({ clusterID: "west", poolID: 1, uuid: UUID }), false],
+    ["an id that does not decode", "not-an-id", false],
+  ];
+  for (const [name, id, found] of cases) test(name, () => assert.equal(locateId(clusters, id)?.parts.uuid === UUID, found));
+});
+
+describe("contentSourceOf", () => {
+  const cases: [string, Parameters<typeof contentSourceOf>[0], ReturnType<typeof contentSourceOf>][] = [
+    ["none", null, undefined],
+    ["neither kind set", {}, undefined],
+    ["a snapshot", { snapshot: { snapshot_id: "s" } }, { kind: "snapshot", id: "s" }],
+    ["a volume", { volume: { volume_id: "v" } }, { kind: "volume", id: "v" }],
+    ["a kind without an id (placement says INVALID_ARGUMENT)", { volume: { volume_id: "" } }, { kind: "volume", id: "" }],
+  ];
+  for (const [name, cs, want] of cases) test(name, () => assert.deepEqual(contentSourceOf(cs), want));
+});
+
+describe("confirmCapabilities", () => {
+  const v = { parameters: { fs: "xfs" } } as unknown as VolumeView;
+  const mount = { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" } as const;
+  const ask = (parameters: Record<string, string>, mutable: Record<string, string> = {}) =>
+    ({ volume_id: "x", volume_capabilities: [], parameters, mutable_parameters: mutable, volume_context: {}, secrets: {} }) as never;
+  test("the volume's parameters and valid I/O limits are confirmed", () => {
+    assert.notEqual(confirmCapabilities(v, [mount], ask({ fs: "xfs", readIOPS: "100" })).confirmed, null);
+  });
+  test("another parameter value is not, and says which", () => {
+    const r = confirmCapabilities(v, [mount], ask({ fs: "ext4" }));
+    assert.equal(r.confirmed, null);
+    assert.match(r.message ?? "", /"fs" differs/);
+  });
+  test("a capability we do not serve is not", () => {
+    assert.equal(confirmCapabilities(v, [{ accessType: "mount", accessMode: "MULTI_NODE_MULTI_WRITER" }], ask({})).confirmed, null);
   });
 });

@@ -2,81 +2,29 @@
  * Pure translation between CSI messages (proto-loader objects: keepCase, longs as strings,
  * oneofs named) and the journal's contract, with the CSI argument checks. No I/O.
  */
+import { createHash } from "node:crypto";
 import {
+  type Capability,
+  type Clusters,
   composeVolumeId,
-  DriverError,
   decomposeVolumeId,
-  GiB,
   inForce,
   invalidArgument,
   MAX_PAGE_ENTRIES,
   MiB,
   type MutableParameters,
+  notFound,
   parseMutableParameters,
   pickMutableParameters,
   quote,
   type ResolvedCluster,
-  roundUpToMiB,
   type SnapshotView,
+  unsupported,
   type VolumeIdParts,
   type VolumeView,
 } from "@csi/contracts";
-import type { CapacityRangeMsg, SnapshotMsg, VolumeMsg } from "@csi/runtime";
+import { type RequestOf, type ResponseOf, type SnapshotMsg, toCapabilities, toCapability, type VolumeCapabilityMsg, type VolumeMsg } from "@csi/runtime";
 import { accessibleTopology } from "./topology.js";
-
-export const DEFAULT_VOLUME_BYTES = GiB;
-/** The most bytes any volume may have: what a JS number holds exactly, in whole MiB (each pool's own maximum is the journal's check). */
-export const MAX_VOLUME_BYTES = Math.floor(Number.MAX_SAFE_INTEGER / MiB) * MiB;
-
-/**
- * A CSI byte count (int64, a decimal string from proto-loader). Negative → INVALID_ARGUMENT.
- * A required size past MAX_VOLUME_BYTES is OUT_OF_RANGE (no volume can be that big); a limit
- * past it limits nothing and reads as MAX_VOLUME_BYTES.
- */
-function toBytes(v: unknown, field: string, kind: "required" | "limit"): number {
-  const s = String(v ?? "0");
-  if (!/^-?[0-9]{1,40}$/.test(s)) throw invalidArgument(`${field} must be a byte count, got ${quote(s)}`);
-  if (s.startsWith("-") && /[1-9]/.test(s)) throw invalidArgument(`${field} must not be negative`);
-  const n = Number(s.replace(/^-/, ""));
-  if (n <= MAX_VOLUME_BYTES) return n;
-  if (kind === "limit") return MAX_VOLUME_BYTES;
-  throw new DriverError("OutOfRange", `${field} ${s} is more than a volume can have (${MAX_VOLUME_BYTES} bytes)`);
-}
-
-function rangeOf(range: CapacityRangeMsg | null | undefined): { req: number; limit: number } {
-  const req = toBytes(range?.required_bytes, "capacity_range.required_bytes", "required");
-  const limit = toBytes(range?.limit_bytes, "capacity_range.limit_bytes", "limit");
-  if (limit > 0 && req > limit) throw new DriverError("OutOfRange", `required_bytes ${req} exceeds limit_bytes ${limit}`);
-  return { req, limit };
-}
-
-/** The size a range asks for, in whole MiB, if it fits under its limit. */
-function roundedWithin(size: number, limit: number): number {
-  const rounded = roundUpToMiB(size);
-  if (limit > 0 && rounded > limit)
-    throw new DriverError("OutOfRange", `the smallest size this driver makes, ${rounded} bytes (whole MiB), exceeds limit_bytes ${limit}`);
-  return rounded;
-}
-
-/** CapacityRange → (size to ask for, limit). No range → the default size. */
-export function capacityOf(range: CapacityRangeMsg | null | undefined, defaultBytes = DEFAULT_VOLUME_BYTES): { sizeBytes: number; limitBytes: number } {
-  const { req, limit } = rangeOf(range);
-  const size = req > 0 ? req : limit > 0 ? Math.min(defaultBytes, limit) : defaultBytes;
-  return { sizeBytes: roundedWithin(size, limit), limitBytes: limit };
-}
-
-/**
- * ControllerExpandVolume's CapacityRange → (size to grow to, 0 = none asked; limit). The range
- * is REQUIRED and CSI says at least one of its fields MUST be set: an empty one is
- * INVALID_ARGUMENT. Create's default size never applies: with only a limit nothing grows (the
- * current size answers if it is within the limit).
- */
-export function expansionOf(range: CapacityRangeMsg | null | undefined): { sizeBytes: number; limitBytes: number } {
-  if (!range) throw invalidArgument("capacity_range is required");
-  const { req, limit } = rangeOf(range);
-  if (req === 0 && limit === 0) throw invalidArgument("capacity_range must set required_bytes or limit_bytes");
-  return { sizeBytes: req > 0 ? roundedWithin(req, limit) : 0, limitBytes: limit };
-}
 
 /** Decode an id a CO gave us; `undefined` when it is malformed (each RPC decides what that means). */
 export function tryDecode(id: string): VolumeIdParts | undefined {
@@ -85,6 +33,30 @@ export function tryDecode(id: string): VolumeIdParts | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** An id that names something of ours: its cluster, and its parts (whose pool id that cluster has). */
+export interface Located {
+  cluster: ResolvedCluster;
+  parts: VolumeIdParts;
+}
+
+/**
+ * The cluster and parts of an id, or undefined when the id cannot name anything we have: it
+ * does not decode, or names a cluster we do not know, or a pool that cluster does not have.
+ */
+export function locateId(clusters: Clusters, id: string): Located | undefined {
+  const parts = tryDecode(id);
+  if (!parts) return undefined;
+  const cluster = clusters.get(parts.clusterID);
+  return cluster?.pools.some((p) => p.id === parts.poolID) ? { cluster, parts } : undefined;
+}
+
+/** As locateId; an id that names nothing of ours is NOT_FOUND (`what` names it in the message). */
+export function mustLocateId(clusters: Clusters, id: string, what: string): Located {
+  const l = locateId(clusters, id);
+  if (!l) throw notFound(`${what} ${quote(id)} does not exist`);
+  return l;
 }
 
 export const volumeIdOf = (clusterID: string, v: { poolId: number; uuid: string }) => composeVolumeId({ clusterID, poolID: v.poolId, uuid: v.uuid });
@@ -114,6 +86,67 @@ export function createLimits(
   const fromParameters = parseMutableParameters(picked, "parameters");
   return { parameters, mutableParameters: inForce({ ...fromParameters, ...parseMutableParameters(mutable) }) };
 }
+
+/** A capability we serve: one we do not (unsupported) is INVALID_ARGUMENT. */
+function served(c: Capability): Capability {
+  const why = unsupported(c);
+  if (why) throw invalidArgument(why);
+  return c;
+}
+
+/** volume_capability: required, one we serve (else INVALID_ARGUMENT). */
+export const servedCapability = (msg: VolumeCapabilityMsg | null | undefined): Capability => served(toCapability(msg));
+
+/** volume_capabilities: required, each well formed, then each one we serve (else INVALID_ARGUMENT). */
+export const servedCapabilities = (list: VolumeCapabilityMsg[] | undefined): Capability[] => toCapabilities(list).map(served);
+
+/** Whether GetCapacity's volume_capabilities (optional) are all ones we serve (an unparsable one is INVALID_ARGUMENT). */
+export const servesAll = (list: VolumeCapabilityMsg[] | undefined): boolean => !list?.length || toCapabilities(list).every((c) => !unsupported(c));
+
+/** CreateVolume's volume_content_source: the kind and the id as given (the id is checked by placement), if any. */
+export function contentSourceOf(cs: RequestOf<"Controller", "CreateVolume">["volume_content_source"]): { kind: "snapshot" | "volume"; id: string } | undefined {
+  if (!cs?.snapshot && !cs?.volume) return undefined;
+  return { kind: cs.snapshot ? "snapshot" : "volume", id: String(cs.snapshot?.snapshot_id ?? cs.volume?.volume_id ?? "") };
+}
+
+type Validation = ResponseOf<"Controller", "ValidateVolumeCapabilities">;
+
+/**
+ * ValidateVolumeCapabilities' answer for volume `v`: confirmed (echoing what was asked) when we
+ * serve every capability, each parameter matches the volume's, and the I/O limit keys (in
+ * `parameters` or `mutable_parameters`) are valid (they can be changed, so they need not match);
+ * else unconfirmed, with every reason.
+ */
+export function confirmCapabilities(v: VolumeView, caps: Capability[], req: RequestOf<"Controller", "ValidateVolumeCapabilities">): Validation {
+  const reasons = caps.map(unsupported).filter((x): x is string => !!x);
+  const { picked, rest: asked } = pickMutableParameters(splitParameters(req.parameters).rest);
+  for (const [k, val] of Object.entries(asked)) if (v.parameters[k] !== val) reasons.push(`parameter ${quote(k)} differs from the volume's`);
+  let mutable = {};
+  try {
+    parseMutableParameters(picked, "parameters");
+    mutable = parseMutableParameters(req.mutable_parameters ?? {});
+  } catch (err) {
+    reasons.push((err as Error).message);
+  }
+  if (reasons.length) return { confirmed: null, message: reasons.join("; ") };
+  return {
+    confirmed: {
+      volume_context: req.volume_context ?? {},
+      volume_capabilities: req.volume_capabilities,
+      parameters: req.parameters ?? {},
+      mutable_parameters: mutable,
+    },
+    message: "",
+  };
+}
+
+/**
+ * The id of the node work that brings a claim holder the I/O limits in force at `seq`: also the
+ * JetStream message id, deduplicated stream-wide, so each node's work needs its own (a hash of
+ * the node id keeps it short).
+ */
+export const limitsWorkId = (uuid: string, seq: number, nodeId: string) =>
+  `limits-${uuid}-${seq}-${createHash("sha256").update(nodeId).digest("hex").slice(0, 16)}`;
 
 /** The volume context shows the parameters and the I/O limits in force (so ControllerGetVolume/ListVolumes show current values). */
 export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {

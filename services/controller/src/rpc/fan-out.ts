@@ -6,6 +6,8 @@
  * reported and keeps its position in the next_token; requests no longer needed are cancelled.
  */
 import { DriverError, jsonBytes } from "@csi/contracts";
+import type { CallContext } from "@csi/runtime";
+import { LIST_REPLY_MAX_BYTES, maxEntriesOf } from "../domain/csi.js";
 import { absorb, beginPage, decodeCursor, finishPage, miss, type PageState, pendingOf, type Sized } from "../domain/paging.js";
 
 export type JournalPage<V> = { entries: V[]; nextToken?: string };
@@ -82,4 +84,30 @@ export async function listAcross<V extends { uuid: string }, E>(a: ListAcross<V,
     done.abort(); // the answers not needed any more (the page is full)
   }
   return finishPage(a.over, state);
+}
+
+/**
+ * One page of a CSI List (`what`: ListVolumes, ListSnapshots) over the clusters `over`: every
+ * cluster asked at once, each bounded in time by `fetch`; one that fails is logged and keeps its
+ * position in the next_token.
+ */
+export async function listPage<V extends { uuid: string }, E>(
+  what: string,
+  over: string[],
+  req: { starting_token?: string; max_entries?: number },
+  ctx: CallContext,
+  fetch: ListAcross<V, E>["fetch"],
+  toEntry: ListAcross<V, E>["toEntry"],
+): Promise<{ entries: E[]; next_token: string }> {
+  return listAcross({
+    over,
+    token: String(req.starting_token ?? ""),
+    max: maxEntriesOf(req.max_entries),
+    maxBytes: LIST_REPLY_MAX_BYTES,
+    fetch,
+    toEntry,
+    signal: ctx.signal,
+    onMissing: (cluster, err) =>
+      ctx.log.warn({ cluster, ...errorFields(err) }, `${what} answered without cluster ${cluster}: its entries are left for next_token`),
+  });
 }

@@ -7,21 +7,9 @@
  * (a reply or a working beat) within `quietMs` — at once when none is subscribed — and a call of
  * a fan-out (List, GetCapacity over all clusters) waits at most `fanOutMs` for its cluster.
  */
-import {
-  type Clusters,
-  type CommandRequest,
-  type CommandResult,
-  DriverError,
-  type JournalCommand,
-  notFound,
-  quote,
-  type ResolvedCluster,
-  type VolumeIdParts,
-} from "@csi/contracts";
-import type { CallContext, JournalClient } from "@csi/runtime";
-import { tryDecode } from "../domain/csi.js";
-
-type Located = { cluster: ResolvedCluster; parts: VolumeIdParts };
+import { type Clusters, type CommandRequest, type CommandResult, DriverError, type JournalCommand } from "@csi/contracts";
+import { type CallContext, type JournalClient, required } from "@csi/runtime";
+import { type Located, locateId, mustLocateId } from "../domain/csi.js";
 
 export interface ClusterTimes {
   /** No sign of life from a cluster's journals for this long: UNAVAILABLE (JOURNAL_QUIET_MS). */
@@ -86,23 +74,34 @@ export function journalRouting(deps: RoutingDeps) {
   };
 
   /**
-   * The cluster and parts of an id, or undefined when the id cannot name anything we have: it
-   * does not decode, or names a cluster we do not know, or a pool that cluster does not have.
+   * The journal pages of a List command (volume.list, snapshot.list), as listPage fetches them
+   * (rpc/fan-out.ts): each a command of the fan-out, from `inner` (the start when undefined),
+   * with `filter` (snapshot.list's) added to every request.
    */
-  const locate = (id: string): Located | undefined => {
-    const parts = tryDecode(id);
-    if (!parts) return undefined;
-    const cluster = clusters.get(parts.clusterID);
-    return cluster?.pools.some((p) => p.id === parts.poolID) ? { cluster, parts } : undefined;
-  };
-  const mustLocate = (id: string, what: string) => {
-    const l = locate(id);
-    if (!l) throw notFound(`${what} ${quote(id)} does not exist`);
-    return l;
-  };
+  const pagesOf =
+    <C extends "volume.list" | "snapshot.list">(command: C, ctx: CallContext, filter: { snapshotUuid?: string; sourceUuid?: string } = {}) =>
+    (cluster: string, maxEntries: number, inner: string | undefined, signal: AbortSignal) =>
+      fanOutCall(cluster, command, { ...filter, maxEntries, ...(inner ? { startingToken: inner } : {}) } as CommandRequest<C>, ctx, signal);
+
+  /** The cluster and parts of an id (domain/csi.ts, locateId): undefined, or NOT_FOUND for mustLocate, when it names nothing of ours. */
+  const locate = (id: string) => locateId(clusters, id);
+  const mustLocate = (id: string, what: string) => mustLocateId(clusters, id, what);
 
   /** What a journal command names: the uuid, and the id's pool (a record in another pool is not found: ids never alias). */
   const ref = (l: Located) => ({ uuid: l.parts.uuid, poolId: l.parts.poolID });
 
-  return { call, fanOutCall, locate, mustLocate, ref };
+  /**
+   * DeleteVolume, DeleteSnapshot: the id is required (`field` names it); one that names nothing
+   * of ours (malformed or foreign) has nothing to delete: OK, as csi-sanity expects.
+   */
+  const deleteById = async (command: "volume.delete" | "snapshot.delete", id: string, field: string, ctx: CallContext): Promise<void> => {
+    required(id, field);
+    const l = locate(id);
+    if (l) await call(l.cluster.clusterID, command, { requestId: ctx.requestId, ...ref(l) }, ctx);
+  };
+
+  return { clusters, call, fanOutCall, pagesOf, locate, mustLocate, ref, deleteById };
 }
+
+/** What every Controller and GroupController RPC routes with. */
+export type JournalRouting = ReturnType<typeof journalRouting>;
