@@ -1,0 +1,132 @@
+/**
+ * Given/when/then for the journal's deciders (Emmett's DeciderSpecification, with one round of
+ * a run): given the events of the log (folded with the one evolve), the images looked at, a
+ * failed step; when a command decides; then its decision — or the error it refuses with. Pure:
+ * no server, no clock, no random id (the run's new uuids are U(0), U(1), …). Tests only.
+ */
+import assert from "node:assert/strict";
+import {
+  DriverError,
+  type ErrorName,
+  type EventBody,
+  type JournalCommand,
+  type JournalEvent,
+  journalContract,
+  type ParsedRequest,
+  type ResolvedCluster,
+  resolveClusters,
+  type StoredEvent,
+} from "@csi/contracts";
+import type { Command, Ctx, Decision, Failure, ImageRef, PoolInfo, View } from "./decider.js";
+import { imageKey } from "./decider.js";
+import { Fold } from "./evolve.js";
+import type { ImageInfo } from "./pool-backend.js";
+
+/** The uuid a run makes as its i-th new aggregate. */
+export const U = (i: number) => `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`;
+
+export const CLUSTER = resolveClusters(
+  {
+    clusters: [
+      {
+        clusterID: "c1",
+        pools: [
+          { name: "default", id: 1 },
+          { name: "fast", id: 2 },
+        ],
+      },
+    ],
+  },
+  "/nonexistent",
+).get("c1") as ResolvedCluster;
+export const POOLS = new Map<string, PoolInfo>([
+  ["default", { poolId: 1, maxImageBytes: 64 * 1024 ** 3, imagePath: (n) => `/pools/default/${n}` }],
+  ["fast", { poolId: 2, maxImageBytes: 8 * 1024 ** 2, imagePath: (n) => `/pools/fast/${n}` }],
+]);
+
+/** A command's request as the journal gets it (parsed: defaults filled in). */
+export function request<C extends JournalCommand>(command: C, body: Record<string, unknown>): ParsedRequest<C> {
+  return journalContract[command].request.parse({ requestId: "r-spec", ...body }) as ParsedRequest<C>;
+}
+
+let lastSeq = 0;
+/** Event bodies as the log stores them: stamped, with sequences after every one handed out so far. */
+export function landed(...bodies: EventBody[]): StoredEvent[] {
+  return bodies.map((body) => ({
+    seq: ++lastSeq,
+    subject: "s",
+    event: { ...body, v: 1, requestId: "r-before", actor: { service: "journal", replica: "spec" }, time: "2026-01-01T00:00:00.000Z" } as JournalEvent,
+  }));
+}
+
+export const image = (name: string, sizeBytes = 1024 * 1024, id = "img-1"): ImageInfo => ({ name, id, sizeBytes, readOnly: false });
+
+interface Given {
+  events: StoredEvent[];
+  images: [ImageRef, ImageInfo | null][];
+  claims: [string, number][];
+  /** Events this run appended (also in `events`): the decider sees them as its own. */
+  appended: StoredEvent[];
+  failed?: Failure;
+}
+
+/** Start a spec from the log's events (all of them count as read under the run's locks). */
+export function given(...events: StoredEvent[]) {
+  return new Spec({ events, images: [], claims: [], appended: [] });
+}
+
+class Spec {
+  constructor(private readonly g: Given) {}
+
+  /** Images the run looked at (null: absent). */
+  images(...images: [ImageRef, ImageInfo | null][]) {
+    return new Spec({ ...this.g, images: [...this.g.images, ...images] });
+  }
+
+  /** Events this run appended itself (they are part of the log too). */
+  appended(...events: StoredEvent[]) {
+    return new Spec({ ...this.g, events: [...this.g.events, ...events], appended: [...this.g.appended, ...events] });
+  }
+
+  nodeClaims(nodeId: string, n: number) {
+    return new Spec({ ...this.g, claims: [...this.g.claims, [nodeId, n]] });
+  }
+
+  failed(f: Failure) {
+    return new Spec({ ...this.g, failed: f });
+  }
+
+  /** The decision of one round of `cmd` on this view. */
+  when<R>(cmd: Command<R>) {
+    const fold = new Fold();
+    fold.apply(this.g.events);
+    const images = new Map(this.g.images.map(([ref, info]) => [imageKey(ref), info]));
+    const view: View = {
+      state: (a) => fold.state(a),
+      has: () => true,
+      image: (ref) => (images.has(imageKey(ref)) ? images.get(imageKey(ref)) : undefined),
+      nodeClaims: (n) => new Map(this.g.claims).get(n) ?? 0,
+      appended: this.g.appended,
+      ...(this.g.failed ? { failed: this.g.failed } : {}),
+    };
+    const ctx: Ctx = { cluster: CLUSTER, pools: POOLS, ids: U };
+    const decide = () => cmd.decide(view, ctx);
+    return {
+      then(expected: Decision<R>) {
+        assert.deepEqual(decide(), expected);
+      },
+      /** The decision, for checks a deepEqual would make unreadable. */
+      decision(): Decision<R> {
+        return decide();
+      },
+      thenThrows(code: ErrorName, message?: RegExp) {
+        assert.throws(decide, (err: unknown) => {
+          assert.ok(err instanceof DriverError, String(err));
+          assert.equal(err.code, code, err.message);
+          if (message) assert.match(err.message, message);
+          return true;
+        });
+      },
+    };
+  }
+}

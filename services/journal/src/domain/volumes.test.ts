@@ -1,0 +1,325 @@
+/**
+ * The volume deciders, as specifications: given the log, when a command decides, then its
+ * decision (one round of a run) or the error it refuses with. No server.
+ */
+import { describe, test } from "node:test";
+import type { EventBody } from "@csi/contracts";
+import { volumeDigest } from "./reservation.js";
+import { given, image, landed, request, U } from "./spec.js";
+import { createVolume, deleteVolume, expandVolume, modifyVolume, publishVolume, unpublishVolume } from "./volumes.js";
+
+const MiB = 1024 * 1024;
+const OTHER = "11111111-1111-4111-8111-111111111111";
+const SNAP = "22222222-2222-4222-8222-222222222222";
+const cap = { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" };
+const ask = (more: Record<string, unknown> = {}) => request("volume.create", { name: "pvc-1", sizeBytes: MiB, capabilities: [cap], ...more });
+const img = (uuid: string) => `csi-vol-${uuid}`;
+const ref = (uuid: string, pool = "default") => ({ pool, imageName: img(uuid) });
+
+/** A volume's reservation (and name) as a journal appended them. */
+function reserved(uuid: string, more: Record<string, unknown> = {}): EventBody[] {
+  const pool = (more.pool as string) ?? "default";
+  return [
+    { type: "NameReserved", kind: "volume", name: "pvc-1", uuid },
+    {
+      type: "VolumeReserved",
+      uuid,
+      name: "pvc-1",
+      instance: "default",
+      pool,
+      poolId: pool === "default" ? 1 : 2,
+      imageName: img(uuid),
+      sizeBytes: MiB,
+      digest: volumeDigest(pool, {}),
+      parameters: {},
+      capabilities: [cap],
+      ...more,
+    } as EventBody,
+  ];
+}
+const created = (uuid: string, sizeBytes = MiB): EventBody => ({ type: "VolumeCreated", uuid, imageId: "img-1", sizeBytes });
+const volume = (uuid: string, more: Record<string, unknown> = {}) => landed(...reserved(uuid, more), created(uuid));
+
+describe("CreateVolume", () => {
+  test("a new name is reserved with a new uuid: NameReserved + VolumeReserved", () => {
+    given()
+      .when(createVolume(ask()))
+      .then({ act: { events: reserved(U(0)) } });
+  });
+
+  test("our own reservation, image not made: build it", () => {
+    given(...landed(...reserved(U(0))))
+      .when(createVolume(ask()))
+      .then({ act: { effects: [{ op: "create", pool: "default", imageName: img(U(0)), sizeBytes: MiB }] } });
+  });
+
+  test("our own reservation, image made: VolumeCreated with the image's id and size", () => {
+    given(...landed(...reserved(U(0))))
+      .images([ref(U(0)), image(img(U(0)), MiB, "id-9")])
+      .when(createVolume(ask()))
+      .then({ act: { events: [{ type: "VolumeCreated", uuid: U(0), imageId: "id-9", sizeBytes: MiB }] } });
+  });
+
+  test("a repeat is answered with the same volume, once its image is seen", () => {
+    const log = volume(OTHER);
+    given(...log)
+      .when(createVolume(ask()))
+      .then({ stat: [ref(OTHER)] });
+    const d = given(...log)
+      .images([ref(OTHER), image(img(OTHER))])
+      .when(createVolume(ask()))
+      .decision();
+    if (!("reply" in d)) throw new Error(`expected a reply, got ${JSON.stringify(d)}`);
+    if (d.reply.uuid !== OTHER || d.reply.sizeBytes !== MiB) throw new Error(JSON.stringify(d.reply));
+  });
+
+  test("a repeat with other parameters, another size range or another source is AlreadyExists", () => {
+    const seen = given(...volume(OTHER)).images([ref(OTHER), image(img(OTHER))]);
+    seen.when(createVolume(ask({ parameters: { fs: "xfs" } }))).thenThrows("AlreadyExists", /other parameters/);
+    seen.when(createVolume(ask({ sizeBytes: 2 * MiB }))).thenThrows("AlreadyExists", /outside the requested range/);
+    seen.when(createVolume(ask({ source: { kind: "snapshot", uuid: SNAP }, sourcePoolId: 1 }))).thenThrows("AlreadyExists", /another content source/);
+  });
+
+  test("stale: reserved by a writer that died before the image: remove it, release the name, undo the record", () => {
+    given(...landed(...reserved(OTHER)))
+      .images([ref(OTHER), null])
+      .when(createVolume(ask()))
+      .then({
+        act: {
+          effects: [{ op: "delete", pool: "default", imageName: img(OTHER) }],
+          events: [
+            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: OTHER },
+            { type: "ReservationUndone", kind: "volume", uuid: OTHER, reason: "the image was never created" },
+          ],
+        },
+      });
+  });
+
+  test("stale: the name points at a uuid without a record: remove its image from every pool, release the name", () => {
+    given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }))
+      .when(createVolume(ask()))
+      .then({
+        act: { effects: [{ op: "delete", pool: "*", imageName: img(OTHER) }], events: [{ type: "NameReleased", kind: "volume", name: "pvc-1", uuid: OTHER }] },
+      });
+  });
+
+  test("complete: the image exists but VolumeCreated is missing (the writer died between): record it", () => {
+    given(...landed(...reserved(OTHER)))
+      .images([ref(OTHER), image(img(OTHER), MiB, "id-7")])
+      .when(createVolume(ask()))
+      .then({ act: { events: [{ type: "VolumeCreated", uuid: OTHER, imageId: "id-7", sizeBytes: MiB }] } });
+  });
+
+  test("inconsistent: the name directory and the record disagree on the name", () => {
+    given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }, reserved(OTHER, { name: "pvc-2" })[1] as EventBody))
+      .images([ref(OTHER), image(img(OTHER))])
+      .when(createVolume(ask()))
+      .thenThrows("Inconsistent", /whose record names pvc-2/);
+  });
+
+  test("sizes: rounded up to MiB; past the limit or the pool's maximum is OutOfRange; an unknown pool is InvalidArgument", () => {
+    given()
+      .when(createVolume(ask({ sizeBytes: MiB + 1, limitBytes: MiB + 1 })))
+      .thenThrows("OutOfRange", /exceeds the limit/);
+    given()
+      .when(createVolume(ask({ pool: "fast", sizeBytes: 16 * MiB })))
+      .thenThrows("OutOfRange", /maximum image size/);
+    given()
+      .when(createVolume(ask({ pool: "nope" })))
+      .thenThrows("InvalidArgument", /unknown pool "nope"/);
+  });
+
+  test("sources: missing is NotFound, in another pool InvalidArgument, larger than asked OutOfRange", () => {
+    const snap: EventBody[] = [
+      {
+        type: "SnapshotReserved",
+        uuid: SNAP,
+        name: "s",
+        instance: "default",
+        sourceUuid: OTHER,
+        pool: "fast",
+        poolId: 2,
+        imageName: `csi-snap-${SNAP}`,
+        digest: "d",
+      },
+      { type: "SnapshotCreated", uuid: SNAP, imageId: "i", sizeBytes: 4 * MiB },
+    ];
+    const restore = (more: Record<string, unknown>) => createVolume(ask({ source: { kind: "snapshot", uuid: SNAP }, sourcePoolId: 2, ...more }));
+    given()
+      .when(restore({}))
+      .thenThrows("NotFound", /source snapshot/);
+    given(...landed(...snap))
+      .when(restore({ pool: "default", sizeBytes: 4 * MiB }))
+      .thenThrows("InvalidArgument", /cross-pool clones are not supported/);
+    given(...landed(...snap))
+      .when(restore({ sizeBytes: MiB }))
+      .thenThrows("OutOfRange", /smaller than the source/);
+    given(...landed(...snap))
+      .when(restore({ sizeBytes: 4 * MiB, sourcePoolId: 1 }))
+      .thenThrows("NotFound", /source snapshot/);
+  });
+
+  test("a failed build undoes our reservation: the image removed, the name released, the record ended", () => {
+    const error = new Error("disk full");
+    given(...landed(...reserved(U(0))))
+      .failed({ step: "effect", error, fenced: false })
+      .when(createVolume(ask()))
+      .then({
+        fail: error,
+        act: {
+          effects: [{ op: "delete", pool: "default", imageName: img(U(0)) }],
+          events: [
+            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) },
+            { type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "image creation failed: disk full" },
+          ],
+        },
+      });
+  });
+
+  test("an append that failed after the image was made keeps the image (the next create records it)", () => {
+    const error = new Error("log unavailable");
+    given(...landed(...reserved(U(0))))
+      .images([ref(U(0)), image(img(U(0)))])
+      .failed({ step: "append", error, fenced: false })
+      .when(createVolume(ask()))
+      .then({ fail: error });
+  });
+
+  test("the name fenced off while the record's reservation landed: the record is undone, the name left alone", () => {
+    const error = new Error("fenced");
+    given(...landed(reserved(U(0))[1] as EventBody))
+      .failed({ step: "append", error, fenced: true })
+      .when(createVolume(ask()))
+      .then({ fail: error, act: { effects: [], events: [{ type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "name fenced off" }] } });
+  });
+});
+
+describe("DeleteVolume", () => {
+  const del = (more: Record<string, unknown> = {}) => deleteVolume(request("volume.delete", { uuid: OTHER, ...more }));
+
+  test("unknown, or in another pool than its id says: deleted: false (idempotent)", () => {
+    given()
+      .when(del())
+      .then({ reply: { deleted: false } });
+    given(...volume(OTHER))
+      .when(del({ poolId: 2 }))
+      .then({ reply: { deleted: false } });
+  });
+
+  test("published somewhere: FailedPrecondition", () => {
+    const claim: EventBody = { type: "VolumeClaimed", uuid: OTHER, nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false };
+    given(...volume(OTHER), ...landed(claim))
+      .when(del())
+      .thenThrows("FailedPrecondition", /published to n1/);
+  });
+
+  test("removes the image, appends VolumeDeleted and releases the name that points at it; then answers deleted: true", () => {
+    given(...volume(OTHER))
+      .when(del())
+      .then({
+        act: {
+          effects: [{ op: "delete", pool: "default", imageName: img(OTHER), copied: false }],
+          events: [
+            { type: "VolumeDeleted", uuid: OTHER },
+            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: OTHER },
+          ],
+        },
+      });
+    given(...volume(OTHER))
+      .appended(...landed({ type: "VolumeDeleted", uuid: OTHER }))
+      .when(del())
+      .then({ reply: { deleted: true } });
+  });
+});
+
+describe("ControllerExpandVolume and ControllerModifyVolume", () => {
+  const expand = (sizeBytes: number) => expandVolume(request("volume.expand", { uuid: OTHER, sizeBytes }));
+
+  test("expand: unknown is NotFound; never shrinks; grows the image, then records the image's size", () => {
+    given()
+      .when(expand(2 * MiB))
+      .thenThrows("NotFound");
+    const same = given(...volume(OTHER))
+      .when(expand(MiB - 1))
+      .decision();
+    if (!("reply" in same) || same.reply.sizeBytes !== MiB) throw new Error(`never shrinks: ${JSON.stringify(same)}`);
+    given(...volume(OTHER))
+      .when(expand(2 * MiB))
+      .then({ act: { effects: [{ op: "resize", pool: "default", imageName: img(OTHER), sizeBytes: 2 * MiB }] } });
+    given(...volume(OTHER))
+      .images([ref(OTHER), image(img(OTHER), 2 * MiB)])
+      .when(expand(2 * MiB))
+      .then({ act: { events: [{ type: "VolumeExpanded", uuid: OTHER, sizeBytes: 2 * MiB }] } });
+    given(...volume(OTHER, { pool: "fast" }))
+      .when(expand(16 * MiB))
+      .thenThrows("OutOfRange", /maximum image size/);
+  });
+
+  test("modify: the same limits append nothing; new ones append VolumeModified", () => {
+    const modify = (m: Record<string, string>) => modifyVolume(request("volume.modify", { uuid: OTHER, mutableParameters: m }));
+    given()
+      .when(modify({ readIOPS: "100" }))
+      .thenThrows("NotFound");
+    const d = given(...volume(OTHER))
+      .when(modify({}))
+      .decision();
+    if (!("reply" in d) || d.reply.changed) throw new Error(JSON.stringify(d));
+    given(...volume(OTHER))
+      .when(modify({ readIOPS: "100" }))
+      .then({ act: { events: [{ type: "VolumeModified", uuid: OTHER, mutableParameters: { readIOPS: "100" } }] } });
+  });
+});
+
+describe("ControllerPublishVolume / ControllerUnpublishVolume: claims", () => {
+  const publish = (nodeId: string, more: Record<string, unknown> = {}) =>
+    publishVolume(request("volume.publish", { uuid: OTHER, nodeId, capability: cap, readOnly: false, ...more }));
+  const claimed = (nodeId: string, accessMode: "SINGLE_NODE_WRITER" | "MULTI_NODE_READER_ONLY" = "SINGLE_NODE_WRITER"): EventBody => ({
+    type: "VolumeClaimed",
+    uuid: OTHER,
+    nodeId,
+    accessMode,
+    accessType: "mount",
+    readOnly: false,
+  });
+
+  test("a new claim is VolumeClaimed; an existing one is answered with the publish context", () => {
+    given(...volume(OTHER))
+      .when(publish("n1"))
+      .then({ act: { events: [claimed("n1")] } });
+    const d = given(...volume(OTHER), ...landed(claimed("n1")))
+      .when(publish("n1"))
+      .decision();
+    if (!("reply" in d) || d.reply.publishContext.imagePath !== `/pools/default/${img(OTHER)}`) throw new Error(JSON.stringify(d));
+  });
+
+  test("access modes: a single-node writer elsewhere is FailedPrecondition; another flag on the same node AlreadyExists; a full node ResourceExhausted", () => {
+    const log = [...volume(OTHER), ...landed(claimed("n1"))];
+    given(...log)
+      .when(publish("n2"))
+      .thenThrows("FailedPrecondition", /single-node access mode/);
+    given(...log)
+      .when(publish("n1", { readOnly: true }))
+      .thenThrows("AlreadyExists");
+    given(...volume(OTHER))
+      .nodeClaims("n3", 2)
+      .when(publish("n3", { maxVolumes: 2 }))
+      .thenThrows("ResourceExhausted", /maximum of 2 volumes/);
+  });
+
+  test("unpublish: a gone volume or no claim is deleted: false; each of the node's claims is released", () => {
+    const unpublish = (nodeId?: string) => unpublishVolume(request("volume.unpublish", { uuid: OTHER, ...(nodeId ? { nodeId } : {}) }));
+    given()
+      .when(unpublish("n1"))
+      .then({ reply: { deleted: false } });
+    given(...volume(OTHER), ...landed(claimed("n1", "MULTI_NODE_READER_ONLY"), claimed("n2", "MULTI_NODE_READER_ONLY")))
+      .when(unpublish())
+      .then({
+        act: {
+          events: [
+            { type: "VolumeUnclaimed", uuid: OTHER, nodeId: "n1" },
+            { type: "VolumeUnclaimed", uuid: OTHER, nodeId: "n2" },
+          ],
+        },
+      });
+  });
+});
