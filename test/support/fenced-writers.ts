@@ -99,7 +99,7 @@ export async function fencedRace(o: { a: Journal; gated: GatedPool; b: Journal; 
   assert.equal(await first, v.uuid, "A, fenced off, caught up and answered the volume B recorded");
   const got = await o.b.getVolume({ uuid: v.uuid });
   assert.deepEqual(got.condition, { abnormal: false, message: "image present" }, "the volume B answered still has its image");
-  const created = (await o.b.history({ uuid: v.uuid, maxEntries: 0 })).events.filter((e) => e.event.type === "VolumeCreated");
+  const created = (await o.b.audit.history({ uuid: v.uuid, maxEntries: 0 })).events.filter((e) => e.event.type === "VolumeCreated");
   assert.equal(created.length, 1, "one VolumeCreated");
   assert.match(String(created[0]?.event.requestId), /^b/, "B's: A's was fenced off");
 }

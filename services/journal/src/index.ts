@@ -2,11 +2,12 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
-import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type StoredEvent, subjects } from "@csi/contracts";
+import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
   consumeQueue,
+  type Drainable,
   drainAll,
   ensureFleetStreams,
   fleetAccess,
@@ -17,6 +18,7 @@ import {
   replicaId,
   watchNats,
 } from "@csi/runtime";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
@@ -55,18 +57,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   if (!cluster) throw new DriverError("InvalidArgument", `cluster ${clusterID} is not in the clusters config`);
   const log = logger.child({ cluster: clusterID });
 
-  const pools = new Map<string, PoolBackend>();
-  for (const p of cluster.pools) {
-    const pool = new FilePool({
-      name: p.name,
-      id: p.id,
-      root: p.root,
-      ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}),
-      ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}),
-    });
-    await pool.init();
-    pools.set(p.name, pool);
-  }
+  const pools = await openPools(cluster, cfg);
 
   const role = { kind: "journal" as const, cluster: clusterID };
   const nc = await connectNats(
@@ -88,17 +79,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
-  const store = new RedisStore(redis, keysFor(clusterID, cluster.instance));
-  // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
-  // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
-  if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");
-  metrics.projectionLag(clusterID, async () => {
-    const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
-    return { last: info.last, applied: meta?.applied ?? 0 };
-  });
-  const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
-  distrustAfterRedisDrops(redis, projector);
-  await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
+  const { store, projector } = await openProjection(cfg, cluster, redis, events, metrics, log);
 
   const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
@@ -126,20 +107,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     onRefused: metrics.refused,
   });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
-  // Device reports from node-agents wait in a durable queue until a journal appends them. A report
-  // counts only on its own node's subject: NATS lets a node publish there and nowhere else.
-  const reports = await consumeQueue(
-    nc,
-    nodeQueues.reports(clusterID),
-    DeviceReport,
-    (r, from) => {
-      if (from.subject !== subjects.reports(clusterID, r.nodeId, r.uuid))
-        throw new DriverError("InvalidArgument", `a report of node ${r.nodeId} on volume ${r.uuid} came on another subject (${from.subject}): dropped`);
-      return journal.reportDevice(r);
-    },
-    log,
-    { what: "device reports", at: fleet, waitForQueue: !fleet.makes, onDropped: (reason) => metrics.dropped("reports", reason), ...streams },
-  );
+  const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams });
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
@@ -149,26 +117,88 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     journal,
     projector,
     clusters,
-    /**
-     * Graceful stop (docs/operations.md): leave the queue group and stop pulling device reports,
-     * finish the commands and the report in flight (their replies sent) within the grace period,
-     * then drain NATS and quit Redis. A command cut at the bound is resent by its caller to another
-     * replica after its silence (docs/journal.md, "Failover"), as after a crash.
-     */
-    stop: async () => {
-      clearInterval(timer);
-      nodeQueueMaker.stop();
-      await drainAll(log, cfg.shutdownGraceMs, [svc, reports]);
-      await closeWithin(
-        () => nc.drain(),
-        () => nc.close(),
-      );
-      await closeWithin(
-        () => redis.quit(),
-        () => redis.disconnect(),
-      );
-    },
+    stop: () => stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis }),
   };
+}
+
+/**
+ * Graceful stop (docs/operations.md): leave the queue group and stop pulling device reports,
+ * finish the commands and the report in flight (their replies sent) within the grace period,
+ * then drain NATS and quit Redis. A command cut at the bound is resent by its caller to another
+ * replica after its silence (docs/journal.md, "Failover"), as after a crash.
+ */
+async function stopJournal(
+  cfg: JournalConfig,
+  log: Logger,
+  o: { timer: NodeJS.Timeout | undefined; nodeQueueMaker: { stop(): void }; served: Drainable[]; nc: NatsConnection; redis: Redis },
+): Promise<void> {
+  clearInterval(o.timer);
+  o.nodeQueueMaker.stop();
+  await drainAll(log, cfg.shutdownGraceMs, o.served);
+  await closeWithin(
+    () => o.nc.drain(),
+    () => o.nc.close(),
+  );
+  await closeWithin(
+    () => o.redis.quit(),
+    () => o.redis.disconnect(),
+  );
+}
+
+async function openPools(cluster: ResolvedCluster, cfg: JournalConfig): Promise<Map<string, PoolBackend>> {
+  const pools = new Map<string, PoolBackend>();
+  for (const p of cluster.pools) {
+    const pool = new FilePool({
+      name: p.name,
+      id: p.id,
+      root: p.root,
+      ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}),
+      ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}),
+    });
+    await pool.init();
+    pools.set(p.name, pool);
+  }
+  return pools;
+}
+
+/** The Redis store with its function library, and the projector, caught up and checked against the log before anything is served. */
+async function openProjection(cfg: JournalConfig, cluster: ResolvedCluster, redis: Redis, events: JetStreamLog, metrics: JournalMetrics, log: Logger) {
+  const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance));
+  // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
+  // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
+  if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");
+  metrics.projectionLag(cluster.clusterID, async () => {
+    const [info, meta] = await Promise.all([events.info(), store.projectionMeta()]);
+    return { last: info.last, applied: meta?.applied ?? 0 };
+  });
+  const projector = new Projector(events, store, log, { batch: cfg.replayBatch, waitMs: cfg.rebuildWaitMs, lockTtlMs: cfg.lockTtlMs });
+  distrustAfterRedisDrops(redis, projector);
+  await projector.start(); // never serve from a projection behind the log, or one that disagrees with it
+  return { store, projector };
+}
+
+/**
+ * Device reports from node-agents wait in a durable queue until a journal appends them. A report
+ * counts only on its own node's subject: NATS lets a node publish there and nowhere else.
+ */
+function serveReports(
+  nc: NatsConnection,
+  clusterID: string,
+  journal: Journal,
+  o: { log: Logger; fleet: ReturnType<typeof fleetAccess>; metrics: JournalMetrics; streams: { replicas: number } },
+) {
+  return consumeQueue(
+    nc,
+    nodeQueues.reports(clusterID),
+    DeviceReport,
+    (r, from) => {
+      if (from.subject !== subjects.reports(clusterID, r.nodeId, r.uuid))
+        throw new DriverError("InvalidArgument", `a report of node ${r.nodeId} on volume ${r.uuid} came on another subject (${from.subject}): dropped`);
+      return journal.reportDevice(r);
+    },
+    o.log,
+    { what: "device reports", at: o.fleet, waitForQueue: !o.fleet.makes, onDropped: (reason) => o.metrics.dropped("reports", reason), ...o.streams },
+  );
 }
 
 /**

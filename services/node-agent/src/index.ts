@@ -4,7 +4,7 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
+import { type Clusters, inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -12,6 +12,7 @@ import {
   csiIdentity,
   drainAll,
   ensureFleetStreams,
+  type FleetAccess,
   fleetAccess,
   grpcServerMetrics,
   loadClusters,
@@ -20,6 +21,7 @@ import {
   startCsiServer,
   watchNats,
 } from "@csi/runtime";
+import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
 import { startHeartbeat } from "./adapters/registration.js";
@@ -52,43 +54,12 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   metrics.countSteps(reporter);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
-  const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
-  const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
-  await ioLimits.load();
-  const svc = new NodeService({
-    nodeId: cfg.nodeId,
-    clusters,
-    stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState),
-    reporter,
-    log,
-    ioLimits,
-    forbiddenRoots: cfg.forbiddenRoots,
-    opTimeoutMs: cfg.opTimeoutMs,
-  });
-  metrics.countOperations(svc);
-  await svc.load();
-  const healed = await svc.heal(); // before serving: put back what should be there
-  metrics.healed(healed);
-  await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
-  log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
+  const svc = await openNodeService(cfg, clusters, reporter, metrics, log);
 
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
-  const heartbeat = startHeartbeat(
-    nc,
-    fleet,
-    () => ({
-      nodeId: cfg.nodeId,
-      maxVolumes: cfg.maxVolumes,
-      topology: { [TOPOLOGY_KEY]: cfg.nodeId },
-      capabilities: [...NODE_CAPABILITIES],
-      version: NODE_AGENT_VERSION,
-      time: new Date().toISOString(),
-      heartbeatMs: cfg.heartbeatMs,
-    }),
-    log,
-  );
+  const heartbeat = register(nc, fleet, cfg, log);
   await heartbeat.beat();
 
   // Made by the node itself where it may, else by a journal once it sees the registration above, or
@@ -134,6 +105,49 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
       );
     },
   };
+}
+
+/** The node's service with its state loaded, healed (before serving: put back what should be there) and its I/O limits in force. */
+async function openNodeService(cfg: NodeAgentConfig, clusters: Clusters, reporter: Reporter, metrics: NodeMetrics, log: Logger): Promise<NodeService> {
+  const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
+  const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
+  await ioLimits.load();
+  const svc = new NodeService({
+    nodeId: cfg.nodeId,
+    clusters,
+    stateFile: new StateFile(path.join(stateDir, "state.json"), NodeState),
+    reporter,
+    log,
+    ioLimits,
+    forbiddenRoots: cfg.forbiddenRoots,
+    opTimeoutMs: cfg.opTimeoutMs,
+  });
+  metrics.countOperations(svc);
+  await svc.load();
+  const healed = await svc.heal(); // before serving: put back what should be there
+  metrics.healed(healed);
+  await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
+  log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");
+
+  return svc;
+}
+
+/** The node's registration in the fleet, renewed by its heartbeat. */
+function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, log: Logger) {
+  return startHeartbeat(
+    nc,
+    fleet,
+    () => ({
+      nodeId: cfg.nodeId,
+      maxVolumes: cfg.maxVolumes,
+      topology: { [TOPOLOGY_KEY]: cfg.nodeId },
+      capabilities: [...NODE_CAPABILITIES],
+      version: NODE_AGENT_VERSION,
+      time: new Date().toISOString(),
+      heartbeatMs: cfg.heartbeatMs,
+    }),
+    log,
+  );
 }
 
 /** Fault injection (tests only): die by SIGKILL right after a step reports the given state. */

@@ -2,6 +2,7 @@
  * The audit commands (docs/journal.md, "The fold" and "Audit"): replay the log to a point,
  * verify the log against the projection and the pools, collect garbage, rebuild.
  *
+ *   volume.history every event of one uuid (its own, its device reports, its name's), paged
  *   audit.replay   the log folded up to a sequence or a time, for the cluster (paged by uuid)
  *                  or one aggregate (only its subjects are read)
  *   audit.verify   leaked images, orphaned reservations, missing images, projection drift,
@@ -39,8 +40,8 @@ import {
   replayInto,
 } from "../domain/audit.js";
 import type { States } from "../domain/evolve.js";
-import { KINDS } from "../domain/kinds.js";
-import { type ForeignRecord, isForeign, shownSubject } from "../domain/log-records.js";
+import { KINDS, uuidSubjects } from "../domain/kinds.js";
+import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../domain/log-records.js";
 import type { ImageInfo } from "../domain/pool-backend.js";
 import type { Journal } from "./journal.js";
 
@@ -54,6 +55,30 @@ export class Audit {
 
   get #d() {
     return this.j.d;
+  }
+
+  /** Every event of a volume (or snapshot, or group snapshot), in log order: its own, its device reports, its name's. */
+  async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
+    const cluster = this.#d.cluster.clusterID;
+    const own = await this.#d.log.history(uuidSubjects(cluster, req.uuid));
+    const named: LogRecord[] = [];
+    for (const k of Object.values(KINDS)) {
+      const reserved = eventsOf(own).find((e) => e.event.type === k.reserved)?.event;
+      if (!reserved || !("name" in reserved)) continue;
+      const ofName = await this.#d.log.history([k.nameEvents(cluster, this.#d.cluster.instance, reserved.name)]);
+      // The name's events of this uuid, and the foreign records on the name's subject (they are in its fence's history too).
+      named.push(...ofName.filter((e) => isForeign(e) || ("uuid" in e.event && e.event.uuid === req.uuid)));
+    }
+    const after = Number(req.startingToken ?? 0);
+    const events = [...own, ...named].filter((e) => e.seq > after).sort((a, b) => a.seq - b.seq);
+    const max = req.maxEntries > 0 ? req.maxEntries : MAX_PAGE_ENTRIES;
+    const page = events
+      .slice(0, max)
+      .map((e) =>
+        isForeign(e) ? { seq: e.seq, subject: e.subject, event: {}, foreign: e.foreign } : { seq: e.seq, subject: e.subject, event: { ...e.event } },
+      );
+    const { entries, nextToken } = this.j.fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
+    return nextToken ? { events: entries, nextToken } : { events: entries };
   }
 
   async replay(req: ParsedRequest<"audit.replay">): Promise<CommandResult<"audit.replay">> {

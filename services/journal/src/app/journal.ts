@@ -21,15 +21,13 @@ import {
   quote,
   replyBudget,
   type SnapshotView,
-  subjects,
   takeWithin,
   type VolumeView,
 } from "@csi/contracts";
 import type { Command, View } from "../domain/decider.js";
 import { type Address, addressKey, liveRecord } from "../domain/evolve.js";
 import { createGroupSnapshot, deleteGroupSnapshot, groupView, membersMismatch } from "../domain/group.js";
-import { KINDS, uuidSubjects } from "../domain/kinds.js";
-import { eventsOf, isForeign, type LogRecord } from "../domain/log-records.js";
+import { shared, subjectOf } from "../domain/kinds.js";
 import { snapshotView, volumeView } from "../domain/records.js";
 import { nextToken } from "../domain/reservation.js";
 import { createSnapshot, deleteSnapshot } from "../domain/snapshots.js";
@@ -175,31 +173,8 @@ export class Journal {
   async reportDevice(report: DeviceReport): Promise<void> {
     const { requestId, ...body } = report;
     const meta = { requestId, actor: this.d.actor, time: this.d.now().toISOString() };
-    await this.d.log.append({ subject: subjects.deviceEvents(this.d.cluster.clusterID, report.uuid), body: { type: "DeviceStateReported", ...body } }, meta);
-  }
-
-  /** Every event of a volume (or snapshot, or group snapshot), in log order: its own, its device reports, its name's. */
-  async history(req: ParsedRequest<"volume.history">): Promise<CommandResult<"volume.history">> {
-    const cluster = this.d.cluster.clusterID;
-    const own = await this.d.log.history(uuidSubjects(cluster, req.uuid));
-    const named: LogRecord[] = [];
-    for (const k of Object.values(KINDS)) {
-      const reserved = eventsOf(own).find((e) => e.event.type === k.reserved)?.event;
-      if (!reserved || !("name" in reserved)) continue;
-      const ofName = await this.d.log.history([k.nameEvents(cluster, this.d.cluster.instance, reserved.name)]);
-      // The name's events of this uuid, and the foreign records on the name's subject (they are in its fence's history too).
-      named.push(...ofName.filter((e) => isForeign(e) || ("uuid" in e.event && e.event.uuid === req.uuid)));
-    }
-    const after = Number(req.startingToken ?? 0);
-    const events = [...own, ...named].filter((e) => e.seq > after).sort((a, b) => a.seq - b.seq);
-    const max = req.maxEntries > 0 ? req.maxEntries : MAX_PAGE_ENTRIES;
-    const page = events
-      .slice(0, max)
-      .map((e) =>
-        isForeign(e) ? { seq: e.seq, subject: e.subject, event: {}, foreign: e.foreign } : { seq: e.seq, subject: e.subject, event: { ...e.event } },
-      );
-    const { entries, nextToken } = this.fitReply(page, (e) => String(e.seq), events.length > max ? String(page[page.length - 1]?.seq) : undefined);
-    return nextToken ? { events: entries, nextToken } : { events: entries };
+    const event = shared.deviceReported(body);
+    await this.d.log.append({ subject: subjectOf(event, this.d.cluster.clusterID, this.d.cluster.instance), body: event }, meta);
   }
 }
 

@@ -113,20 +113,7 @@ export function evolve(state: Aggregate | undefined, stored: LogRecord): Aggrega
       return { kind: "name", of: e.kind, name: e.name, seq, ...keep };
     }
     case "VolumeReserved":
-      return {
-        kind: "volume",
-        uuid: e.uuid,
-        seq,
-        record: {
-          ...reservedImage(e, seq),
-          sizeBytes: e.sizeBytes,
-          parameters: e.parameters,
-          capabilities: e.capabilities,
-          ...(e.source ? { source: e.source } : {}),
-          claims: [],
-          mutableParameters: e.mutableParameters ?? {},
-        },
-      };
+      return volumeReserved(e, seq);
     case "VolumeCreated":
       return onVolume(state, seq, () => ({ imageId: e.imageId, sizeBytes: e.sizeBytes }));
     case "VolumeExpanded":
@@ -140,17 +127,7 @@ export function evolve(state: Aggregate | undefined, stored: LogRecord): Aggrega
     case "VolumeUnclaimed":
       return onVolume(state, seq, (r) => ({ claims: r.claims.filter((c) => c.nodeId !== e.nodeId) }));
     case "SnapshotReserved":
-      return {
-        kind: "snapshot",
-        uuid: e.uuid,
-        seq,
-        record: {
-          ...reservedImage(e, seq),
-          sizeBytes: 0,
-          sourceUuid: e.sourceUuid,
-          ...(e.groupSnapshotUuid ? { groupSnapshotUuid: e.groupSnapshotUuid } : {}),
-        },
-      };
+      return snapshotReserved(e, seq);
     case "SnapshotCreated":
       // A snapshot's creation time is when it was cut (recorded), also when a retry completes it.
       return onSnapshot(state, seq, () => ({ imageId: e.imageId, sizeBytes: e.sizeBytes, createdAt: e.time }));
@@ -198,6 +175,25 @@ function skipped(state: Aggregate | undefined, address: Address | undefined, seq
   }
   if (state?.kind !== address.kind) return state;
   return (state.record ? { ...state, seq, record: { ...state.record, seq } } : { ...state, seq }) as Aggregate;
+}
+
+function volumeReserved(e: Extract<JournalEvent, { type: "VolumeReserved" }>, seq: number): Aggregate {
+  const { sizeBytes, parameters, capabilities, source } = e;
+  const record = {
+    ...reservedImage(e, seq),
+    sizeBytes,
+    parameters,
+    capabilities,
+    ...(source ? { source } : {}),
+    claims: [],
+    mutableParameters: e.mutableParameters ?? {},
+  };
+  return { kind: "volume", uuid: e.uuid, seq, record };
+}
+
+function snapshotReserved(e: Extract<JournalEvent, { type: "SnapshotReserved" }>, seq: number): Aggregate {
+  const group = e.groupSnapshotUuid ? { groupSnapshotUuid: e.groupSnapshotUuid } : {};
+  return { kind: "snapshot", uuid: e.uuid, seq, record: { ...reservedImage(e, seq), sizeBytes: 0, sourceUuid: e.sourceUuid, ...group } };
 }
 
 /** What a volume's or snapshot's reservation records: created at the reservation, no image id until its *Created. */

@@ -9,6 +9,7 @@
  */
 
 import {
+  type DeviceReport,
   type EventBody,
   type JournalEvent,
   KIND_TOKENS,
@@ -93,6 +94,8 @@ export const shared = {
   nameReleased: (kind: Kind, name: string, uuid: string): EventBody => ({ type: "NameReleased", kind, name, uuid }),
   undone: (kind: Kind, uuid: string, reason: string): EventBody => ({ type: "ReservationUndone", kind, uuid, reason }),
   deleted: (kind: Kind, uuid: string): EventBody => ({ type: KINDS[kind].deleted, uuid }) as EventBody,
+  /** A node-agent's report of a device step, as its volume's history keeps it. */
+  deviceReported: (report: Omit<DeviceReport, "requestId">): EventBody => ({ type: "DeviceStateReported", ...report }),
 };
 
 /** The subject an event goes to: its aggregate's (a request name's, a record's), else its pool's or its volume's device history. */

@@ -60,7 +60,7 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "groupsnapshot.delete": (r) => j.deleteGroupSnapshot(r),
     "groupsnapshot.get": (r) => j.getGroupSnapshot(r),
     "pool.stat": (r) => j.poolStat(r),
-    "volume.history": (r) => j.history(r),
+    "volume.history": (r) => j.audit.history(r),
     "audit.replay": (r) => j.audit.replay(r),
     "audit.verify": (r) => j.audit.verify(r),
     "audit.gc": (r) => j.audit.gc(r),
@@ -142,10 +142,9 @@ export async function serveJournal(
     queue: subjects.journalQueue(cluster),
     metadata: { cluster },
   });
-  const handlers = handlersOf(journal);
+  const answering: Answering = { nc, journal, handlers: handlersOf(journal), logger, beatEveryMs: opts.beatEveryMs, observe: opts.observe };
   const commands = new InFlight();
   for (const command of Object.keys(journalContract) as JournalCommand[]) {
-    const schema = journalContract[command].request;
     svc.addEndpoint(command.replace(".", "-"), {
       subject: subjects.command(cluster, command),
       handler: (err, msg) => {
@@ -153,49 +152,7 @@ export async function serveJournal(
           logger.error({ err }, "endpoint stopped");
           return;
         }
-        const started = performance.now();
-        const stopBeating = beating(msg, opts.beatEveryMs);
-        let requestId: string | undefined;
-        const reply = async () => {
-          let raw: unknown;
-          try {
-            raw = msg.json();
-          } catch {
-            throw new DriverError("InvalidArgument", "request is not JSON");
-          }
-          const parsed = schema.safeParse(raw);
-          if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
-          requestId = (parsed.data as { requestId?: string }).requestId;
-          await journal.current();
-          return handlers[command](parsed.data as never);
-        };
-        const send = (body: string, outcome: string) => {
-          opts.observe?.(command, outcome, (performance.now() - started) / 1000);
-          try {
-            msg.respond(body);
-          } catch (e) {
-            logger.error({ err: e, command, requestId, bytes: Buffer.byteLength(body, "utf8") }, "reply could not be sent");
-          }
-        };
-        const refuse = (e: unknown) => {
-          stopBeating();
-          const wire = toWireError(e);
-          if (wire.code === "Internal") logger.error({ err: e, command, requestId }, "command failed");
-          else logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
-          send(JSON.stringify({ ok: false, error: wire }), wire.code);
-        };
-        void commands.run(() =>
-          reply().then((result) => {
-            stopBeating();
-            const body = JSON.stringify({ ok: true, result });
-            const bytes = Buffer.byteLength(body, "utf8");
-            const limit = (nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
-            if (bytes > limit)
-              return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
-            send(body, "ok");
-            logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
-          }, refuse),
-        );
+        void commands.run(() => answerCommand(answering, command, msg));
       },
     });
   }
@@ -211,4 +168,58 @@ export async function serveJournal(
       await commands.idle();
     },
   };
+}
+
+interface Answering {
+  nc: NatsConnection;
+  journal: Journal;
+  handlers: Record<JournalCommand, Handler>;
+  logger: Logger;
+  beatEveryMs: number;
+  observe: ((command: JournalCommand, outcome: string, seconds: number) => void) | undefined;
+}
+
+/** One command: parsed against its contract, run, answered (beating while it works); the reply bounded by max_payload. */
+function answerCommand(a: Answering, command: JournalCommand, msg: ServiceMsg): Promise<void> {
+  const started = performance.now();
+  const stopBeating = beating(msg, a.beatEveryMs);
+  let requestId: string | undefined;
+  const reply = async () => {
+    let raw: unknown;
+    try {
+      raw = msg.json();
+    } catch {
+      throw new DriverError("InvalidArgument", "request is not JSON");
+    }
+    const parsed = journalContract[command].request.safeParse(raw);
+    if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
+    requestId = (parsed.data as { requestId?: string }).requestId;
+    await a.journal.current();
+    return a.handlers[command](parsed.data as never);
+  };
+  const send = (body: string, outcome: string) => {
+    a.observe?.(command, outcome, (performance.now() - started) / 1000);
+    try {
+      msg.respond(body);
+    } catch (e) {
+      a.logger.error({ err: e, command, requestId, bytes: Buffer.byteLength(body, "utf8") }, "reply could not be sent");
+    }
+  };
+  const refuse = (e: unknown) => {
+    stopBeating();
+    const wire = toWireError(e);
+    if (wire.code === "Internal") a.logger.error({ err: e, command, requestId }, "command failed");
+    else a.logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
+    send(JSON.stringify({ ok: false, error: wire }), wire.code);
+  };
+  return reply().then((result) => {
+    stopBeating();
+    const body = JSON.stringify({ ok: true, result });
+    const bytes = Buffer.byteLength(body, "utf8");
+    const limit = (a.nc.info?.max_payload ?? NATS_DEFAULT_MAX_PAYLOAD) - REPLY_HEADROOM_BYTES;
+    if (bytes > limit)
+      return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
+    send(body, "ok");
+    a.logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+  }, refuse);
 }
