@@ -9,6 +9,7 @@ import { MAX_PAGE_ENTRIES, validateMountFlags } from "./bounds.js";
 import { AccessMode, Capability, ContentSource, CsiName, Paging, StringMap, Uuid } from "./common.js";
 import { WireError } from "./errors.js";
 import { ForeignReason, ForeignRecordView, GroupMember } from "./events.js";
+import { MiB } from "./images.js";
 import { Kind } from "./kinds.js";
 import { MutableParameters } from "./mutable-parameters.js";
 
@@ -88,23 +89,32 @@ const CommandCapability = Capability.superRefine((c, ctx) => {
   }
 });
 
-export const VolumeCreate = z.object({
-  ...RequestMeta,
-  name: CsiName,
-  sizeBytes: z.number().int().positive(),
-  /** Upper bound from the CSI capacity range (0 = none). */
-  limitBytes: z.number().int().nonnegative().default(0),
-  pool: z.string().min(1).optional(),
-  parameters: StringMap.default({}),
-  capabilities: z.array(CommandCapability).min(1).max(128),
-  source: ContentSource.optional(),
-  /** The pool id of the source's CSI id. */
-  sourcePoolId: PoolRef,
-  /** I/O limits at creation (part of what a repeated create must match); absent = none. */
-  mutableParameters: MutableParameters.optional(),
-});
+/**
+ * A size the controller decided (docs/controller.md, "What the journal checks"): whole MiB. The
+ * journal never rounds; a size that is not a whole number of MiB is refused.
+ */
+const DecidedSize = z.number().int().positive({ abort: true }).multipleOf(MiB, "must be a whole number of MiB (the controller rounds)");
+
+export const VolumeCreate = z
+  .object({
+    ...RequestMeta,
+    name: CsiName,
+    sizeBytes: DecidedSize,
+    /** Upper bound from the CSI capacity range (0 = none). */
+    limitBytes: z.number().int().nonnegative().default(0),
+    /** The pool the controller placed the volume in; absent: the cluster's default pool. A clone or restore must name its source's. */
+    pool: z.string().min(1).optional(),
+    parameters: StringMap.default({}),
+    capabilities: z.array(CommandCapability).min(1).max(128),
+    source: ContentSource.optional(),
+    /** The pool id of the source's CSI id. */
+    sourcePoolId: PoolRef,
+    /** I/O limits at creation (part of what a repeated create must match); absent = none. */
+    mutableParameters: MutableParameters.optional(),
+  })
+  .refine((r) => r.limitBytes === 0 || r.limitBytes >= r.sizeBytes, { message: "is below sizeBytes", path: ["limitBytes"] });
 export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
-export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, sizeBytes: z.number().int().positive() });
+export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, sizeBytes: DecidedSize });
 export const VolumeGet = z.object({ uuid: Uuid, poolId: PoolRef });
 /** ControllerModifyVolume: only the keys given change; 0 removes a limit. */
 export const VolumeModify = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, mutableParameters: MutableParameters });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ImageInfo } from "./pool-backend.js";
 import type { VolumeRecord } from "./records.js";
-import { checkVolumeReservation, digestOf, poolForCreate, type VolumeAsk, volumeDigest } from "./reservation.js";
+import { checkVolumeReservation, digestOf, type VolumeAsk, volumeDigest } from "./reservation.js";
 
 const MiB = 1024 * 1024;
 const U = "36eaa70e-eb63-11ea-8e79-246e96907f74";
@@ -46,33 +46,6 @@ const table: [string, VolumeAsk, string | undefined, VolumeRecord | undefined, I
 
 for (const [name, a, dir, r, i, want] of table) {
   test(`reservation: ${name} → ${want}`, () => assert.equal(checkVolumeReservation(a, dir, r, i).kind, want));
-}
-
-// poolForCreate: given the request, its source's record and the volume already made under the name, then the pool.
-const fastSrc = { pool: "fast" };
-const poolTable: [string, Parameters<typeof poolForCreate>[0], { pool: string } | undefined, VolumeRecord | undefined, string][] = [
-  ["no pool, no source", {}, undefined, undefined, "default"],
-  ["a named pool", { pool: "fast" }, undefined, undefined, "fast"],
-  [
-    "a named pool wins over the source's (the caller then refuses the cross-pool clone)",
-    { pool: "default", source: { kind: "volume", uuid: U } },
-    fastSrc,
-    undefined,
-    "default",
-  ],
-  ["a clone: its source's pool", { source: { kind: "volume", uuid: U } }, fastSrc, undefined, "fast"],
-  ["a restore: its snapshot's pool", { source: { kind: "snapshot", uuid: U } }, fastSrc, undefined, "fast"],
-  [
-    "source gone, volume made from it under this name: that volume's pool",
-    { source: { kind: "volume", uuid: U } },
-    undefined,
-    rec({ pool: "fast", source: { kind: "volume", uuid: U } }),
-    "fast",
-  ],
-  ["source gone, the name holds a volume of another source: the default", { source: { kind: "volume", uuid: U } }, undefined, rec({ pool: "fast" }), "default"],
-];
-for (const [name, ask, source, existing, want] of poolTable) {
-  test(`pool for create: ${name} → ${want}`, () => assert.equal(poolForCreate(ask, source, existing, "default"), want));
 }
 
 test("a repeated create is judged on the limits given at creation; a volume without limits digests as before", () => {

@@ -58,24 +58,6 @@ export const sameSet = (a: string[], b: string[]) => a.length === b.length && [.
 
 const sameSource = (a?: ContentSource, b?: ContentSource) => a?.kind === b?.kind && a?.uuid === b?.uuid;
 
-/**
- * The pool a volume create lands in: the one the request names, else its content source's (a
- * clone or restore stays beside its source), else the cluster's default. The source's pool comes
- * from its record; a source deleted since is known only through the volume already made from it
- * under this name (`existing`, whose pool was the source's).
- */
-export function poolForCreate(
-  ask: { pool?: string; source?: ContentSource },
-  source: { pool: string } | undefined,
-  existing: VolumeRecord | undefined,
-  defaultPool: string,
-): string {
-  if (ask.pool) return ask.pool;
-  if (!ask.source) return defaultPool;
-  if (source) return source.pool;
-  return existing && sameSource(existing.source, ask.source) ? existing.pool : defaultPool;
-}
-
 export interface VolumeAsk {
   name: string;
   sizeBytes: number;

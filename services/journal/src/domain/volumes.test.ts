@@ -117,16 +117,15 @@ describe("CreateVolume", () => {
       .thenThrows("Inconsistent", /whose record names pvc-2/);
   });
 
-  test("sizes: rounded up to MiB; past the limit or the pool's maximum is OutOfRange; an unknown pool is InvalidArgument", () => {
-    given()
-      .when(createVolume(ask({ sizeBytes: MiB + 1, limitBytes: MiB + 1 })))
-      .thenThrows("OutOfRange", /exceeds the limit/);
+  test("the size and the pool come decided: past the pool's maximum is OutOfRange; an unknown pool is InvalidArgument; absent, the default pool", () => {
     given()
       .when(createVolume(ask({ pool: "fast", sizeBytes: 16 * MiB })))
       .thenThrows("OutOfRange", /maximum image size/);
     given()
       .when(createVolume(ask({ pool: "nope" })))
       .thenThrows("InvalidArgument", /unknown pool "nope"/);
+    const d = given().when(createVolume(ask())).decision();
+    if (!("act" in d) || (d.act?.events?.[1] as { pool?: string }).pool !== "default") throw new Error(JSON.stringify(d));
   });
 
   test("sources: missing is NotFound, in another pool InvalidArgument, larger than asked OutOfRange", () => {
@@ -149,13 +148,13 @@ describe("CreateVolume", () => {
       .when(restore({}))
       .thenThrows("NotFound", /source snapshot/);
     given(...landed(...snap))
-      .when(restore({ pool: "default", sizeBytes: 4 * MiB }))
+      .when(restore({ sizeBytes: 4 * MiB }))
       .thenThrows("InvalidArgument", /cross-pool clones are not supported/);
     given(...landed(...snap))
-      .when(restore({ sizeBytes: MiB }))
+      .when(restore({ pool: "fast", sizeBytes: MiB }))
       .thenThrows("OutOfRange", /smaller than the source/);
     given(...landed(...snap))
-      .when(restore({ sizeBytes: 4 * MiB, sourcePoolId: 1 }))
+      .when(restore({ pool: "fast", sizeBytes: 4 * MiB, sourcePoolId: 1 }))
       .thenThrows("NotFound", /source snapshot/);
   });
 
@@ -240,7 +239,7 @@ describe("ControllerExpandVolume and ControllerModifyVolume", () => {
       .when(expand(2 * MiB))
       .thenThrows("NotFound");
     const same = given(...volume(OTHER))
-      .when(expand(MiB - 1))
+      .when(expand(MiB))
       .decision();
     if (!("reply" in same) || same.reply.sizeBytes !== MiB) throw new Error(`never shrinks: ${JSON.stringify(same)}`);
     given(...volume(OTHER))

@@ -13,7 +13,6 @@ import {
   type ParsedRequest,
   quote,
   readerOnly,
-  roundUpToMiB,
   sameMutableParameters,
   type VolumeView,
 } from "@csi/contracts";
@@ -22,7 +21,7 @@ import type { Command, Ctx, PoolInfo, ReadPlan, View } from "./decider.js";
 import { liveRecord } from "./evolve.js";
 import { type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import { volumeView } from "./records.js";
-import { checkVolumeReservation, decideImageCreate, nameState, poolForCreate, volumeDigest } from "./reservation.js";
+import { checkVolumeReservation, decideImageCreate, nameState, volumeDigest } from "./reservation.js";
 
 /** A configured pool of the cluster; an unknown one is InvalidArgument. */
 export function poolOf<P>(pools: ReadonlyMap<string, P>, cluster: string, name: string): P {
@@ -50,13 +49,6 @@ export function madeIn<K extends ImageKind>(v: Pick<View, "state">, kind: K, uui
   return r?.imageId ? r : undefined;
 }
 
-/** The size a request asks for, whole MiB, within its limit (OutOfRange past it). */
-function wantedSize(sizeBytes: number, limitBytes: number): number {
-  const size = roundUpToMiB(sizeBytes);
-  if (limitBytes > 0 && size > limitBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes rounded up to ${size} exceeds the limit ${limitBytes}`);
-  return size;
-}
-
 function fitsPool(pool: PoolInfo, sizeBytes: number): void {
   if (sizeBytes > pool.maxImageBytes) throw new DriverError("OutOfRange", `${sizeBytes} bytes exceeds the pool's maximum image size ${pool.maxImageBytes}`);
 }
@@ -73,14 +65,13 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
       follow: true,
     },
     decide: (v, ctx) => {
-      if (req.pool) poolIn(ctx, req.pool); // an unknown pool is refused before anything else
-      const sizeBytes = wantedSize(req.sizeBytes, req.limitBytes);
+      // Size and pool were decided by the controller (docs/controller.md): whole MiB (the contract
+      // checks), a pool of this cluster (checked here, before anything else).
+      const { sizeBytes } = req;
+      const poolName = req.pool ?? ctx.cluster.defaultPool;
+      poolIn(ctx, poolName);
       const mutableParameters = inForce(req.mutableParameters ?? {});
       const source = src ? madeIn(v, src.kind, src.uuid, req.sourcePoolId) : undefined;
-      const dirUuid = nameState(v, "volume", req.name)?.uuid;
-      const existing = dirUuid ? liveRecord(v.state({ kind: "volume", uuid: dirUuid }), "volume") : undefined;
-      // The pool (and so the digest) is known only now: a clone or restore lands in its source's pool.
-      const poolName = poolForCreate(req, source, existing, ctx.cluster.defaultPool);
       const digest = volumeDigest(poolName, req.parameters, mutableParameters);
       const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(src ? { source: src } : {}) };
       return decideImageCreate(v, ctx, {
@@ -180,7 +171,7 @@ export function expandVolume(req: ParsedRequest<"volume.expand">): Command<Volum
     decide: (v, ctx) => {
       const r = recordIn(v, "volume", req.uuid, req.poolId);
       if (!r) throw notFound(`volume ${req.uuid} does not exist`);
-      const want = roundUpToMiB(req.sizeBytes);
+      const want = req.sizeBytes; // whole MiB, decided by the controller
       if (want <= r.sizeBytes) return { reply: volumeView(r) }; // never shrink: the current size answers
       const image = v.image({ pool: r.pool, imageName: r.imageName });
       if (image && image.sizeBytes >= want) return { act: { events: [{ type: "VolumeExpanded", uuid: r.uuid, sizeBytes: image.sizeBytes }] } };
