@@ -12,7 +12,6 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { PLUGIN_NAME } from "@csi/contracts";
-import { parseAllDocuments } from "yaml";
 import {
   type Compose,
   checkCompose,
@@ -23,7 +22,8 @@ import {
   type K8sObject,
   type Kustomization,
   type NomadJob,
-} from "./support/deploy-checks.js";
+} from "@csi/testkit";
+import { parseAllDocuments } from "yaml";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const K8S = path.join(ROOT, "deploy/kubernetes");

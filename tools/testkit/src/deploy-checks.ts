@@ -8,16 +8,17 @@
  */
 import path from "node:path";
 import { type Clusters, PLUGIN_NAME, parseMutableParameters, resolveClusters } from "@csi/contracts";
+import { controllerConfig } from "@csi/controller";
+import { CONTROLLER_SETTINGS, createLimits, splitParameters } from "@csi/controller/testing";
+import { journalConfig } from "@csi/journal";
+import { JOURNAL_SETTINGS } from "@csi/journal/testing";
+import { nodeAgentConfig } from "@csi/node-agent";
+import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
-import { CONTROLLER_SETTINGS, controllerConfig } from "../../services/controller/src/config.js";
-import { createLimits, splitParameters } from "../../services/controller/src/domain/csi.js";
-import { JOURNAL_SETTINGS, journalConfig } from "../../services/journal/src/config.js";
-import { NODE_AGENT_SETTINGS, nodeAgentConfig } from "../../services/node-agent/src/config.js";
+import type { ServiceName } from "./processes.js";
 
 // ---------------------------------------------------------------------------------------------
 // The services, from their own settings tables and config loaders.
-
-export type ServiceName = "controller" | "journal" | "node-agent";
 
 interface EffectiveConfig {
   metricsAddr: string;
