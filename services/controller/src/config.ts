@@ -21,14 +21,18 @@ export type ControllerConfig = z.infer<typeof ControllerConfig>;
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const CONTROLLER_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
-  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
-  clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
-  dataDir: { env: "DATA_DIR" },
-  logLevel: { env: "LOG_LEVEL" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
+  clustersFile: {
+    env: "CLUSTERS_FILE",
+    flag: "clusters-file",
+    help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)",
+  },
+  dataDir: { env: "DATA_DIR", help: "data directory: the built-in clusters' pool roots are under <DATA_DIR>/pools" },
+  logLevel: { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" },
   ...OPS_SETTINGS,
-  journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS" },
-  journalQuietMs: { env: "JOURNAL_QUIET_MS" },
-  clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS" },
+  journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS", help: "how long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED (ms)" },
+  journalQuietMs: { env: "JOURNAL_QUIET_MS", help: "no reply or working beat from any journal replica of the cluster this long: UNAVAILABLE (ms)" },
+  clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS", help: "the most List* and GetCapacity wait for one cluster when they ask every cluster (ms)" },
 } as const satisfies Settings<z.input<typeof ControllerConfig>>;
 
 export function controllerConfig(argv: string[], env: NodeJS.ProcessEnv): ControllerConfig {

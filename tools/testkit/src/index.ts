@@ -8,6 +8,7 @@
  * reaches the services only through their declared entries (`@csi/<service>`, `…/operator`,
  * `…/testing`). Nothing a service ships imports it.
  */
+export * from "./build.js";
 export * from "./csictl.js";
 export * from "./deploy-checks.js";
 export * from "./fenced-writers.js";

@@ -77,14 +77,22 @@ export async function spawnService(
     readyTimeoutMs?: number;
     /** Options for node itself, before the loader (e.g. --cpu-prof). */
     nodeArgs?: string[];
+    /**
+     * Run what `npm run build` made instead of the sources, as the image does: plain node (no tsx,
+     * no conditions) on dist/main.js under this directory (this repository, or a replay of the
+     * image's final stage), which is also its working directory.
+     */
+    built?: string;
   } = {},
 ): Promise<ServiceProcess & { ready: Promise<void> }> {
   const own = env.READY_FILE ? undefined : await mkdtemp(path.join(os.tmpdir(), `csi-${service}-`));
   const readyFile = env.READY_FILE ?? path.join(own as string, "ready.json");
   rmSync(readyFile, { force: true });
-  // One process (node with the tsx loader), so SIGKILL hits the service itself.
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...SOURCE_NODE_ARGS, serviceMain(service), ...(opts.args ?? [])], {
-    cwd: ROOT,
+  // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
+  const main =
+    opts.built === undefined ? [...SOURCE_NODE_ARGS, serviceMain(service)] : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
+    cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
   });
