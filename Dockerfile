@@ -8,9 +8,9 @@
 # `command` per service (node services/<name>/dist/main.js, node tools/csictl/dist/main.js).
 # test/deploy.test.ts checks this file; test/image.test.ts replays its final stage (docs/building.md).
 
-FROM node:20-bookworm-slim AS build
+# The lockfile and every workspace's package.json (npm ci needs them all), for both stages below.
+FROM node:20-bookworm-slim AS manifests
 WORKDIR /app
-# Dependencies first, so this layer is cached until a manifest or the lockfile changes.
 COPY package.json package-lock.json ./
 COPY packages/contracts/package.json packages/contracts/
 COPY packages/runtime/package.json packages/runtime/
@@ -19,6 +19,11 @@ COPY services/controller/package.json services/controller/
 COPY services/node-agent/package.json services/node-agent/
 COPY tools/csictl/package.json tools/csictl/
 COPY tools/testkit/package.json tools/testkit/
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+# Dependencies first, so this layer is cached until a manifest or the lockfile changes.
+COPY --from=manifests /app ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.base.json tsconfig.build.json ./
 COPY packages/ packages/
@@ -35,14 +40,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 ENV NODE_ENV=production
-COPY package.json package-lock.json ./
-COPY packages/contracts/package.json packages/contracts/
-COPY packages/runtime/package.json packages/runtime/
-COPY services/journal/package.json services/journal/
-COPY services/controller/package.json services/controller/
-COPY services/node-agent/package.json services/node-agent/
-COPY tools/csictl/package.json tools/csictl/
-COPY tools/testkit/package.json tools/testkit/
+COPY --from=manifests /app ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/packages/contracts/dist packages/contracts/dist
 COPY --from=build /app/packages/contracts/proto packages/contracts/proto

@@ -1,8 +1,8 @@
 /**
  * The image, for real, without a Docker engine (there is none here): `npm run build`, then the
  * Dockerfile's final stage replayed into an empty directory — its WORKDIR, ENV and COPY lines (from
- * the build context, which .dockerignore filters, or from the build stage, which is this tree after
- * the build) and its `npm ci --omit=dev` (npm's cache first, `--prefer-offline`) — and in there
+ * the build context, which .dockerignore filters, from the manifests stage, replayed the same way, or
+ * from the build stage, which is this tree after the build) and its `npm ci --omit=dev` (npm's cache first, `--prefer-offline`) — and in there
  * each service's `node services/<name>/dist/main.js --version` and `--help`, csictl's, and the CMD
  * run with plain node: no tsx (it is not even installed there), no export conditions, the image's
  * NODE_ENV; then the journal, the controller and a node-agent started from it on real servers, and
@@ -14,7 +14,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -73,48 +73,63 @@ interface Run {
   stderr: string;
 }
 
+/** A stage replayed: the directory standing for its WORKDIR, its environment and CMD. */
+interface Replayed {
+  dir: string;
+  env: Record<string, string>;
+  cmd: string[];
+}
+
 /**
- * Replays the final stage into `app` (standing for its WORKDIR): ENV collected, COPY done, `npm ci`
- * run; other RUN steps (apt-get, mkdir of volume mount points, npm's cache cleaning) touch nothing
- * node resolves and are checked to be only those. Returns the image's environment and its CMD.
+ * Replays a stage into a new directory under `into` (standing for its WORKDIR): ENV collected,
+ * COPY done (from the context, minus .dockerignore, or from another stage, replayed the same way),
+ * `npm ci` run; other RUN steps (apt-get, mkdir of volume mount points, npm's cache cleaning)
+ * touch nothing node resolves and are checked to be only those. A stage that runs
+ * `npm run build` is not replayed: it is this tree after `npm run build`.
  */
-function replayFinalStage(stages: DockerStage[], app: string): { env: Record<string, string>; cmd: string[] } {
-  const final = stages.at(-1);
-  assert.ok(final, "a final stage");
-  const image = workdir(final);
-  const inImage = (p: string, dir: string) => {
+function replayStage(stages: DockerStage[], stage: DockerStage, into: string, done = new Map<DockerStage, Replayed>()): Replayed {
+  const known = done.get(stage);
+  if (known) return known;
+  const home = workdir(stage);
+  if (stage.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args))) {
+    const built = { dir: ROOT, env: {}, cmd: [] };
+    done.set(stage, built);
+    return built;
+  }
+  const out: Replayed = { dir: mkdtempSync(path.join(into, `${stage.name ?? "final"}-`)), env: {}, cmd: [] };
+  const inStage = (p: string, dir: string) => {
     const abs = path.posix.resolve(dir, p);
-    assert.ok(abs === image || abs.startsWith(`${image}/`), `${p}: only paths under the WORKDIR ${image} are replayed`);
-    return path.join(app, path.posix.relative(image, abs));
+    assert.ok(abs === home || abs.startsWith(`${home}/`), `${p}: only paths under the WORKDIR ${home} are replayed`);
+    return path.join(out.dir, path.posix.relative(home, abs));
   };
   const ignored = dockerignored();
-  const env: Record<string, string> = {};
-  let cmd: string[] = [];
   let dir = "/";
-  for (const ins of final.instructions) {
+  for (const ins of stage.instructions) {
     if (ins.op === "WORKDIR") dir = path.posix.resolve(dir, ins.args);
-    else if (ins.op === "ENV") for (const m of ins.args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S*)/g)) env[m[1] as string] = m[2] as string;
-    else if (ins.op === "CMD") cmd = execForm(ins) ?? [];
+    else if (ins.op === "ENV") for (const m of ins.args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S*)/g)) out.env[m[1] as string] = m[2] as string;
+    else if (ins.op === "CMD") out.cmd = execForm(ins) ?? [];
     else if (ins.op === "COPY") {
       const copy = dockerCopy(ins);
       const from = copy.from === undefined ? undefined : stages.find((s) => s.name === copy.from);
+      assert.ok(copy.from === undefined || (from && from !== stage), `line ${ins.line}: --from=${copy.from} is not another stage`);
+      const base = from ? replayStage(stages, from, into, done).dir : ROOT;
       for (const src of copy.sources) {
-        // The build stage's files are this tree after `npm run build`; the context's are this tree minus .dockerignore.
         const origin = from ? path.posix.relative(workdir(from), src) : path.posix.normalize(src);
         assert.ok(!origin.startsWith(".."), `line ${ins.line}: ${src} is outside the ${copy.from} stage's WORKDIR`);
         if (!from) assert.ok(!ignored(origin), `line ${ins.line}: ${src} is not in the build context (.dockerignore)`);
-        assert.ok(existsSync(path.join(ROOT, origin)), `line ${ins.line}: ${src} does not exist ${from ? "after npm run build" : "in the context"}`);
-        const dest = inImage(copy.dest, dir);
+        const file = path.join(base, origin);
+        assert.ok(existsSync(file), `line ${ins.line}: ${src} does not exist ${from ? `in stage ${copy.from}` : "in the context"}`);
+        const dest = inStage(copy.dest, dir);
         // Docker: a file into a directory (dest ending in /) keeps its name; a directory's contents go into dest.
-        const target = copy.dest.endsWith("/") && statSync(path.join(ROOT, origin)).isFile() ? path.join(dest, path.basename(origin)) : dest;
+        const target = copy.dest.endsWith("/") && statSync(file).isFile() ? path.join(dest, path.basename(file)) : dest;
         mkdirSync(path.dirname(target), { recursive: true });
-        cpSync(path.join(ROOT, origin), target, { recursive: true });
+        cpSync(file, target, { recursive: true });
       }
     } else if (ins.op === "RUN") {
-      for (const step of ins.args.split("&&").map((s) => s.trim())) {
+      for (const step of ins.args.split("&&").map((x) => x.trim())) {
         if (/^npm ci\b/.test(step)) {
           const args = step.split(/\s+/).slice(1);
-          execFileSync("npm", [...args, "--prefer-offline"], { cwd: inImage(".", dir), env: { ...process.env, ...env }, stdio: "pipe", timeout: 600_000 });
+          execFileSync("npm", [...args, "--prefer-offline"], { cwd: inStage(".", dir), env: { ...process.env, ...out.env }, stdio: "pipe", timeout: 600_000 });
         } else
           assert.match(
             step,
@@ -124,12 +139,14 @@ function replayFinalStage(stages: DockerStage[], app: string): { env: Record<str
       }
     }
   }
-  return { env, cmd };
+  done.set(stage, out);
+  return out;
 }
 
 describe("the image's final stage, replayed after npm run build, runs the compiled services with plain node", () => {
+  let scratch: string;
   let app: string;
-  let image: { env: Record<string, string>; cmd: string[] };
+  let image: Replayed;
   /** Plain node in the replayed image: no NODE_OPTIONS, the image's env. */
   const node = (args: string[]) =>
     new Promise<Run>((resolve) => {
@@ -142,13 +159,15 @@ describe("the image's final stage, replayed after npm run build, runs the compil
   before(
     async () => {
       execFileSync("npm", ["run", "build"], { cwd: ROOT, stdio: "pipe", timeout: 1_200_000 });
-      app = await mkdtemp(path.join(os.tmpdir(), "csi-image-"));
-      image = replayFinalStage(parseDockerfile(readFileSync(path.join(ROOT, "Dockerfile"), "utf8")), app);
+      scratch = await mkdtemp(path.join(os.tmpdir(), "csi-image-"));
+      const stages = parseDockerfile(readFileSync(path.join(ROOT, "Dockerfile"), "utf8"));
+      image = replayStage(stages, stages.at(-1) as DockerStage, scratch);
+      app = image.dir;
     },
     { timeout: 1_800_000 },
   );
   after(async () => {
-    if (app) await rm(app, { recursive: true, force: true });
+    if (scratch) await rm(scratch, { recursive: true, force: true });
   });
 
   test("the install has production dependencies only: no tsx, no typescript; no sources, only dist", () => {

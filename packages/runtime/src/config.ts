@@ -268,5 +268,12 @@ export const OPS_SETTINGS = {
   shutdownGraceMs: { env: "SHUTDOWN_GRACE_MS", help: "how long SIGTERM waits for in-flight calls and commands before exiting (ms)" },
 } as const satisfies Settings<z.input<z.ZodObject<ReturnType<typeof opsShape>>>>;
 
+/** Settings every service reads the same way (a service may add a flag: `{ ...CLUSTERS_FILE_SETTING, flag: "clusters-file" }`). */
+export const CLUSTERS_FILE_SETTING = {
+  env: "CLUSTERS_FILE",
+  help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)",
+} as const satisfies Setting;
+export const LOG_LEVEL_SETTING = { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" } as const satisfies Setting;
+
 /** Default metrics/health ports: controller, node-agent, journal (9808 is the livenessprobe sidecar's). */
 export const METRICS_PORTS = { controller: 9810, "node-agent": 9811, journal: 9812 } as const;

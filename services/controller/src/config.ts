@@ -1,5 +1,15 @@
 /** The controller's configuration, parsed once from the environment and the command line. */
-import { loadConfig, METRICS_PORTS, NATS_ACCESS_SETTINGS, natsAccessShape, OPS_SETTINGS, opsShape, type Settings } from "@csi/runtime";
+import {
+  CLUSTERS_FILE_SETTING,
+  LOG_LEVEL_SETTING,
+  loadConfig,
+  METRICS_PORTS,
+  NATS_ACCESS_SETTINGS,
+  natsAccessShape,
+  OPS_SETTINGS,
+  opsShape,
+  type Settings,
+} from "@csi/runtime";
 import { z } from "zod";
 
 export const ControllerConfig = z.object({
@@ -22,13 +32,9 @@ export type ControllerConfig = z.infer<typeof ControllerConfig>;
 export const CONTROLLER_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
-  clustersFile: {
-    env: "CLUSTERS_FILE",
-    flag: "clusters-file",
-    help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)",
-  },
+  clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in clusters' pool roots are under <DATA_DIR>/pools" },
-  logLevel: { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" },
+  logLevel: LOG_LEVEL_SETTING,
   ...OPS_SETTINGS,
   journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS", help: "how long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED (ms)" },
   journalQuietMs: { env: "JOURNAL_QUIET_MS", help: "no reply or working beat from any journal replica of the cluster this long: UNAVAILABLE (ms)" },

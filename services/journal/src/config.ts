@@ -1,5 +1,7 @@
 /** The journal's configuration, parsed once from the environment and the command line. */
 import {
+  CLUSTERS_FILE_SETTING,
+  LOG_LEVEL_SETTING,
   loadConfig,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
@@ -52,13 +54,9 @@ export const JOURNAL_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
   ...REDIS_ACCESS_SETTINGS,
   cluster: { env: "CLUSTER_ID", flag: "cluster", help: "which cluster of the clusters file this journal serves (unset: its defaultCluster)" },
-  clustersFile: {
-    env: "CLUSTERS_FILE",
-    flag: "clusters-file",
-    help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)",
-  },
+  clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools live under <DATA_DIR>/pools" },
-  logLevel: { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" },
+  logLevel: LOG_LEVEL_SETTING,
   ...OPS_SETTINGS,
   replica: { env: "REPLICA_ID", help: "this replica's name in every event's actor (unset: host:pid)" },
   ...STREAM_SETTINGS,

@@ -2,6 +2,8 @@
 import os from "node:os";
 import path from "node:path";
 import {
+  CLUSTERS_FILE_SETTING,
+  LOG_LEVEL_SETTING,
   loadConfig,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
@@ -64,9 +66,9 @@ export const NODE_AGENT_SETTINGS = {
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
   nodeId: { env: "NODE_ID", flag: "nodeid", help: "the CSI node id (default: this host's name)" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools and, by default, the node's state" },
-  clustersFile: { env: "CLUSTERS_FILE", help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)" },
+  clustersFile: CLUSTERS_FILE_SETTING,
   stateDir: { env: "NODE_STATE_DIR", help: "where the node's state file lives (unset: <DATA_DIR>/node/<NODE_ID>)" },
-  logLevel: { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" },
+  logLevel: LOG_LEVEL_SETTING,
   ...OPS_SETTINGS,
   maxVolumes: { env: "MAX_VOLUMES_PER_NODE", help: "reported in NodeGetInfo and the registration (claims check it)" },
   heartbeatMs: { env: "HEARTBEAT_MS", help: "registration heartbeat interval (ms)" },

@@ -101,15 +101,21 @@ export function workdir(stage: DockerStage): string {
   return stage.instructions.reduce((dir, i) => (i.op === "WORKDIR" ? path.posix.resolve(dir, i.args) : dir), "/");
 }
 
+/** Where a file of a stage comes from: built by a stage that runs `npm run build`, or the build context; with the COPY line that brings it. */
+export type Provenance = { built: true; stage: string; line: number } | { built: false; line: number };
+
 /**
- * The COPY of `stage` that puts a file (relative to the stage's WORKDIR) in the image at the same
- * place it has where it comes from: the same path in the build context (its root being the
- * WORKDIR), or under the other stage's WORKDIR. The last such COPY wins, as in the image.
+ * Where the file at `file` (relative to the stage's WORKDIR) comes from, following COPY lines that
+ * keep it at the same place (the same path in the build context, whose root stands for the WORKDIR,
+ * or under the other stage's WORKDIR) back through other stages; undefined when no COPY brings it.
+ * A stage that runs `npm run build` makes what it holds under its WORKDIR.
  */
-export function copiedBy(stages: DockerStage[], stage: DockerStage, file: string): DockerCopy | undefined {
+export function provenance(stages: DockerStage[], stage: DockerStage, file: string, seen = new Set<DockerStage>()): Provenance | undefined {
   const rel = path.posix.normalize(file);
+  if (seen.has(stage)) return undefined;
+  seen.add(stage);
   let dir = "/";
-  let found: DockerCopy | undefined;
+  let found: Provenance | undefined;
   for (const ins of stage.instructions) {
     if (ins.op === "WORKDIR") dir = path.posix.resolve(dir, ins.args);
     if (ins.op !== "COPY") continue;
@@ -117,8 +123,21 @@ export function copiedBy(stages: DockerStage[], stage: DockerStage, file: string
     const inside = path.posix.relative(path.posix.resolve(dir, copy.dest), path.posix.resolve(dir, rel));
     if (inside.startsWith("..")) continue;
     const from = copy.from === undefined ? undefined : stages.find((st) => st.name === copy.from);
-    const want = from ? path.posix.resolve(workdir(from), rel) : rel;
-    if (copy.sources.some((src) => path.posix.normalize(path.posix.join(src, inside)) === want)) found = copy;
+    for (const src of copy.sources) {
+      const origin = path.posix.normalize(path.posix.join(src, inside));
+      if (!from) {
+        if (origin === rel) found = { built: false, line: ins.line };
+        continue;
+      }
+      const there = path.posix.relative(workdir(from), origin);
+      if (there.startsWith("..")) continue;
+      if (from.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args)))
+        found = { built: true, stage: copy.from as string, line: ins.line };
+      else {
+        const p = provenance(stages, from, there, seen);
+        if (p) found = p;
+      }
+    }
   }
   return found;
 }
@@ -126,8 +145,8 @@ export function copiedBy(stages: DockerStage[], stage: DockerStage, file: string
 /**
  * The Dockerfile against what production must be: the final stage installs production
  * dependencies only (`npm ci --omit=dev`), mentions no tsx or typescript, and its CMD and every
- * script the deployment files run (`scripts`, relative to the WORKDIR) are copied from a stage that
- * runs `npm run build` (the command checks themselves are `checkCommands`').
+ * script the deployment files run (`scripts`, relative to the WORKDIR) come from a stage that runs
+ * `npm run build` (the command checks themselves are `checkCommands`').
  */
 export function checkDockerfile(stages: DockerStage[], scripts: string[]): string[] {
   const problems: string[] = [];
@@ -144,15 +163,9 @@ export function checkDockerfile(stages: DockerStage[], scripts: string[]): strin
   if (!argv) problems.push("the final stage's CMD is not in exec form (a JSON array)");
   const cmdFile = argv?.[1]?.startsWith("-") ? [] : (argv?.slice(1, 2) ?? []);
   for (const s of new Set([...cmdFile, ...scripts])) {
-    const c = copiedBy(stages, final, s);
-    if (!c) problems.push(`the final stage does not copy ${s} from the build stage`);
-    else if (c.from === undefined) problems.push(`Dockerfile line ${c.line}: ${s} comes from the build context, not from the build stage`);
-    else {
-      const from = stages.find((st) => st.name === c.from);
-      if (!from || from === final) problems.push(`Dockerfile line ${c.line}: --from=${c.from} is not an earlier stage`);
-      else if (!from.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args)))
-        problems.push(`Dockerfile line ${c.line}: stage ${c.from} does not run npm run build`);
-    }
+    const p = provenance(stages, final, s);
+    if (!p) problems.push(`the final stage does not copy ${s} from the build stage`);
+    else if (!p.built) problems.push(`Dockerfile line ${p.line}: ${s} is not built in the image: it would come from the build context`);
   }
   return problems;
 }
