@@ -32,6 +32,7 @@ import {
   execForm,
   parseDockerfile,
   ROOT,
+  runsBuild,
   type ServiceName,
   type ServiceProcess,
   serviceMain,
@@ -91,7 +92,7 @@ function replayStage(stages: DockerStage[], stage: DockerStage, into: string, do
   const known = done.get(stage);
   if (known) return known;
   const home = workdir(stage);
-  if (stage.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args))) {
+  if (runsBuild(stage)) {
     const built = { dir: ROOT, env: {}, cmd: [] };
     done.set(stage, built);
     return built;
@@ -129,7 +130,9 @@ function replayStage(stages: DockerStage[], stage: DockerStage, into: string, do
       for (const step of ins.args.split("&&").map((x) => x.trim())) {
         if (/^npm ci\b/.test(step)) {
           const args = step.split(/\s+/).slice(1);
-          execFileSync("npm", [...args, "--prefer-offline"], { cwd: inStage(".", dir), env: { ...process.env, ...out.env }, stdio: "pipe", timeout: 600_000 });
+          // Not the npm_* variables of an `npm test` around us (npm_config_local_prefix names this tree).
+          const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(npm_|INIT_CWD$)/i.test(k)));
+          execFileSync("npm", [...args, "--prefer-offline"], { cwd: inStage(".", dir), env: { ...clean, ...out.env }, stdio: "pipe", timeout: 600_000 });
         } else
           assert.match(
             step,

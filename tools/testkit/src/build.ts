@@ -101,6 +101,9 @@ export function workdir(stage: DockerStage): string {
   return stage.instructions.reduce((dir, i) => (i.op === "WORKDIR" ? path.posix.resolve(dir, i.args) : dir), "/");
 }
 
+/** Whether a stage runs `npm run build`: it then holds, under its WORKDIR, what the build makes. */
+export const runsBuild = (stage: DockerStage) => stage.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args));
+
 /** Where a file of a stage comes from: built by a stage that runs `npm run build`, or the build context; with the COPY line that brings it. */
 export type Provenance = { built: true; stage: string; line: number } | { built: false; line: number };
 
@@ -131,10 +134,9 @@ export function provenance(stages: DockerStage[], stage: DockerStage, file: stri
       }
       const there = path.posix.relative(workdir(from), origin);
       if (there.startsWith("..")) continue;
-      if (from.instructions.some((i) => i.op === "RUN" && /\bnpm run build\b/.test(i.args)))
-        found = { built: true, stage: copy.from as string, line: ins.line };
+      if (runsBuild(from)) found = { built: true, stage: copy.from as string, line: ins.line };
       else {
-        const p = provenance(stages, from, there, seen);
+        const p = provenance(stages, from, there, new Set(seen));
         if (p) found = p;
       }
     }
