@@ -105,7 +105,7 @@ export function schemaDefault(schema: z.ZodType): unknown {
 const shown = (v: unknown) => (v === undefined ? "unset" : Array.isArray(v) ? v.join(",") : String(v));
 
 /** Rows of text as columns, each as wide as its widest cell (the last one not padded). */
-export function columns(rows: string[][]): string {
+function columns(rows: string[][]): string {
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length))) ?? [];
   return rows
     .map((r) =>
@@ -146,7 +146,7 @@ const packageOf = (file: URL) => JSON.parse(readFileSync(file, "utf8")) as { ver
 
 /** `--help`: the service, how to run it, and its settings table. */
 // biome-ignore lint/suspicious/noExplicitAny: any zod object schema
-export function serviceHelp<S extends z.ZodObject<any>>(main: ServiceMain<S>): string {
+function serviceHelp<S extends z.ZodObject<any>>(main: ServiceMain<S>): string {
   const pkg = packageOf(main.packageJson);
   const name = Object.keys(pkg.bin ?? {})[0] ?? main.service;
   return [
