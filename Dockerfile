@@ -1,36 +1,56 @@
 # syntax=docker/dockerfile:1
 #
-# One image for every service of the CSI driver (journal, controller, node-agent).
-# The services run straight from their TypeScript sources through tsx; the default
-# CMD starts the journal and docker-compose.yml overrides `command` per service.
-# The node-agent needs the block/filesystem tools below (losetup, mkfs.*, resize
-# tools, mount/umount) and must run privileged; the other services ignore them.
-FROM node:20-bookworm-slim
+# One image for every service of the CSI driver (journal, controller, node-agent) and csictl.
+# Stage `build` compiles the TypeScript (npm run build: every workspace's src/ into its dist/);
+# the final stage holds only what runs: the compiled dist/ directories, the package.json files,
+# the CSI proto (read at run time) and the production dependencies (npm ci --omit=dev: no tsx,
+# no typescript). The default CMD starts the journal; docker-compose.yml and the manifests set
+# `command` per service (node services/<name>/dist/main.js, node tools/csictl/dist/main.js).
+# test/deploy.test.ts checks this file; test/image.test.ts replays its final stage (docs/building.md).
 
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      ca-certificates util-linux e2fsprogs xfsprogs mount \
- && rm -rf /var/lib/apt/lists/*
-
+# The lockfile and every workspace's package.json (npm ci needs them all), for both stages below.
+FROM node:20-bookworm-slim AS manifests
 WORKDIR /app
-
-# Dependencies first, so this layer is cached until a manifest or the lockfile changes.
-# Plain `npm ci` (not --omit=dev): tsx is a root devDependency and is needed at runtime.
-# Do not set NODE_ENV=production before this step, or npm would skip devDependencies.
 COPY package.json package-lock.json ./
 COPY packages/contracts/package.json packages/contracts/
 COPY packages/runtime/package.json packages/runtime/
 COPY services/journal/package.json services/journal/
 COPY services/controller/package.json services/controller/
 COPY services/node-agent/package.json services/node-agent/
-COPY packages/cli/package.json packages/cli/
-RUN npm ci --no-audit --no-fund && npm cache clean --force
+COPY tools/csictl/package.json tools/csictl/
+COPY tools/testkit/package.json tools/testkit/
 
-COPY tsconfig*.json ./
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+# Dependencies first, so this layer is cached until a manifest or the lockfile changes.
+COPY --from=manifests /app ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.base.json tsconfig.build.json ./
 COPY packages/ packages/
 COPY services/ services/
+COPY tools/ tools/
+RUN npm run build
 
+FROM node:20-bookworm-slim
+# The node-agent needs the block/filesystem tools (losetup, mkfs.*, resize tools, mount/umount)
+# and must run privileged; the other services ignore them.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates util-linux e2fsprogs xfsprogs mount \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+ENV NODE_ENV=production
+COPY --from=manifests /app ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/packages/contracts/dist packages/contracts/dist
+COPY --from=build /app/packages/contracts/proto packages/contracts/proto
+COPY --from=build /app/packages/runtime/dist packages/runtime/dist
+COPY --from=build /app/services/journal/dist services/journal/dist
+COPY --from=build /app/services/controller/dist services/controller/dist
+COPY --from=build /app/services/node-agent/dist services/node-agent/dist
+COPY --from=build /app/tools/csictl/dist tools/csictl/dist
+COPY --from=build /app/tools/csictl/bin tools/csictl/bin
 # Default locations used by docker-compose.yml: CSI sockets and the pool images.
 RUN mkdir -p /csi /var/lib/csi/pools
 
-CMD ["node", "--import", "tsx", "services/journal/src/main.ts"]
+CMD ["node", "services/journal/dist/main.js"]

@@ -27,11 +27,10 @@ import { mkdirSync, readdirSync, readFileSync, rmSync, truncateSync, unlinkSync,
 import { mkdtemp } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { createSizedFile } from "@csi/journal/testing";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
+import { cleanupUnder, type LocalServer, startServer, whyNoDevices } from "@csi/testkit";
 import { prepareDataDir } from "../scripts/lib/data-dir.js";
-import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
-import { cleanupUnder, whyNoDevices } from "../scripts/lib/machine.js";
-import { createSizedFile } from "../services/journal/src/adapters/file-pool.js";
 import { startBareChain } from "./lib/bare-chain.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";

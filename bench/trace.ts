@@ -1,13 +1,13 @@
 /**
- * `node --import tsx bench/trace.ts`: where one CreateVolume's time goes at c=1 — the client's
+ * `node --conditions=source --import tsx bench/trace.ts`: where one CreateVolume's time goes at c=1 — the client's
  * latency against the controller's and the journal's own handling time (their debug log lines),
  * so the rest is transport and scheduling between the processes.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import path from "node:path";
 import { csiClient } from "@csi/runtime";
+import { startServer } from "@csi/testkit";
 import { prepareDataDir } from "../scripts/lib/data-dir.js";
-import { startServer } from "../scripts/lib/local-servers.js";
 import { csiCap } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
 

@@ -10,7 +10,7 @@
  *    its readiness checks passed), so the stack comes up at any LOG_LEVEL. Each service's
  *    /metrics, /healthz and /readyz listen on 127.0.0.1 at a free port.
  *  - Once ready, writes the endpoints and each service's metrics URL to <runDir>/stack.json, where
- *    csictl finds the local stack (packages/cli/src/stack-file.ts); the file is removed on stop.
+ *    csictl finds the local stack (tools/csictl/src/stack-file.ts); the file is removed on stop.
  *  - SECURE=1: locked down (docs/security.md): credentials for every role generated into
  *    <runDir>/auth (0600), our nats-server and redis-server started with them, each service with
  *    its own; csictl finds them through stack.json (its authDir), which holds no secret.
@@ -26,7 +26,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { removeStackFile, writeStackFile } from "@csi/cli/stack-file";
 import { redactUrl } from "@csi/runtime";
-import { ROOT } from "./lib/processes.js";
+import { ROOT } from "@csi/testkit";
 import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
 

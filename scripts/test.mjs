@@ -1,12 +1,13 @@
 #!/usr/bin/env node
-// The test command: every *.test.ts under packages/, services/ and test/, run by node's own test
-// runner with the tsx loader. Pass file paths or name filters to run fewer:
+// The test command: every *.test.ts under packages/, services/, tools/ and test/, run by node's own
+// test runner from the sources, with no build step: tsx's loader and the workspaces' "source"
+// export condition (docs/building.md). Pass file paths or name filters to run fewer:
 //   npm test -- journal        (files whose path contains "journal")
 import { spawnSync } from "node:child_process";
 import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 
-const roots = ["packages", "services", "test"];
+const roots = ["packages", "services", "tools", "test"];
 const files = [];
 const walk = (dir) => {
   for (const e of readdirSync(dir)) {
@@ -25,7 +26,7 @@ if (chosen.length === 0) {
 }
 const res = spawnSync(
   process.execPath,
-  ["--import", "tsx", "--test", "--test-reporter=spec", `--test-concurrency=${process.env.TEST_CONCURRENCY ?? 2}`, ...chosen],
+  ["--conditions=source", "--import", "tsx", "--test", "--test-reporter=spec", `--test-concurrency=${process.env.TEST_CONCURRENCY ?? 2}`, ...chosen],
   { stdio: "inherit" },
 );
 process.exit(res.status ?? 1);

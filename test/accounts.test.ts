@@ -41,13 +41,20 @@ import {
   subjects,
 } from "@csi/contracts";
 import { csiClient, initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
+import {
+  blockCap,
+  CSICTL_BIN,
+  type LocalServer,
+  loadJournalFunctionsAt,
+  type ServiceProcess,
+  spawnService,
+  startServer,
+  tempDir,
+  withoutServerEnv,
+  writeClustersFile,
+} from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { loadJournalFunctionsAt } from "../scripts/lib/redis-functions.js";
-import { blockCap } from "./support/node-stack.js";
-import { withoutServerEnv } from "./support/npm-start.js";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { type LocalServer, startServer, tempDir } from "./support/servers.js";
 
 const CLUSTERS = ["c1", "c2"];
 const N1 = "n1.example.com";
@@ -136,11 +143,10 @@ interface Layout {
 
 /** What `csictl auth init` writes: both walls. */
 function generated(dir: string): Layout {
-  execFileSync(
-    process.execPath,
-    [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--json", "auth", "init", "--out", dir, "--nodes", `${N1},${N2}`, "--clusters", CLUSTERS.join(",")],
-    { encoding: "utf8", env: withoutServerEnv(process.env) },
-  );
+  execFileSync(process.execPath, [CSICTL_BIN, "--json", "auth", "init", "--out", dir, "--nodes", `${N1},${N2}`, "--clusters", CLUSTERS.join(",")], {
+    encoding: "utf8",
+    env: withoutServerEnv(process.env),
+  });
   return {
     natsConfig: path.join(dir, "auth.conf"),
     redisArgs: ["--aclfile", path.join(dir, "users.acl")],

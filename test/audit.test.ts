@@ -12,9 +12,9 @@ import { access, readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
 import { JournalEvent, NODES_STREAM, nodeSubjects, type ReplayEntry, subjects } from "@csi/contracts";
+import { volumeReservedBody } from "@csi/journal/testing";
+import { type JournalTestEnv, journalPerFile } from "@csi/testkit";
 import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
-import { volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
-import { type JournalTestEnv, journalPerFile } from "./support/journal-env.js";
 
 const CLUSTER = "audit";
 const MiB = 1024 * 1024;

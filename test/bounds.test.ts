@@ -14,9 +14,8 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { composeVolumeId, decomposeVolumeId } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
+import { type ServiceProcess, spawnService, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const MiB = 1024 ** 2;
 const MAX_PAYLOAD = 64 * 1024;

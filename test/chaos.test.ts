@@ -6,6 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { keysFor } from "@csi/journal/operator";
+import { whyNoDevices } from "@csi/testkit";
 import { checkFindings, checkObservation, type Keyspace, mergeInvariants, type Observation } from "../scripts/lib/chaos/check.js";
 import { backoffMs, isRetryable } from "../scripts/lib/chaos/co-client.js";
 import { FAULT_KINDS, type FaultRecord, faultDueAt, planFaults } from "../scripts/lib/chaos/faults.js";
@@ -16,8 +18,6 @@ import { runChaos } from "../scripts/lib/chaos/run.js";
 import { formatTable } from "../scripts/lib/chaos/table.js";
 import type { ModelVolume, OpRecord } from "../scripts/lib/chaos/workload.js";
 import { seeded } from "../scripts/lib/random.js";
-import { keysFor } from "../services/journal/src/store/layout.js";
-import { whyNoDevices } from "./support/machine.js";
 
 test("CO retry policy: transient codes and connection errors are retried with capped exponential backoff", () => {
   for (const code of [14, 10, 4, undefined]) assert.equal(isRetryable(code), true, String(code));

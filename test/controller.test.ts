@@ -9,8 +9,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type AccessMode, decomposeVolumeId, PLUGIN_NAME_RE } from "@csi/contracts";
 import { type CsiClient, csiClient } from "@csi/runtime";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
+import { type ServiceProcess, spawnService, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;

@@ -16,12 +16,10 @@ import { access, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { keysFor, RedisStore } from "@csi/journal/operator";
+import { CSICTL_BIN, ROOT, runStack, tempDir, withoutServerEnv } from "@csi/testkit";
 import { Redis } from "ioredis";
-import { runStack, withoutServerEnv } from "./support/npm-start.js";
-import { ROOT } from "./support/processes.js";
-import { tempDir } from "./support/servers.js";
 
-const BIN = path.join(ROOT, "packages/cli/bin/csictl.mjs");
+const BIN = CSICTL_BIN;
 const MiB = 1024 * 1024;
 
 interface Run {

@@ -3,8 +3,11 @@
  * the Kubernetes manifests (the base, and each overlay as kustomize builds it when kubectl is on
  * the PATH), the Nomad jobs and docker-compose.yml set only env names and flags their service
  * accepts (its settings table), with values its own config loader accepts; sockets, probes,
- * ports, images, the driver name, class parameters and the shared pool directory line up. The
- * second half breaks one thing at a time in a copy of the real files and sees each check fail.
+ * ports, images, the driver name, class parameters and the shared pool directory line up; whatever
+ * runs our image (manifests, Nomad jobs, compose, the Dockerfile's CMD) is plain node on a file
+ * `npm run build` makes, and the Dockerfile's final stage has production dependencies only, no
+ * tsx (test/image.test.ts replays that stage for real). The second half breaks one thing at a time
+ * in a copy of the real files and sees each check fail.
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -12,18 +15,29 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { PLUGIN_NAME } from "@csi/contracts";
-import { parseAllDocuments } from "yaml";
 import {
+  builtOutputs,
+  type CommandRun,
   type Compose,
+  CSICTL_DIST,
+  checkCommands,
   checkCompose,
+  checkDockerfile,
   checkKubernetes,
   checkKustomization,
   checkNomad,
+  composeCommands,
   composeSeconds,
+  execForm,
   type K8sObject,
   type Kustomization,
+  kubernetesCommands,
   type NomadJob,
-} from "./support/deploy-checks.js";
+  nomadCommands,
+  parseDockerfile,
+  serviceMain,
+} from "@csi/testkit";
+import { parseAllDocuments } from "yaml";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const K8S = path.join(ROOT, "deploy/kubernetes");
@@ -32,6 +46,9 @@ const read = (p: string) => readFileSync(path.join(ROOT, p), "utf8");
 const CLUSTERS = read("deploy/clusters.json");
 const VERSION = JSON.parse(read("package.json")).version as string;
 const IMAGE = `csi-event-driver:${VERSION}`;
+const IMAGE_NAME = "csi-event-driver";
+/** What `npm run build` makes (from the tsconfigs; nothing needs to be built for this file). */
+const BUILT = builtOutputs(ROOT);
 
 /** Every document of a YAML text; a syntax error or warning fails with the file's name. */
 function parseYaml(text: string, where: string): K8sObject[] {
@@ -62,6 +79,30 @@ function resourcesOf(dir: string): K8sObject[] {
 const baseDocs = () => resourcesOf(path.join(K8S, "base"));
 const compose = () => parseYaml(read("docker-compose.yml"), "docker-compose.yml")[0] as unknown as Compose;
 const nomadJobs = () => filesUnder(path.join(ROOT, "deploy/nomad"), /\.nomad\.json$/).map((f) => JSON.parse(readFileSync(f, "utf8")) as NomadJob);
+/** Every command line of our image: Kubernetes (the base and the optional NATS/Redis component's Job), Nomad, compose. */
+const ourRuns = (docs = [...baseDocs(), ...resourcesOf(path.join(K8S, "components/nats-redis"))], jobs = nomadJobs(), c = compose()): CommandRun[] => [
+  ...kubernetesCommands(docs, IMAGE_NAME),
+  ...nomadCommands(jobs, IMAGE_NAME),
+  ...composeCommands(c),
+];
+const dockerfile = (text = read("Dockerfile")) => parseDockerfile(text);
+/** The final stage's CMD as a run, and the Dockerfile's checks given the deployment files' runs. */
+const dockerCmd = (text = read("Dockerfile")): CommandRun => ({
+  where: "Dockerfile CMD",
+  argv:
+    execForm(
+      dockerfile(text)
+        .at(-1)
+        ?.instructions.findLast((i) => i.op === "CMD"),
+    ) ?? [],
+});
+const checkImage = (text = read("Dockerfile"), runs = ourRuns()) => [
+  ...checkCommands([...runs, dockerCmd(text)], BUILT),
+  ...checkDockerfile(
+    dockerfile(text),
+    runs.flatMap((r) => (r.argv[0] === "node" && r.argv[1] ? [r.argv[1]] : [])),
+  ),
+];
 const kubectl = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8", timeout: 30_000 }).status === 0;
 const overlays = readdirSync(path.join(K8S, "overlays")).map((o) => path.join(K8S, "overlays", o));
 
@@ -165,6 +206,29 @@ describe("deployment files agree with the code", () => {
   test("docker-compose.yml", () => {
     assert.deepEqual(checkCompose(compose(), "deploy/clusters.json", read), []);
   });
+
+  test("npm run build makes every service's main and csictl's, and ships no test file", () => {
+    for (const s of ["journal", "controller", "node-agent"] as const) assert.ok(BUILT.has(rel(serviceMain(s, "dist"))), s);
+    assert.ok(BUILT.has(rel(CSICTL_DIST)));
+    assert.deepEqual(
+      [...BUILT].filter((f) => /\.test\.js$/.test(f) || f.startsWith("test/")),
+      [],
+    );
+  });
+
+  test("our image runs plain node on built files everywhere; the Dockerfile's final stage has production dependencies only, no tsx", () => {
+    const runs = ourRuns();
+    // Each service (and csictl's Redis loader and fleet init) in each kind of deployment file.
+    const kinds = { journal: "Deployment/", controller: "Deployment/", "node-agent": "DaemonSet/" } as const;
+    for (const [s, k8sKind] of Object.entries(kinds) as [keyof typeof kinds, string][])
+      for (const kind of [k8sKind, "nomad job", "docker-compose"])
+        assert.ok(
+          runs.some((r) => r.where.startsWith(kind) && r.argv[1] === rel(serviceMain(s, "dist"))),
+          `${s} in ${kind}`,
+        );
+    assert.equal(runs.filter((r) => r.argv[1] === rel(CSICTL_DIST)).length, 3, "csictl: the journal's init container and task, the fleet-init Job");
+    assert.deepEqual(checkImage(), []);
+  });
 });
 
 describe("each check fails on a broken copy", () => {
@@ -212,7 +276,7 @@ describe("each check fails on a broken copy", () => {
       /csi-resizer: --csi-address .* is not the driver's socket/,
     );
     fails(
-      k8s((d) => (ctl(d).command[5] = "unix:///tmp/c.sock")),
+      k8s((d) => (ctl(d).command[3] = "unix:///tmp/c.sock")),
       /not the driver's socket/,
     );
   });
@@ -542,5 +606,74 @@ describe("each check fails on a broken copy", () => {
       /do not share one pool volume/,
     );
     assert.equal(composeSeconds("1m30s"), 90);
+  });
+
+  test("our image: built files, plain node, no tsx; the Dockerfile's final stage", () => {
+    const runs = (change: (d: K8sObject[]) => void) => ourRuns(changed(docs, change));
+    fails(
+      checkImage(
+        undefined,
+        runs((d) => (journal(d).command = ["node", "--import", "tsx", "services/journal/src/main.ts"])),
+      ),
+      /container journal: runs tsx/,
+    );
+    fails(
+      checkImage(
+        undefined,
+        runs((d) => (journal(d).command = ["node", "--conditions=source", "services/journal/dist/main.js"])),
+      ),
+      /node --conditions=source: plain node on a built file, no options before it/,
+    );
+    fails(
+      checkImage(
+        undefined,
+        runs((d) => (journal(d).command = ["node", "services/journal/src/main.ts"])),
+      ),
+      /services\/journal\/src\/main\.ts is not a file npm run build makes/,
+    );
+    fails(
+      checkImage(
+        undefined,
+        runs((d) => (ctl(d).command[1] = "services/controller/dist/mian.js")),
+      ),
+      /services\/controller\/dist\/mian\.js is not a file npm run build makes/,
+    );
+    fails(
+      checkImage(
+        undefined,
+        runs((d) => delete node(d).command),
+      ),
+      /csi-event-driver-node container node-agent: sets no command/,
+    );
+    const jobs = nomadJobs();
+    const loader = changed(jobs, (j) => {
+      const t = j.flatMap((x) => x.Job.TaskGroups.flatMap((g) => g.Tasks)).find((x) => x.Name === "redis-functions");
+      assert.ok(t?.Config.args);
+      t.Config.args[0] = "tools/csictl/bin/csictl.mjs";
+    });
+    fails(checkImage(undefined, ourRuns(undefined, loader)), /task redis-functions: tools\/csictl\/bin\/csictl\.mjs is not a file npm run build makes/);
+    const c = changed(compose(), (x) => (x.services.controller!.command = ["npx", "tsx", "services/controller/src/main.ts"]));
+    fails(checkImage(undefined, ourRuns(undefined, undefined, c)), /docker-compose service controller: runs npx, not node/);
+
+    // The Dockerfile, one change at a time.
+    const text = read("Dockerfile");
+    const edit = (from: string | RegExp, to: string) => {
+      const t = text.replace(from, to);
+      assert.notEqual(t, text, `the Dockerfile has ${from}`);
+      return checkImage(t);
+    };
+    fails(edit("RUN npm ci --omit=dev", "RUN npm ci"), /npm ci --no-audit .*: production installs with npm ci --omit=dev/);
+    fails(edit("RUN mkdir -p /csi", "RUN npm install -g tsx && mkdir -p /csi"), /the final stage must not have tsx or typescript/);
+    fails(edit('CMD ["node", "services/journal/dist/main.js"]', 'CMD ["node", "--import", "tsx", "services/journal/src/main.ts"]'), /Dockerfile CMD: runs tsx/);
+    fails(edit('CMD ["node", "services/journal/dist/main.js"]', "CMD node services/journal/dist/main.js"), /CMD is not in exec form/);
+    fails(
+      edit(/COPY --from=build \/app\/services\/controller\/dist .*\n/, ""),
+      /the final stage does not copy services\/controller\/dist\/main\.js from the build stage/,
+    );
+    fails(
+      edit("COPY --from=build /app/tools/csictl/dist tools/csictl/dist", "COPY tools/csictl/dist tools/csictl/dist"),
+      /tools\/csictl\/dist\/main\.js is not built in the image: it would come from the build context/,
+    );
+    fails(edit("RUN npm run build", "RUN true"), /is not built in the image: it would come from the build context/);
   });
 });

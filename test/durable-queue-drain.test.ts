@@ -8,11 +8,11 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { QueueSpec } from "@csi/contracts";
 import { consumeQueue, drainAll } from "@csi/runtime";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { pino } from "pino";
 import { z } from "zod";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const quiet = pino({ level: "silent" });
 const Item = z.object({ n: z.number().int() });

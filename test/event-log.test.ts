@@ -5,12 +5,12 @@
  * and the in-memory log.
  */
 import { after } from "node:test";
+import { JetStreamLog } from "@csi/journal/operator";
+import { MemoryLog } from "@csi/journal/testing";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { JetStreamLog } from "../services/journal/src/adapters/event-log.js";
-import { MemoryLog } from "../services/journal/src/adapters/memory-log.js";
 import { eventLogContract } from "./contracts/event-log.contract.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers | undefined;
 let nc: NatsConnection | undefined;

@@ -13,13 +13,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import type { CommandRequest } from "@csi/contracts";
 import { keysFor } from "@csi/journal";
+import { DEFAULT_LOCK_TTL_MS } from "@csi/journal/testing";
 import { JournalClient } from "@csi/runtime";
+import { spawnJournal, startTestServers, type TestServers, withOwnProcesses, writeClustersFile } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { DEFAULT_LOCK_TTL_MS } from "../services/journal/src/config.js";
-import { spawnJournal, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
-import { withOwnProcesses } from "./support/shared-process.js";
 
 const CLUSTER = "fo";
 const MiB = 1024 * 1024;

@@ -15,10 +15,8 @@ import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { type DeviceReport, NODE_WORK_STREAM, NODES_STREAM, nodeQueues, nodeSubjects, nodeWorkSubjects, subjects } from "@csi/contracts";
 import { nodeRegistration } from "@csi/runtime";
+import { CLUSTER, NodeStack, runCsictl, scrape } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { runCsictl } from "./support/csictl.js";
-import { scrape } from "./support/metrics.js";
-import { CLUSTER, NodeStack } from "./support/node-stack.js";
 
 let s: NodeStack;
 before(async () => {

@@ -20,11 +20,9 @@ import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { JournalEvent, MAX_EVENT_BYTES, nameToken, subjects, type VolumeView } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
+import type { ServiceProcess } from "@csi/testkit";
+import { csictlOf, type JournalTestEnv, journalTestEnv, scrape } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { csictlOf } from "./support/csictl.js";
-import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
-import { scrape } from "./support/metrics.js";
-import type { ServiceProcess } from "./support/processes.js";
 
 const CLUSTER = "fr";
 const STREAM = subjects.streamName(CLUSTER);

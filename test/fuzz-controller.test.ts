@@ -13,9 +13,8 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { composeVolumeId, decomposeVolumeId } from "@csi/contracts";
 import { type CsiClient, csiClient } from "@csi/runtime";
+import { type ServiceProcess, spawnService, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 import { seeded } from "../scripts/lib/random.js";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20_240_610);
 const CASES_PER_RPC = 12;

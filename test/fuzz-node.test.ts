@@ -1,6 +1,6 @@
 /**
  * The node half of the fuzz suite: generated hostile requests for every Node RPC, over real
- * gRPC, against a real node-agent process (test/support/node-stack.ts) with real volumes staged
+ * gRPC, against a real node-agent process (tools/testkit/src/node-stack.ts) with real volumes staged
  * and published on loop devices, and hostile node work over NATS.
  *
  * Inputs: oversized, control-character, NUL and unicode volume ids; relative, `..`, symlinked,
@@ -25,11 +25,9 @@ import { existsSync } from "node:fs";
 import { lstat, mkdir, readdir, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import { hasControlCharacter, readMounts } from "@csi/node-agent/testing";
+import { blockCap, FS_MIN_BYTES, loopsUnder, MiB, mountCap, mountsLeftUnder, NodeStack, type PublishedVolume, whyNoDevices } from "@csi/testkit";
 import { seeded } from "../scripts/lib/random.js";
-import { readMounts } from "../services/node-agent/src/adapters/mount.js";
-import { hasControlCharacter } from "../services/node-agent/src/domain/paths.js";
-import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
-import { blockCap, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
 
 const skip = whyNoDevices();
 const SEED = Number(process.env.FUZZ_SEED ?? 20_261_122);

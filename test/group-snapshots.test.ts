@@ -12,10 +12,9 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { composeVolumeId, DriverError, decomposeVolumeId, subjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
+import { type ServiceProcess, spawnService, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const MiB = 1024 ** 2;
 let env: TestServers;

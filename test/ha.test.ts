@@ -22,16 +22,16 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
+import type { LocalServer } from "@csi/testkit";
+import { tempDir } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { CoClient, CoStats } from "../scripts/lib/chaos/co-client.js";
 import { listed } from "../scripts/lib/chaos/observe.js";
 import { type HaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
 import { type AttemptMark, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
-import type { LocalServer } from "../scripts/lib/local-servers.js";
 import { seeded } from "../scripts/lib/random.js";
 import { type Stack, startStack } from "../scripts/lib/stack.js";
-import { tempDir } from "./support/servers.js";
 
 const MiB = 1024 * 1024;
 const CLUSTER = "local";

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
 before(async () => {

@@ -10,9 +10,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { DriverError } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
+import { type LocalServer, startServer, tempDir } from "@csi/testkit";
 import { connect, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
-import { type LocalServer, startServer } from "../scripts/lib/local-servers.js";
-import { tempDir } from "./support/servers.js";
 
 let dir: string;
 let nats: LocalServer;

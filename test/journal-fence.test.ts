@@ -8,14 +8,11 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { EventLog, keysFor, RedisStore } from "@csi/journal/operator";
+import { AppendUncertain, FilePool } from "@csi/journal/testing";
+import { fencedAsk, fencedRace, GatedPool, journalReplica, startTestServers, type TestServers } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { AppendUncertain, EventLog } from "../services/journal/src/adapters/event-log.js";
-import { FilePool } from "../services/journal/src/adapters/file-pool.js";
-import { keysFor } from "../services/journal/src/store/layout.js";
-import { RedisStore } from "../services/journal/src/store/redis-store.js";
-import { fencedAsk, fencedRace, GatedPool, journalReplica } from "./support/fenced-writers.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
 let nc: NatsConnection;

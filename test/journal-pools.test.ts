@@ -10,10 +10,9 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type CommandRequest, DriverError, subjects } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
+import { type ServiceProcess, spawnJournal, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { type ServiceProcess, spawnJournal, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const CLUSTER = "pools";
 const MiB = 1024 * 1024;

@@ -15,10 +15,9 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { type CommandRequest, DriverError, type VolumeView } from "@csi/contracts";
 import { keysFor } from "@csi/journal";
+import type { ServiceProcess } from "@csi/testkit";
+import { type JournalTestEnv, journalTestEnv, SharedProcess, withOwnProcesses } from "@csi/testkit";
 import type { Redis } from "ioredis";
-import { type JournalTestEnv, journalTestEnv } from "./support/journal-env.js";
-import type { ServiceProcess } from "./support/processes.js";
-import { SharedProcess, withOwnProcesses } from "./support/shared-process.js";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;

@@ -12,13 +12,11 @@ import { after, before, describe, test } from "node:test";
 import { type CommandRequest, DriverError, subjects } from "@csi/contracts";
 import { keysFor } from "@csi/journal";
 import { JournalClient } from "@csi/runtime";
+import { CSICTL_BIN, ROOT, SharedProcess, spawnService, startTestServers, type TestServers, withOwnProcesses, writeClustersFile } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Svcm } from "@nats-io/services";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { ROOT, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
-import { SharedProcess, withOwnProcesses } from "./support/shared-process.js";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;
@@ -313,7 +311,7 @@ describe("operator commands (csictl against one journal)", () => {
   /** csictl with this journal's servers and clusters file from the environment, as an operator of one cluster runs it. */
   const csictl = (...args: string[]) =>
     JSON.parse(
-      execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--json", "--cluster", CLUSTER, ...args], {
+      execFileSync(process.execPath, [CSICTL_BIN, "--json", "--cluster", CLUSTER, ...args], {
         cwd: ROOT,
         env: { ...process.env, ...journalEnv(), RUN_DIR: env.dir },
         encoding: "utf8",

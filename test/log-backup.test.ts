@@ -14,9 +14,8 @@ import path from "node:path";
 import { test } from "node:test";
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
+import { csictlOf, type JournalTestEnv, journalPerFile } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { csictlOf } from "./support/csictl.js";
-import { type JournalTestEnv, journalPerFile } from "./support/journal-env.js";
 
 const CLUSTER = "bk";
 const STREAM = subjects.streamName(CLUSTER);

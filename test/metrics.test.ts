@@ -17,13 +17,32 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { readStackFile, stackFilePath } from "@csi/cli/stack-file";
 import { keysFor } from "@csi/journal";
+import {
+  blockCap,
+  CLUSTER,
+  cleanupsOf,
+  codeOf,
+  has,
+  loopsUnder,
+  MiB,
+  NodeStack,
+  ROOT,
+  readyz,
+  readyzUntil,
+  registeredNames,
+  runStack,
+  type Sample,
+  type ServiceProcess,
+  sampleValue,
+  scrape,
+  scrapeText,
+  spawnJournal,
+  startTestServers,
+  type TestServers,
+  whyNoDevices,
+  writeClustersFile,
+} from "@csi/testkit";
 import { Redis } from "ioredis";
-import { loopsUnder, whyNoDevices } from "./support/machine.js";
-import { has, readyz, readyzUntil, registeredNames, type Sample, sampleValue, scrape, scrapeText } from "./support/metrics.js";
-import { blockCap, CLUSTER, codeOf, MiB, NodeStack } from "./support/node-stack.js";
-import { cleanupsOf, runStack } from "./support/npm-start.js";
-import { ROOT, type ServiceProcess, spawnJournal, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const ABORTED = 10;
 const FAILED_PRECONDITION = 9;

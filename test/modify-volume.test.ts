@@ -15,10 +15,8 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { decomposeVolumeId } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
+import { cleanupUnder, loopsUnder, type ServiceProcess, spawnService, startTestServers, type TestServers, whyNoDevices, writeClustersFile } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { cleanupUnder, loopsUnder, whyNoDevices } from "./support/machine.js";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const MiB = 1024 * 1024;
 const NODE = "node-mv";

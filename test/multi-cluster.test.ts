@@ -14,9 +14,8 @@ import path from "node:path";
 import { after, before, describe, type TestContext, test } from "node:test";
 import { decomposeVolumeId } from "@csi/contracts";
 import { type CsiClient, csiClient } from "@csi/runtime";
+import { ROOT, type ServiceProcess, SOURCE_NODE_ARGS, spawnService, startTestServers, type TestServers, tempDir, writeClustersFile } from "@csi/testkit";
 import { clusterCount, localClusters } from "../scripts/lib/stack.js";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
 
 const MiB = 1024 ** 2;
 /** The controller's bounds in this test (the defaults, stated): no sign of life / one cluster's share of a fan-out. */
@@ -263,7 +262,7 @@ describe("CLUSTERS=2 npm start", () => {
     const runDir = path.join(dir, "run");
     const childEnv: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, CLUSTERS: "2" };
     for (const k of ["NATS_URL", "REDIS_URL", "CLUSTERS_FILE"]) delete childEnv[k];
-    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+    const child = spawn(process.execPath, [...SOURCE_NODE_ARGS, path.join(ROOT, "scripts/start.ts")], {
       cwd: ROOT,
       env: childEnv,
       stdio: ["ignore", "pipe", "pipe"],

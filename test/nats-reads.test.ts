@@ -8,13 +8,13 @@ import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError, subjects } from "@csi/contracts";
+import { NodeDirectory } from "@csi/controller/testing";
+import { EventLog } from "@csi/journal/operator";
+import { T0, VOL, volumeReservedBody } from "@csi/journal/testing";
 import { fleetAccess } from "@csi/runtime";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { NodeDirectory } from "../services/controller/src/adapters/nodes.js";
-import { EventLog } from "../services/journal/src/adapters/event-log.js";
-import { T0, VOL, volumeReservedBody } from "../services/journal/src/domain/fixtures.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
 let nc: NatsConnection;

@@ -10,8 +10,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { coalesceWrites, connectNats, pendingBytes } from "@csi/runtime";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 let env: TestServers;
 const open: NatsConnection[] = [];

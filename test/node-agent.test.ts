@@ -13,12 +13,23 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type AccessMode, decomposeVolumeId, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
+import {
+  canResizeExt4Online,
+  cleanupUnder,
+  hasXfs,
+  loopsUnder,
+  mountsLeftUnder,
+  releaseUnder,
+  type ServiceProcess,
+  SharedProcess,
+  spawnService,
+  startTestServers,
+  type TestServers,
+  whyNoDevices,
+  writeClustersFile,
+} from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsLeftUnder, releaseUnder, whyNoDevices } from "./support/machine.js";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
-import { SharedProcess } from "./support/shared-process.js";
 
 const skip = whyNoDevices();
 const MiB = 1024 * 1024;

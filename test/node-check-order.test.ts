@@ -13,18 +13,12 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DriverError, grpcCodeOf } from "@csi/contracts";
+import { NodeService, NodeState, Reporter, runWork, StateFile, type Work } from "@csi/node-agent/testing";
 import { createLogger, loadClusters } from "@csi/runtime";
-import { StateFile } from "../services/node-agent/src/adapters/state-file.js";
-import { NodeService } from "../services/node-agent/src/app/node-service.js";
-import { Reporter } from "../services/node-agent/src/app/reporter.js";
-import { NodeState } from "../services/node-agent/src/domain/node-state.js";
-import { runWork, type Work } from "../services/node-agent/src/rpc/node.js";
 
 type PathWork = Exclude<Work, { op: "limits" }>;
 
-import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
-import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
-import { ROOT } from "./support/processes.js";
+import { blockCap, codeOf, FS_MIN_BYTES, loopsUnder, MiB, mountCap, mountsLeftUnder, NodeStack, type PublishedVolume, ROOT, whyNoDevices } from "@csi/testkit";
 
 const skip = whyNoDevices();
 const [OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION] = [0, 3, 5, 9];

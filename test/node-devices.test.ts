@@ -15,12 +15,30 @@ import { mkdir, mkdtemp, open, readdir, readFile, realpath, stat, truncate, unli
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it, type TestContext } from "node:test";
-import { run } from "../services/node-agent/src/adapters/exec.js";
-import { blockDeviceSize, detectFs, growFs, makeFs, stats } from "../services/node-agent/src/adapters/filesystem.js";
-import { attach, detach, findByBackingFile, list, refreshSize } from "../services/node-agent/src/adapters/loop.js";
-import { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "../services/node-agent/src/adapters/mount.js";
-import { removeFile, removeIfEmptyDir, safeJoin } from "../services/node-agent/src/adapters/paths.js";
-import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsLeftUnder, mountsUnder, whyNoDevices } from "./support/machine.js";
+import {
+  attach,
+  bindMount,
+  blockDeviceSize,
+  detach,
+  detectFs,
+  findByBackingFile,
+  growFs,
+  isMountPoint,
+  list,
+  makeFs,
+  mount,
+  mountsAt,
+  readMounts,
+  refreshSize,
+  removeFile,
+  removeIfEmptyDir,
+  run,
+  safeJoin,
+  stats,
+  unmount,
+  validateMountFlags,
+} from "@csi/node-agent/testing";
+import { canResizeExt4Online, cleanupUnder, hasXfs, loopsUnder, mountsLeftUnder, mountsUnder, whyNoDevices } from "@csi/testkit";
 
 const MiB = 1024 * 1024;
 

@@ -9,10 +9,9 @@ import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { type NodeWork, nodeWorkSubjects } from "@csi/contracts";
+import { blockCap, type DeviceReportEvent, loopsUnder, MiB, NodeStack, type PublishedVolume, whyNoDevices } from "@csi/testkit";
 import { Metadata } from "@grpc/grpc-js";
 import { jetstream } from "@nats-io/jetstream";
-import { loopsUnder, whyNoDevices } from "./support/machine.js";
-import { blockCap, type DeviceReportEvent, MiB, NodeStack, type PublishedVolume } from "./support/node-stack.js";
 
 const skip = whyNoDevices();
 let s: NodeStack;

@@ -13,13 +13,23 @@ import { mkdir, readdir, readFile, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { decomposeVolumeId, NODES_STREAM, nodeSubjects, snapshotImageName } from "@csi/contracts";
+import { hasControlCharacter } from "@csi/node-agent/testing";
 import { csiClient } from "@csi/runtime";
+import {
+  blockCap,
+  codeOf,
+  FS_MIN_BYTES,
+  freePort,
+  loopsUnder,
+  MiB,
+  mountCap,
+  mountsLeftUnder,
+  NodeStack,
+  type PublishedVolume,
+  readyzUntil,
+  whyNoDevices,
+} from "@csi/testkit";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
-import { hasControlCharacter } from "../services/node-agent/src/domain/paths.js";
-import { loopsUnder, mountsLeftUnder, whyNoDevices } from "./support/machine.js";
-import { readyzUntil } from "./support/metrics.js";
-import { blockCap, codeOf, FS_MIN_BYTES, MiB, mountCap, NodeStack, type PublishedVolume } from "./support/node-stack.js";
-import { freePort } from "./support/servers.js";
 
 const skip = whyNoDevices();
 const [OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, FAILED_PRECONDITION] = [0, 3, 4, 5, 9];

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { keysFor, RedisStore } from "@csi/journal/operator";
+import { startTestServers, type TestServers } from "@csi/testkit";
 import { Redis } from "ioredis";
-import { startTestServers, type TestServers } from "./support/servers.js";
 
 const k = keysFor("c1", "default");
 const E1 = "0123456789abcdef0123456789abcdef";

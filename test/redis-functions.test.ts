@@ -27,19 +27,26 @@ import { accessEnv, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-file
 import { DriverError } from "@csi/contracts";
 import { JOURNAL_FUNCTIONS, JOURNAL_LIBRARY, journalFunctionsLoaded, keysFor, RedisStore } from "@csi/journal/operator";
 import { JournalClient, redisConnectOptions } from "@csi/runtime";
+import {
+  CSICTL_BIN,
+  type LocalServer,
+  REDIS_BUSY_REPLY_MS,
+  type ServiceProcess,
+  spawnService,
+  startServer,
+  tempDir,
+  withoutServerEnv,
+  writeClustersFile,
+} from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { REDIS_BUSY_REPLY_MS } from "../scripts/lib/local-servers.js";
-import { withoutServerEnv } from "./support/npm-start.js";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { type LocalServer, startServer, tempDir } from "./support/servers.js";
 
 const CLUSTER = "c1";
 const OTHER = "c2";
 const MiB = 1024 * 1024;
 const k1 = keysFor(CLUSTER, "default");
 const k2 = keysFor(OTHER, "default");
-const CSICTL = path.join(ROOT, "packages/cli/bin/csictl.mjs");
+const CSICTL = CSICTL_BIN;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let dir: string;

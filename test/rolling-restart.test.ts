@@ -35,13 +35,13 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { decomposeVolumeId, GrpcCode, subjects } from "@csi/contracts";
 import { type ClientRequestOf, JournalClient } from "@csi/runtime";
+import type { ServiceProcess } from "@csi/testkit";
+import { tempDir } from "@csi/testkit";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { CallFailed, CoClient, CoStats, codeName } from "../scripts/lib/chaos/co-client.js";
-import type { ServiceProcess } from "../scripts/lib/processes.js";
 import { seeded } from "../scripts/lib/random.js";
 import { type Stack, type StackService, startStack } from "../scripts/lib/stack.js";
-import { tempDir } from "./support/servers.js";
 
 const REPLICAS = 3;
 const GRACE_MS = 15_000;

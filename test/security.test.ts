@@ -28,14 +28,24 @@ import {
   subjects,
 } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient, lastMessageOf, natsConnectOptions, redisConnectOptions } from "@csi/runtime";
+import {
+  blockCap,
+  CSICTL_BIN,
+  cleanupsOf,
+  cleanupUnder,
+  type LocalServer,
+  runStack,
+  type ServiceProcess,
+  spawnService,
+  startServer,
+  tempDir,
+  whyNoDevices,
+  withoutServerEnv,
+  writeClustersFile,
+} from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection, PermissionViolationError } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { cleanupUnder, whyNoDevices } from "./support/machine.js";
-import { blockCap } from "./support/node-stack.js";
-import { cleanupsOf, runStack, withoutServerEnv } from "./support/npm-start.js";
-import { ROOT, type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { type LocalServer, startServer, tempDir } from "./support/servers.js";
 
 const CLUSTER = "c1";
 const N1 = "n1.example.com";
@@ -58,7 +68,7 @@ interface AuthInit {
 function authInit(out: string, more: string[] = []): AuthInit {
   const stdout = execFileSync(
     process.execPath,
-    [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--json", "auth", "init", "--out", out, "--nodes", `${N1},${N2}`, "--clusters", CLUSTER, ...more],
+    [CSICTL_BIN, "--json", "auth", "init", "--out", out, "--nodes", `${N1},${N2}`, "--clusters", CLUSTER, ...more],
     { encoding: "utf8" },
   );
   const result = JSON.parse(stdout) as AuthInit;
@@ -74,7 +84,7 @@ function authInit(out: string, more: string[] = []): AuthInit {
 
 /** `csictl fleet init` as an operator runs it, as the fleet user of the auth directory. */
 function fleetInit(natsUrl: string, authDir: string): void {
-  execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--nats", natsUrl, "fleet", "init", "--auth-dir", authDir], {
+  execFileSync(process.execPath, [CSICTL_BIN, "--nats", natsUrl, "fleet", "init", "--auth-dir", authDir], {
     encoding: "utf8",
     env: withoutServerEnv(process.env),
   });
@@ -83,7 +93,7 @@ function fleetInit(natsUrl: string, authDir: string): void {
 /** `csictl redis load-functions` as the Redis admin, as an operator runs it before the journals start (docs/security.md). */
 function loadFunctions(redisUrl: string, authDir: string, env: Record<string, string> = {}): void {
   const admin = redisAccessFrom(authDir, REDIS_ADMIN_USER);
-  execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "redis", "load-functions"], {
+  execFileSync(process.execPath, [CSICTL_BIN, "redis", "load-functions"], {
     encoding: "utf8",
     env: { ...withoutServerEnv(process.env), REDIS_URL: redisUrl, REDIS_USERNAME: admin.redisUsername, REDIS_PASSWORD: admin.redisPassword, ...env },
   });
@@ -478,7 +488,7 @@ describe("SECURE=1 npm start", () => {
     anon.disconnect();
 
     // csictl: NATS as admin (journal discovery, the log) and Redis as the journal's user (the projection).
-    const out = execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "--json", "clusters"], {
+    const out = execFileSync(process.execPath, [CSICTL_BIN, "--json", "clusters"], {
       encoding: "utf8",
       env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
     });
@@ -487,7 +497,7 @@ describe("SECURE=1 npm start", () => {
     // The log's backup reads as admin; its restore writes as the cluster's journal (here refused only because the log is not empty).
     const backup = path.join(stack.runDir, "backup.jsonl");
     const csictl = (...args: string[]) =>
-      spawnSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), ...args], {
+      spawnSync(process.execPath, [CSICTL_BIN, ...args], {
         encoding: "utf8",
         env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
       });

@@ -14,10 +14,8 @@ import path from "node:path";
 import { test } from "node:test";
 import { PLUGIN_NAME_RE } from "@csi/contracts";
 import { csiClient } from "@csi/runtime";
+import { CSICTL_BIN, cleanupsOf, ROOT, runStack, spawnStart, startTestServers, type TestServers, tempDir, withoutServerEnv } from "@csi/testkit";
 import { LOCK_FILE, processStart, StackInUse, StackLock } from "../scripts/lib/stack-lock.js";
-import { cleanupsOf, runStack, spawnStart, withoutServerEnv } from "./support/npm-start.js";
-import { ROOT } from "./support/processes.js";
-import { startTestServers, type TestServers, tempDir } from "./support/servers.js";
 
 async function checkIdentity(socket: string) {
   const id = csiClient(`unix://${socket}`, "Identity");
@@ -54,7 +52,7 @@ async function lifecycle(ctrlSocket: string, runDir: string) {
     await c.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: nodeId });
     // Our CLI sees the same volumes: it finds the stack through <runDir>/stack.json.
     const listed = JSON.parse(
-      execFileSync(process.execPath, [path.join(ROOT, "packages/cli/bin/csictl.mjs"), "call", "Controller.ListVolumes"], {
+      execFileSync(process.execPath, [CSICTL_BIN, "call", "Controller.ListVolumes"], {
         cwd: ROOT,
         env: { ...withoutServerEnv(process.env), RUN_DIR: runDir },
         encoding: "utf8",

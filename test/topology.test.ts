@@ -9,8 +9,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { decomposeVolumeId, TOPOLOGY_KEY } from "@csi/contracts";
 import { type CsiClient, csiClient } from "@csi/runtime";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./support/processes.js";
-import { startTestServers, type TestServers } from "./support/servers.js";
+import { type ServiceProcess, spawnService, startTestServers, type TestServers, writeClustersFile } from "@csi/testkit";
 
 const MiB = 1024 ** 2;
 const at = (node: string) => ({ segments: { [TOPOLOGY_KEY]: node } });

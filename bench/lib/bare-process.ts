@@ -7,18 +7,17 @@
  * apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
  * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
  *
- * node --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
- * node --import tsx bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
+ * node --conditions=source --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
+ * node --conditions=source --import tsx bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
+import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "@csi/journal/operator";
+import { CallKeys, createSizedFile } from "@csi/journal/testing";
 import { AckedPublisher, connectNats, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
-import { createSizedFile } from "../../services/journal/src/adapters/file-pool.js";
-import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "../../services/journal/src/store/redis-functions.js";
-import { CallKeys } from "../../services/journal/src/store/redis-store.js";
 import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
 
 const raw = (b: Buffer) => b;

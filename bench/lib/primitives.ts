@@ -7,11 +7,11 @@ import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { AckedPublisher, redisConnectOptions } from "@csi/runtime";
+import type { LocalServer } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import type { LocalServer } from "../../scripts/lib/local-servers.js";
 import { cpuLine, cpuMeter } from "./cpu.js";
 import { type Figures, measure, row } from "./measure.js";
 

@@ -1,8 +1,8 @@
 /** The services a bench scenario talks to: journal replica(s) and a controller, spawned as `npm start` would. */
 import { readdir } from "node:fs/promises";
 import path from "node:path";
-import type { LocalServer } from "../../scripts/lib/local-servers.js";
-import { spawnService, writeClustersFile } from "../../scripts/lib/processes.js";
+import type { LocalServer } from "@csi/testkit";
+import { spawnService, writeClustersFile } from "@csi/testkit";
 
 /** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE. */
 export async function startServices(dir: string, nats: LocalServer, redis: LocalServer, replicas = 1, env: Record<string, string> = {}) {

@@ -15,10 +15,10 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "./local-servers.js";
 
 export const HA_NATS_CLUSTER = "csi";
 export const HA_MASTER_NAME = "csi";

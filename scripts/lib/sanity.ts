@@ -10,11 +10,10 @@ import { accessSync, constants } from "node:fs";
 import { mkdir, mkdtemp } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { cleanupUnder } from "./machine.js";
-import { ROOT } from "./processes.js";
+import { cleanupUnder, ROOT } from "@csi/testkit";
 import { type Stack, startStack } from "./stack.js";
 
-export { whyNoDevices } from "./machine.js";
+export { whyNoDevices } from "@csi/testkit";
 
 export const sanityBinary = (env: NodeJS.ProcessEnv = process.env) => path.resolve(env.CSI_SANITY || path.join(ROOT, "..", "shared", "tools", "csi-sanity"));
 export const MUTABLE_PARAMETERS = path.join(ROOT, "test", "sanity", "mutable-parameters.yaml");

@@ -29,12 +29,10 @@ import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv, natsAccessFrom, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, inboxPrefix, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import { initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
+import { endProcess, isRunning, type LocalServer, loadJournalFunctionsAt, type ServiceProcess, spawnService, startServer } from "@csi/testkit";
 import { connect } from "@nats-io/transport-node";
 import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
-import { type LocalServer, startServer } from "./local-servers.js";
-import { endProcess, isRunning, type ServiceProcess, spawnService } from "./processes.js";
-import { loadJournalFunctionsAt } from "./redis-functions.js";
 import { StackLock } from "./stack-lock.js";
 
 export interface StackOptions {

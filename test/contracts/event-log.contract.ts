@@ -11,10 +11,17 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { DriverError, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
-import { AppendError, isFenced, isUncertain, SequenceConflict } from "../../services/journal/src/adapters/event-log.js";
-import { T0, volumeReservedBody } from "../../services/journal/src/domain/fixtures.js";
-import { classifyRecord, isForeign, type LogRecord } from "../../services/journal/src/domain/log-records.js";
-import type { AppendMeta, EventLog } from "../../services/journal/src/ports/event-log.js";
+import { classifyRecord, isForeign, type LogRecord } from "@csi/journal/operator";
+import {
+  AppendError,
+  type AppendMeta,
+  type EventLogPort as EventLog,
+  isFenced,
+  isUncertain,
+  SequenceConflict,
+  T0,
+  volumeReservedBody,
+} from "@csi/journal/testing";
 
 /** One fresh, empty log of `cluster`, and how to put a raw message on it. */
 export interface LogUnderTest {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { z } from "zod";
-import { ConfigError, envNames, flagNames, loadConfig } from "./config.js";
+import { ConfigError, envNames, flagNames, loadConfig, schemaDefault, settingsTable } from "./config.js";
 
 const Schema = z.object({
   url: z.string().default("nats://x"),
@@ -10,10 +10,10 @@ const Schema = z.object({
   endpoint: z.string().default("unix:///a.sock"),
 });
 const SETTINGS = {
-  url: { env: "URL" },
-  port: { env: "PORT" },
-  password: { env: "PASSWORD", secret: true },
-  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
+  url: { env: "URL", help: "where the server is" },
+  port: { env: "PORT", help: "its port" },
+  password: { env: "PASSWORD", secret: true, help: "the password" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI socket" },
 } as const;
 
 describe("loadConfig", () => {
@@ -47,5 +47,54 @@ describe("loadConfig", () => {
   it("lists the env names and flags a table accepts", () => {
     assert.deepEqual(envNames(SETTINGS), ["URL", "PORT", "PASSWORD", "CSI_ENDPOINT"]);
     assert.deepEqual(flagNames(SETTINGS), ["--endpoint"]);
+  });
+});
+
+describe("--help's settings table", () => {
+  it("finds a default through optional, pipes (transforms) and refinements, before the transform; none is undefined", () => {
+    assert.equal(schemaDefault(z.string().default("a")), "a");
+    assert.equal(
+      schemaDefault(
+        z
+          .enum(["0", "1"])
+          .default("0")
+          .transform((v) => v === "1"),
+      ),
+      "0",
+    );
+    assert.equal(
+      schemaDefault(
+        z
+          .string()
+          .default("x")
+          .superRefine(() => {}),
+      ),
+      "x",
+    );
+    assert.equal(schemaDefault(z.coerce.number().int().min(1).default(7)), 7);
+    assert.equal(schemaDefault(z.string().default(() => "computed")), "computed");
+    assert.equal(schemaDefault(z.string().optional()), undefined);
+    assert.equal(
+      schemaDefault(
+        z
+          .string()
+          .optional()
+          .transform((v) => v ?? "later"),
+      ),
+      undefined,
+    );
+  });
+
+  it("has a row per setting: variable, flag, default (unset when none), meaning; a secret says so", () => {
+    const lines = settingsTable(Schema, SETTINGS).split("\n");
+    assert.equal(lines.length, 5);
+    assert.match(lines[0] ?? "", /^VARIABLE +FLAG +DEFAULT +MEANING$/);
+    assert.match(lines[1] ?? "", /^URL +- +nats:\/\/x +where the server is$/);
+    assert.match(lines[2] ?? "", /^PORT +- +7 +its port$/);
+    assert.match(lines[3] ?? "", /^PASSWORD +- +unset +the password \(secret: never printed\)$/);
+    assert.match(lines[4] ?? "", /^CSI_ENDPOINT +--endpoint +unix:\/\/\/a\.sock +the CSI socket$/);
+    // Columns line up: every MEANING starts where the header's does.
+    const at = (lines[0] ?? "").indexOf("MEANING");
+    for (const l of lines.slice(1)) assert.match(l.slice(at), /^[a-z]/, l);
   });
 });

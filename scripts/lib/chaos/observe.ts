@@ -6,16 +6,13 @@
  */
 import { readdir } from "node:fs/promises";
 import path from "node:path";
+import type { Keys } from "@csi/journal/operator";
+import { EventLog, Projector, RedisStore } from "@csi/journal/operator";
+import { NodeState, StateFile } from "@csi/node-agent/testing";
 import { createLogger, type RedisAccess, redisConnectOptions } from "@csi/runtime";
+import { loopsUnder, mountsLeftUnder } from "@csi/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { EventLog } from "../../../services/journal/src/adapters/event-log.js";
-import { Projector } from "../../../services/journal/src/app/projector.js";
-import type { Keys } from "../../../services/journal/src/store/layout.js";
-import { RedisStore } from "../../../services/journal/src/store/redis-store.js";
-import { StateFile } from "../../../services/node-agent/src/adapters/state-file.js";
-import { NodeState } from "../../../services/node-agent/src/domain/node-state.js";
-import { loopsUnder, mountsLeftUnder } from "../machine.js";
 import type { Keyspace, KeyValue, NodeVolume, Observation } from "./check.js";
 import type { CoClient } from "./co-client.js";
 

@@ -1,5 +1,15 @@
 /** The controller's configuration, parsed once from the environment and the command line. */
-import { loadConfig, METRICS_PORTS, NATS_ACCESS_SETTINGS, natsAccessShape, OPS_SETTINGS, opsShape, type Settings } from "@csi/runtime";
+import {
+  CLUSTERS_FILE_SETTING,
+  LOG_LEVEL_SETTING,
+  loadConfig,
+  METRICS_PORTS,
+  NATS_ACCESS_SETTINGS,
+  natsAccessShape,
+  OPS_SETTINGS,
+  opsShape,
+  type Settings,
+} from "@csi/runtime";
 import { z } from "zod";
 
 export const ControllerConfig = z.object({
@@ -21,14 +31,14 @@ export type ControllerConfig = z.infer<typeof ControllerConfig>;
 /** Where each setting comes from: the one table the deploy manifests are checked against. */
 export const CONTROLLER_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
-  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
-  clustersFile: { env: "CLUSTERS_FILE", flag: "clusters-file" },
-  dataDir: { env: "DATA_DIR" },
-  logLevel: { env: "LOG_LEVEL" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
+  clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
+  dataDir: { env: "DATA_DIR", help: "data directory: the built-in clusters' pool roots are under <DATA_DIR>/pools" },
+  logLevel: LOG_LEVEL_SETTING,
   ...OPS_SETTINGS,
-  journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS" },
-  journalQuietMs: { env: "JOURNAL_QUIET_MS" },
-  clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS" },
+  journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS", help: "how long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED (ms)" },
+  journalQuietMs: { env: "JOURNAL_QUIET_MS", help: "no reply or working beat from any journal replica of the cluster this long: UNAVAILABLE (ms)" },
+  clusterFanOutTimeoutMs: { env: "CLUSTER_FANOUT_TIMEOUT_MS", help: "the most List* and GetCapacity wait for one cluster when they ask every cluster (ms)" },
 } as const satisfies Settings<z.input<typeof ControllerConfig>>;
 
 export function controllerConfig(argv: string[], env: NodeJS.ProcessEnv): ControllerConfig {

@@ -1,7 +1,18 @@
-#!/usr/bin/env -S npx tsx
-/** The controller process: `csi-controller --endpoint unix:///path/csi-controller.sock`. */
-import { configOrExit, createLogger, runMain } from "@csi/runtime";
-import { controllerConfig, startController } from "./index.js";
+#!/usr/bin/env node
+/** The controller process: `csi-controller --endpoint unix:///path/csi-controller.sock`; `--help` lists every setting. */
+import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { CONTROLLER_SETTINGS, ControllerConfig } from "./config.js";
+import { startController } from "./index.js";
 
-const cfg = configOrExit("controller", () => controllerConfig(process.argv.slice(2), process.env));
+const cfg = mainConfig(
+  {
+    service: "controller",
+    summary: "the CSI Identity, Controller and GroupController services: stateless, each call routed to its cluster's journal over NATS",
+    schema: ControllerConfig,
+    settings: CONTROLLER_SETTINGS,
+    packageJson: new URL("../package.json", import.meta.url),
+  },
+  process.argv.slice(2),
+  process.env,
+);
 await runMain("controller", createLogger("controller", cfg.logLevel), (log, ops) => startController(cfg, log, ops), cfg);

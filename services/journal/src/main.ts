@@ -1,7 +1,18 @@
-#!/usr/bin/env -S npx tsx
-/** The journal process: `csi-journal [--cluster ID] [--clusters-file FILE]`. */
-import { configOrExit, createLogger, runMain } from "@csi/runtime";
-import { journalConfig, startJournal } from "./index.js";
+#!/usr/bin/env node
+/** The journal process: `csi-journal [--cluster ID] [--clusters-file FILE]`; `--help` lists every setting. */
+import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { JOURNAL_SETTINGS, JournalConfig } from "./config.js";
+import { startJournal } from "./index.js";
 
-const cfg = configOrExit("journal", () => journalConfig(process.argv.slice(2), process.env));
+const cfg = mainConfig(
+  {
+    service: "journal",
+    summary: "the single writer of one storage cluster's volume and snapshot history (event log in NATS JetStream, projection in Redis)",
+    schema: JournalConfig,
+    settings: JOURNAL_SETTINGS,
+    packageJson: new URL("../package.json", import.meta.url),
+  },
+  process.argv.slice(2),
+  process.env,
+);
 await runMain("journal", createLogger("journal", cfg.logLevel), (log, ops) => startJournal(cfg, log, ops), cfg);

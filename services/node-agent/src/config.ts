@@ -2,6 +2,8 @@
 import os from "node:os";
 import path from "node:path";
 import {
+  CLUSTERS_FILE_SETTING,
+  LOG_LEVEL_SETTING,
   loadConfig,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
@@ -61,20 +63,23 @@ export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 export const NODE_AGENT_SETTINGS = {
   ...NATS_ACCESS_SETTINGS,
   ...STREAM_SETTINGS,
-  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint" },
-  nodeId: { env: "NODE_ID", flag: "nodeid" },
-  dataDir: { env: "DATA_DIR" },
-  clustersFile: { env: "CLUSTERS_FILE" },
-  stateDir: { env: "NODE_STATE_DIR" },
-  logLevel: { env: "LOG_LEVEL" },
+  endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
+  nodeId: { env: "NODE_ID", flag: "nodeid", help: "the CSI node id (default: this host's name)" },
+  dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools and, by default, the node's state" },
+  clustersFile: CLUSTERS_FILE_SETTING,
+  stateDir: { env: "NODE_STATE_DIR", help: "where the node's state file lives (unset: <DATA_DIR>/node/<NODE_ID>)" },
+  logLevel: LOG_LEVEL_SETTING,
   ...OPS_SETTINGS,
-  maxVolumes: { env: "MAX_VOLUMES_PER_NODE" },
-  heartbeatMs: { env: "HEARTBEAT_MS" },
-  ioLimitsCgroup: { env: "IO_LIMITS_CGROUP" },
-  forbiddenRoots: { env: "NODE_FORBIDDEN_ROOTS" },
-  opTimeoutMs: { env: "NODE_OP_TIMEOUT_MS" },
-  crashAfter: { env: "NODE_CRASH_AFTER" },
-  stallBefore: { env: "NODE_STALL_BEFORE" },
+  maxVolumes: { env: "MAX_VOLUMES_PER_NODE", help: "reported in NodeGetInfo and the registration (claims check it)" },
+  heartbeatMs: { env: "HEARTBEAT_MS", help: "registration heartbeat interval (ms)" },
+  ioLimitsCgroup: {
+    env: "IO_LIMITS_CGROUP",
+    help: "cgroup (absolute, under /sys/fs/cgroup/) whose I/O to the volumes' devices gets their limits (unset: kubepods when present)",
+  },
+  forbiddenRoots: { env: "NODE_FORBIDDEN_ROOTS", help: "comma-separated roots no staging or target path may be under (unset: /proc,/sys,/dev)" },
+  opTimeoutMs: { env: "NODE_OP_TIMEOUT_MS", help: "deadline of every node operation, the wait for the volume's lock included (ms)" },
+  crashAfter: { env: "NODE_CRASH_AFTER", help: "tests only: SIGKILL right after reporting this device state" },
+  stallBefore: { env: "NODE_STALL_BEFORE", help: "tests only: the first run of this command blocks until the deadline kills it" },
 } as const satisfies Settings<z.input<typeof NodeAgentConfig>>;
 
 export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAgentConfig {

@@ -1,7 +1,18 @@
-#!/usr/bin/env -S npx tsx
-/** The node-agent process: `csi-node-agent --endpoint unix:///path/csi-node.sock --nodeid NODE`. */
-import { configOrExit, createLogger, runMain } from "@csi/runtime";
-import { nodeAgentConfig, startNodeAgent } from "./index.js";
+#!/usr/bin/env node
+/** The node-agent process: `csi-node-agent --endpoint unix:///path/csi-node.sock --nodeid NODE`; `--help` lists every setting. */
+import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { NODE_AGENT_SETTINGS, NodeAgentConfig } from "./config.js";
+import { startNodeAgent } from "./index.js";
 
-const cfg = configOrExit("node-agent", () => nodeAgentConfig(process.argv.slice(2), process.env));
+const cfg = mainConfig(
+  {
+    service: "node-agent",
+    summary: "the CSI Identity and Node services of one node: loop devices, filesystems, mounts, I/O limits; registration and durable node work over NATS",
+    schema: NodeAgentConfig,
+    settings: NODE_AGENT_SETTINGS,
+    packageJson: new URL("../package.json", import.meta.url),
+  },
+  process.argv.slice(2),
+  process.env,
+);
 await runMain("node-agent", createLogger("node-agent", cfg.logLevel), (log, ops) => startNodeAgent(cfg, log, ops), cfg);

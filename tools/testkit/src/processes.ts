@@ -1,10 +1,10 @@
 /**
- * Run the real service processes (tsx + the service's main.ts) the way an operator would, with
- * the environment a test gives them. A service is ready when it has written its READY_FILE
- * (runtime ops/listener.ts: after its start, once its readiness checks pass) — not when it logs a
- * line, so any LOG_LEVEL works. Each gets METRICS_ADDR=127.0.0.1:0 (any free port: many processes
- * on one machine) and its own READY_FILE unless the environment names them. stop = SIGTERM,
- * kill = SIGKILL.
+ * Run the real service processes (node with tsx and the "source" condition, the service's
+ * main.ts: no build step) the way an operator would, with the environment a test gives them. A
+ * service is ready when it has written its READY_FILE (runtime ops/listener.ts: after its start,
+ * once its readiness checks pass) — not when it logs a line, so any LOG_LEVEL works. Each gets
+ * METRICS_ADDR=127.0.0.1:0 (any free port: many processes on one machine) and its own READY_FILE
+ * unless the environment names them. stop = SIGTERM, kill = SIGKILL.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
@@ -12,7 +12,14 @@ import { mkdtemp, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 
-export const ROOT = path.resolve(import.meta.dirname, "../..");
+export const ROOT = path.resolve(import.meta.dirname, "../../..");
+
+/**
+ * Node's options for running a checkout's TypeScript with no build step (docs/building.md): the
+ * workspaces' "source" export condition (their src/*.ts instead of dist/*.js) and tsx's loader.
+ * Every process the tests, npm start and the bench start from sources gets them.
+ */
+export const SOURCE_NODE_ARGS: readonly string[] = ["--conditions=source", "--import", "tsx"];
 
 export interface ServiceProcess {
   child: ChildProcess;
@@ -35,8 +42,13 @@ export interface ServiceProcess {
 
 export type ServiceName = "journal" | "controller" | "node-agent";
 
-export function serviceMain(service: ServiceName): string {
-  return path.join(ROOT, "services", service, "src", "main.ts");
+/**
+ * A service's main file: its source (run with SOURCE_NODE_ARGS), or the JavaScript `npm run build`
+ * makes of it (run by plain node, as the image does). The one place outside the services that
+ * names their mains.
+ */
+export function serviceMain(service: ServiceName, build: "source" | "dist" = "source"): string {
+  return build === "source" ? path.join(ROOT, "services", service, "src", "main.ts") : path.join(ROOT, "services", service, "dist", "main.js");
 }
 
 /** What a READY_FILE says, if it is there, complete, and written by process `pid`. */
@@ -65,14 +77,22 @@ export async function spawnService(
     readyTimeoutMs?: number;
     /** Options for node itself, before the loader (e.g. --cpu-prof). */
     nodeArgs?: string[];
+    /**
+     * Run what `npm run build` made instead of the sources, as the image does: plain node (no tsx,
+     * no conditions) on dist/main.js under this directory (this repository, or a replay of the
+     * image's final stage), which is also its working directory.
+     */
+    built?: string;
   } = {},
 ): Promise<ServiceProcess & { ready: Promise<void> }> {
   const own = env.READY_FILE ? undefined : await mkdtemp(path.join(os.tmpdir(), `csi-${service}-`));
   const readyFile = env.READY_FILE ?? path.join(own as string, "ready.json");
   rmSync(readyFile, { force: true });
-  // One process (node with the tsx loader), so SIGKILL hits the service itself.
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), "--import", "tsx", serviceMain(service), ...(opts.args ?? [])], {
-    cwd: ROOT,
+  // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
+  const main =
+    opts.built === undefined ? [...SOURCE_NODE_ARGS, serviceMain(service)] : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
+    cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -2,22 +2,24 @@
  * Checks that the deployment files (deploy/kubernetes, deploy/nomad, docker-compose.yml) agree
  * with the code: every service's env names and flags come from its settings table and its real
  * config loader accepts them; the CSI socket is the same file for the driver and each sidecar;
- * probes, ports, images, driver name, class parameters and the shared pool directory line up.
+ * probes, ports, images, driver name, class parameters and the shared pool directory line up;
+ * whatever runs our image runs plain node on a file `npm run build` makes (no tsx).
  * Pure: documents in, one line per problem out (empty = all agree). test/deploy.test.ts runs them
  * on the real files and on broken copies of them.
  */
 import path from "node:path";
 import { type Clusters, PLUGIN_NAME, parseMutableParameters, resolveClusters } from "@csi/contracts";
+import { controllerConfig } from "@csi/controller";
+import { CONTROLLER_SETTINGS, createLimits, splitParameters } from "@csi/controller/testing";
+import { journalConfig } from "@csi/journal";
+import { JOURNAL_SETTINGS } from "@csi/journal/testing";
+import { nodeAgentConfig } from "@csi/node-agent";
+import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
-import { CONTROLLER_SETTINGS, controllerConfig } from "../../services/controller/src/config.js";
-import { createLimits, splitParameters } from "../../services/controller/src/domain/csi.js";
-import { JOURNAL_SETTINGS, journalConfig } from "../../services/journal/src/config.js";
-import { NODE_AGENT_SETTINGS, nodeAgentConfig } from "../../services/node-agent/src/config.js";
+import type { ServiceName } from "./processes.js";
 
 // ---------------------------------------------------------------------------------------------
 // The services, from their own settings tables and config loaders.
-
-export type ServiceName = "controller" | "journal" | "node-agent";
 
 interface EffectiveConfig {
   metricsAddr: string;
@@ -40,7 +42,8 @@ export const SERVICES: Record<ServiceName, ServiceSpec> = {
   "node-agent": { settings: NODE_AGENT_SETTINGS, load: nodeAgentConfig, required: ["natsUrl", "endpoint", "nodeId", "clustersFile", "dataDir"] },
 };
 
-const MAIN_RE = /^services\/(controller|journal|node-agent)\/src\/main\.ts$/;
+/** A service's main as the image runs it: the JavaScript `npm run build` makes of services/<name>/src/main.ts. */
+const MAIN_RE = /^services\/(controller|journal|node-agent)\/dist\/main\.js$/;
 
 /** Which of our services a command line starts, and the arguments after its main. */
 export function serviceOf(argv: readonly string[]): { service: ServiceName; args: string[] } | undefined {
@@ -140,7 +143,8 @@ export function parseClusters(text: string | undefined, where: string, problems:
 // before a journal starts (docs/security.md), in the journal's pod (an init container) or task
 // group (a prestart task). The journal's own Redis user may not load it.
 
-const CSICTL_RE = /(^|\/)packages\/cli\/bin\/csictl\.mjs$/;
+/** csictl as the image runs it (built). */
+const CSICTL_RE = /^tools\/csictl\/dist\/main\.js$/;
 const LOADER_ENVS = new Set(envNames(REDIS_ACCESS_SETTINGS));
 /** What the loader must share with the journal: the same Redis server. */
 const SAME_REDIS = ["REDIS_URL", "REDIS_SENTINELS", "REDIS_MASTER_NAME"];
@@ -301,7 +305,7 @@ export function locate(c: Container, file: string): { volume: string; rel: strin
   return best;
 }
 
-/** Our container of a pod (the one that runs services/<name>/src/main.ts), with its run. */
+/** Our container of a pod (the one that runs services/<name>/dist/main.js), with its run. */
 function ourContainer(pod: Pod): { c: Container; service: ServiceName; args: string[] } | undefined {
   for (const c of pod.spec.containers) {
     const s = serviceOf([...(c.command ?? []), ...(c.args ?? [])]);
@@ -808,5 +812,68 @@ export function checkCompose(compose: Compose, referenceClustersPath: string, re
   }
   if (builds.size !== 1) problems.push(`the services are not built from one image: ${[...builds].join(", ")}`);
   if (new Set(pools).size !== 1) problems.push(`the journal and the node-agent do not share one pool volume: ${pools.join(" / ")}`);
+  return problems;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What runs our image: plain node on the JavaScript `npm run build` makes (docs/building.md).
+
+/** One command line of our image, as a deployment file gives it. */
+export interface CommandRun {
+  where: string;
+  /** The whole command (entrypoint and arguments); empty when the file sets none. */
+  argv: string[];
+}
+
+/** Whether an image reference names our image (`csi-event-driver`, any tag). */
+const isOurImage = (image: string | undefined, ours: string) => image !== undefined && image.split(":")[0] === ours;
+
+/** Every container and init container of our image in pod templates (workloads, Jobs, CronJobs). */
+export function kubernetesCommands(docs: K8sObject[], image: string): CommandRun[] {
+  return docs.flatMap((d) => {
+    const spec = (d.kind === "CronJob" ? d.spec?.jobTemplate?.spec?.template?.spec : d.spec?.template?.spec) as PodSpec | undefined;
+    return [...(spec?.initContainers ?? []), ...(spec?.containers ?? [])]
+      .filter((c) => isOurImage(c.image, image))
+      .map((c) => ({ where: `${d.kind}/${d.metadata.name} container ${c.name}`, argv: [...(c.command ?? []), ...(c.args ?? [])] }));
+  });
+}
+
+/** Every task of our image in the Nomad jobs. */
+export function nomadCommands(jobs: NomadJob[], image: string): CommandRun[] {
+  return jobs.flatMap(({ Job: job }) =>
+    job.TaskGroups.flatMap((g) =>
+      g.Tasks.filter((t) => isOurImage(t.Config.image, image)).map((t) => ({
+        where: `nomad job ${job.ID} task ${t.Name}`,
+        argv: [...(t.Config.command ? [t.Config.command] : []), ...(t.Config.args ?? [])],
+      })),
+    ),
+  );
+}
+
+/** Every compose service built from the repository (our image). */
+export function composeCommands(compose: Compose): CommandRun[] {
+  return Object.entries(compose.services)
+    .filter(([, svc]) => svc.build !== undefined)
+    .map(([name, svc]) => ({ where: `docker-compose service ${name}`, argv: svc.command ?? [] }));
+}
+
+/**
+ * Each run is `node <file> [args]`: node with no options before the file (no loader, no
+ * condition: production resolves the packages' default exports, their dist/*.js), the file one
+ * that `npm run build` makes (`built`, relative paths), and no tsx anywhere.
+ */
+export function checkCommands(runs: CommandRun[], built: ReadonlySet<string>): string[] {
+  const problems: string[] = [];
+  for (const { where, argv } of runs) {
+    if (argv.length === 0) {
+      problems.push(`${where}: sets no command: say which built main it runs`);
+      continue;
+    }
+    if (argv.some((a) => /\btsx\b/.test(a))) problems.push(`${where}: runs tsx (${argv.join(" ")}): the image has none; it runs the built JavaScript`);
+    const [node, file] = argv;
+    if (node !== "node") problems.push(`${where}: runs ${node}, not node <a built file>`);
+    else if (file === undefined || file.startsWith("-")) problems.push(`${where}: node ${file ?? ""}: plain node on a built file, no options before it`);
+    else if (!built.has(path.posix.normalize(file))) problems.push(`${where}: ${file} is not a file npm run build makes`);
+  }
   return problems;
 }

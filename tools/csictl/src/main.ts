@@ -1,6 +1,7 @@
 /**
- * csictl's entry (bin/csictl.mjs loads it through tsx): parse, run, and turn whatever went wrong
- * into one line on stderr and a meaningful exit status (errors.ts). CSICTL_DEBUG=1 adds stacks.
+ * csictl's entry (bin/csictl.mjs loads it: its source through tsx in a checkout, dist/main.js where
+ * built; the image runs dist/main.js directly): parse, run, and turn whatever went wrong into one
+ * line on stderr and a meaningful exit status (errors.ts). CSICTL_DEBUG=1 adds stacks.
  */
 import { explain } from "./errors.js";
 import { buildProgram, CommanderError, commanderExit } from "./program.js";

@@ -11,10 +11,10 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { type LocalServer, startServer } from "../../scripts/lib/local-servers.js";
-import { loadJournalFunctionsAt } from "../../scripts/lib/redis-functions.js";
+import { type LocalServer, startServer } from "./local-servers.js";
+import { loadJournalFunctionsAt } from "./redis-functions.js";
 
-export { freePort, startServer } from "../../scripts/lib/local-servers.js";
+export { freePort, startServer } from "./local-servers.js";
 export type { LocalServer };
 
 export interface TestServers {

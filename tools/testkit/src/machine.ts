@@ -7,10 +7,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import path from "node:path";
-import { run } from "../../services/node-agent/src/adapters/exec.js";
-import { list } from "../../services/node-agent/src/adapters/loop.js";
-import { readMounts } from "../../services/node-agent/src/adapters/mount.js";
-import type { MountEntry } from "../../services/node-agent/src/domain/mountinfo.js";
+import { type LoopDevice, list, type MountEntry, readMounts, run } from "@csi/node-agent/testing";
 
 /** Why real-device tests cannot run here, or undefined when they can. */
 export function whyNoDevices(): string | undefined {
@@ -28,7 +25,7 @@ export const canResizeExt4Online = (() => {
 export const hasXfs = ["/usr/sbin/mkfs.xfs", "/sbin/mkfs.xfs", "/usr/bin/mkfs.xfs"].some((p) => existsSync(p));
 
 /** Loop devices whose backing file is under `dir` (deleted ones included). */
-export async function loopsUnder(dir: string) {
+export async function loopsUnder(dir: string): Promise<LoopDevice[]> {
   return (await list()).filter((d) => d.backingFile?.startsWith(`${dir}/`));
 }
 
@@ -44,7 +41,7 @@ export function mountsUnder(entries: readonly MountEntry[], dir: string): MountE
     .map(({ e }) => e);
 }
 
-export async function mountsLeftUnder(dir: string) {
+export async function mountsLeftUnder(dir: string): Promise<MountEntry[]> {
   return mountsUnder(await readMounts(), dir);
 }
 

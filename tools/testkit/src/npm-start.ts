@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { rm } from "node:fs/promises";
 import path from "node:path";
 import type { TestContext } from "node:test";
-import { ROOT } from "./processes.js";
+import { ROOT, SOURCE_NODE_ARGS } from "./processes.js";
 import { tempDir } from "./servers.js";
 
 /** What the test must undo when it ends, pass or fail: last registered, first undone. */
@@ -31,7 +31,7 @@ export function spawnStart(dir: string, extraEnv: Record<string, string>) {
   const runDir = path.join(dir, "run");
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: path.join(dir, "data"), RUN_DIR: runDir, ...extraEnv };
   for (const k of ["NATS_URL", "REDIS_URL"]) if (!extraEnv[k]) delete env[k];
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/start.ts")], {
+  const child = spawn(process.execPath, [...SOURCE_NODE_ARGS, path.join(ROOT, "scripts/start.ts")], {
     cwd: ROOT,
     env,
     stdio: ["ignore", "pipe", "pipe"],

@@ -8,15 +8,10 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { resolveClusters } from "@csi/contracts";
+import { type EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
+import { distrustAfterRedisDrops, FilePool, type ImageInfo, Journal } from "@csi/journal/testing";
 import { createLogger } from "@csi/runtime";
 import type { Redis } from "ioredis";
-import type { EventLog } from "../../services/journal/src/adapters/event-log.js";
-import { FilePool } from "../../services/journal/src/adapters/file-pool.js";
-import { Journal } from "../../services/journal/src/app/journal.js";
-import { distrustAfterRedisDrops, Projector } from "../../services/journal/src/app/projector.js";
-import type { ImageInfo } from "../../services/journal/src/domain/pool-backend.js";
-import { keysFor } from "../../services/journal/src/store/layout.js";
-import { RedisStore } from "../../services/journal/src/store/redis-store.js";
 
 /** A pool whose image creation can be held after the image is made, before the journal hears of it. */
 export class GatedPool extends FilePool {

@@ -3,18 +3,19 @@
  * (`--test-name-pattern="^<name>$"`; the file's `before`/`after` hooks run as usual), and says
  * which ones fail that way: a test that passes only after others depends on them.
  *
- *   node --import tsx test/support/each-alone.ts test/journal.test.ts test/controller.test.ts
+ *   node --conditions=source --import tsx tools/testkit/src/each-alone.ts test/journal.test.ts test/controller.test.ts
  *
  * Tests of the same name (the ext4 and xfs lifecycles) run together.
  */
 import { spawnSync } from "node:child_process";
 import path from "node:path";
+import { SOURCE_NODE_ARGS } from "./processes.js";
 
-const reporter = path.join(import.meta.dirname, "leaf-reporter.mjs");
+const reporter = path.join(import.meta.dirname, "../leaf-reporter.mjs");
 const regexpEscape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 function run(file: string, extra: string[]) {
-  const r = spawnSync(process.execPath, ["--import", "tsx", "--test", `--test-reporter=${reporter}`, ...extra, file], {
+  const r = spawnSync(process.execPath, [...SOURCE_NODE_ARGS, "--test", `--test-reporter=${reporter}`, ...extra, file], {
     encoding: "utf8",
     maxBuffer: 1 << 26,
     timeout: 600_000,

@@ -8,7 +8,10 @@ import type { JournalTestEnv } from "./journal-env.js";
 import { withoutServerEnv } from "./npm-start.js";
 import { ROOT } from "./processes.js";
 
-export const CSICTL_BIN = path.join(ROOT, "packages/cli/bin/csictl.mjs");
+/** csictl's bin (`npx csictl`): in a checkout it runs the sources through tsx. */
+export const CSICTL_BIN = path.join(ROOT, "tools/csictl/bin/csictl.mjs");
+/** csictl as `npm run build` makes it: what the image runs with plain node. */
+export const CSICTL_DIST = path.join(ROOT, "tools/csictl/dist/main.js");
 
 export interface CsictlRun {
   code: number;

@@ -1,7 +1,7 @@
 /** The test safety net's own logic: which mounts `cleanupUnder` takes down, in which order. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { parseMountInfo } from "../../services/node-agent/src/domain/mountinfo.js";
+import { parseMountInfo } from "@csi/node-agent/testing";
 import { mountsUnder } from "./machine.js";
 
 const entries = parseMountInfo(

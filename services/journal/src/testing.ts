@@ -1,0 +1,20 @@
+/**
+ * Entry `@csi/journal/testing`: for the tests (test/, tools/testkit), the benchmark (bench/) and
+ * the chaos harness (scripts/lib/chaos) — the journal's parts they drive directly, beyond what
+ * operator tools get from `@csi/journal/operator` (the event log, the Redis store, the projector,
+ * the key layout). Nothing of the running service imports it. When a module moves inside the
+ * journal, only this list changes.
+ */
+
+export { AppendError, AppendUncertain, isFenced, isUncertain, SequenceConflict } from "./adapters/event-log.js";
+export { createSizedFile, FilePool } from "./adapters/file-pool.js";
+export { MemoryLog } from "./adapters/memory-log.js";
+export { Journal } from "./app/journal.js";
+export { distrustAfterRedisDrops } from "./app/projector.js";
+export { DEFAULT_LOCK_TTL_MS, JOURNAL_SETTINGS } from "./config.js";
+export { emptyReplay, replayInto } from "./domain/audit.js";
+export { T0, VOL, volumeReservedBody } from "./domain/fixtures.js";
+export type { ImageKind } from "./domain/kinds.js";
+export type { ImageInfo } from "./domain/pool-backend.js";
+export type { AppendMeta, EventLog as EventLogPort } from "./ports/event-log.js";
+export { CallKeys } from "./store/redis-store.js";
