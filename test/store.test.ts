@@ -1,0 +1,125 @@
+/**
+ * The JournalStore contract (test/contracts/store.contract.ts) held against both stores: RedisStore
+ * on a real redis-server (its function library loaded as an admin would), a fresh cluster's keys
+ * per test; and MemoryStore. Then what only one of them shows: MemoryStore names and counts the
+ * projection's keys as RedisStore does (same scenario, same answers), and its clock drives lock
+ * TTLs and tombstones.
+ */
+import assert from "node:assert/strict";
+import { rm } from "node:fs/promises";
+import path from "node:path";
+import { after, describe, test } from "node:test";
+import { Redis } from "ioredis";
+import { loadJournalFunctionsAt } from "../scripts/lib/redis-functions.js";
+import { MemoryStore } from "../services/journal/src/adapters/memory-store.js";
+import { type Address, addressKey } from "../services/journal/src/domain/evolve.js";
+import { events, SNAP, VOL } from "../services/journal/src/domain/fixtures.js";
+import type { JournalStore } from "../services/journal/src/ports/store.js";
+import { keysFor } from "../services/journal/src/store/layout.js";
+import { RedisStore } from "../services/journal/src/store/redis-store.js";
+import { TOMBSTONE_TTL_MS } from "../services/journal/src/store/writes.js";
+import { folded, storeContract, trailsOf, volumeLife } from "./contracts/store.contract.js";
+import { type LocalServer, startServer, tempDir } from "./support/servers.js";
+
+let dir: string | undefined;
+let server: LocalServer | undefined;
+let redis: Redis | undefined;
+after(async () => {
+  redis?.disconnect();
+  await server?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+/** The redis-server, started by the first test that needs it (none when only the MemoryStore's tests run). */
+async function connection(): Promise<Redis> {
+  if (!redis) {
+    dir = await tempDir("csi-store-");
+    server = await startServer("redis", path.join(dir, "redis"));
+    await loadJournalFunctionsAt(server.url);
+    redis = new Redis(server.url);
+  }
+  return redis;
+}
+
+let clusters = 0;
+const redisStore = async (cluster = `st${++clusters}`) => new RedisStore(await connection(), keysFor(cluster, "default"));
+
+storeContract("RedisStore", async () => ({ store: await redisStore(), close: async () => {} }));
+storeContract("MemoryStore", async () => ({ store: new MemoryStore(), close: async () => {} }));
+
+describe("MemoryStore beside RedisStore", () => {
+  /** A life, a rebuild, an apply, a wipe: what each step answers (sizes, differences, states). */
+  async function scenario(store: JournalStore) {
+    const e = events();
+    const life = volumeLife(e);
+    const states = folded(life);
+    const epoch = "0123456789abcdef0123456789abcdef";
+    await store.beginRebuild(epoch, "log", true);
+    await store.writeFresh(epoch, 0, [...states.values()], life.length);
+    await store.markComplete(epoch, life.length);
+    const rebuilt = { size: await store.projectionSize(), differences: await store.differences(states.values()) };
+    const both: Address[] = [
+      { kind: "volume", uuid: VOL },
+      { kind: "snapshot", uuid: SNAP },
+    ];
+    const trails = trailsOf([e.claimed("n3"), e.unclaimed("n1"), e.at({ type: "SnapshotDeleted", uuid: SNAP })], await store.readStates(both));
+    const applied = await store.applyAndUnlock(trails, [], "t");
+    const changed = await store.differences(states.values());
+    return {
+      rebuilt,
+      applied,
+      states: await store.readStates(both),
+      changed,
+      onlyThose: await store.differences(states.values(), [...changed.differ, "{mem}:csi.volume.none"]),
+      size: await store.projectionSize(),
+      wiped: await store.wipeProjection(),
+      afterWipe: await store.differences(states.values()),
+      meta: await store.projectionMeta(),
+    };
+  }
+
+  test("names and counts the projection's keys as RedisStore does", async () => {
+    const keys = keysFor("mem", "default");
+    const fromRedis = await scenario(new RedisStore(await connection(), keys));
+    const fromMemory = await scenario(new MemoryStore({ keys }));
+    assert.deepEqual(fromMemory, fromRedis);
+    assert.ok(fromRedis.changed.differ.length > 0, "the change showed as keys that differ");
+  });
+});
+
+describe("MemoryStore's clock", () => {
+  test("a lock lives for its TTL on the clock given", async () => {
+    let now = 1_000;
+    const store = new MemoryStore({ now: () => now });
+    const lock = { kind: "volume", uuid: VOL } as const;
+    assert.ok((await store.lockAndRead("t1", 100, { locks: [lock] })).ok, "taken");
+    now += 99;
+    assert.equal((await store.lockAndRead("t2", 100, { locks: [lock] })).ok, false);
+    assert.equal(await store.renew(lock, "t1", 100), true);
+    now += 99;
+    assert.equal((await store.lockAndRead("t2", 100, { locks: [lock] })).ok, false, "renewed");
+    now += 1;
+    assert.equal(await store.renew(lock, "t1", 100), false, "expired: not renewed");
+    assert.ok((await store.lockAndRead("t2", 100, { locks: [lock] })).ok, "expired: taken");
+  });
+
+  test("a tombstone is kept TOMBSTONE_TTL_MS, then forgotten (an older write then lands again, as in Redis)", async () => {
+    let now = 1_000;
+    const store = new MemoryStore({ now: () => now });
+    const epoch = "0123456789abcdef0123456789abcdef";
+    await store.beginRebuild(epoch, "log", true);
+    await store.writeFresh(epoch, 0, [], 0);
+    await store.markComplete(epoch, 0);
+    const e = events();
+    const reserved = [e.volReserved()];
+    assert.equal(await store.applyAndUnlock(trailsOf([...reserved, e.at({ type: "VolumeDeleted", uuid: VOL })]), [], "t"), 1);
+    const vol = { kind: "volume", uuid: VOL } as const;
+    now += TOMBSTONE_TTL_MS - 1;
+    assert.deepEqual((await store.readStates([vol])).get(addressKey(vol)), { kind: "volume", uuid: VOL, seq: 2 });
+    assert.equal(await store.projectionSize(), 1, "the tombstone is a key");
+    now += 1;
+    assert.equal((await store.readStates([vol])).get(addressKey(vol)), undefined, "expired");
+    assert.equal(await store.projectionSize(), 0);
+    assert.equal(await store.applyAndUnlock(trailsOf(reserved), [], "t"), 1, "nothing guards it any more");
+  });
+});
