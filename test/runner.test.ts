@@ -12,13 +12,9 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { DriverError, resolveClusters } from "@csi/contracts";
+import { keysFor, Projector } from "@csi/journal/operator";
+import { FilePool, Journal, MemoryLog, MemoryStore } from "@csi/journal/testing";
 import { createLogger } from "@csi/runtime";
-import { FilePool } from "../services/journal/src/adapters/file-pool.js";
-import { MemoryLog } from "../services/journal/src/adapters/memory-log.js";
-import { MemoryStore } from "../services/journal/src/adapters/memory-store.js";
-import { Journal } from "../services/journal/src/app/journal.js";
-import { Projector } from "../services/journal/src/app/projector.js";
-import { keysFor } from "../services/journal/src/store/layout.js";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;

@@ -11,11 +11,26 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { afterEach, beforeEach, describe, test } from "node:test";
-import type { LockOn } from "../../services/journal/src/domain/decider.js";
-import { type Address, type Aggregate, addressKey, addressOfState, Fold, foldInto, type Trail } from "../../services/journal/src/domain/evolve.js";
-import { events, GRP, SNAP, VOL } from "../../services/journal/src/domain/fixtures.js";
-import type { LogRecord } from "../../services/journal/src/domain/log-records.js";
-import type { IndexOf, JournalStore, LockResult, StateMap } from "../../services/journal/src/ports/store.js";
+import {
+  type Address,
+  type Aggregate,
+  addressKey,
+  addressOfState,
+  events,
+  Fold,
+  foldInto,
+  GRP,
+  type IndexOf,
+  type JournalStore,
+  type LockOn,
+  type LockResult,
+  type LogRecord,
+  SNAP,
+  type StateMap,
+  type States,
+  type Trail,
+  VOL,
+} from "@csi/journal/testing";
 
 /** One fresh, empty store (no projection, no locks). */
 export interface StoreUnderTest {
@@ -43,7 +58,7 @@ const imageLock: LockOn = { kind: "image", pool: "default", imageName: `csi-vol-
 const snapLock: LockOn = { kind: "snapshot", uuid: SNAP };
 
 /** A volume's life so far (seq 1–8): its name, reserved, made, claimed on n1 and n2; a snapshot of it (its name, reserved, cut). */
-export function volumeLife(e = events()): LogRecord[] {
+export function volumeLife(e: ReturnType<typeof events> = events()): LogRecord[] {
   return [
     e.nameReserved("volume", "pvc", VOL),
     e.volReserved({
@@ -69,7 +84,7 @@ export function trailsOf(records: LogRecord[], before: StateMap = new Map()): Tr
 }
 
 /** Every aggregate's state after `records`. */
-export const folded = (records: LogRecord[]) => foldInto(new Map(), records);
+export const folded = (records: LogRecord[]): States => foldInto(new Map(), records);
 
 /** `states` as a read of their addresses returns them. */
 const asRead = (states: Iterable<Aggregate>): StateMap => new Map([...states].map((s) => [addressKey(addressOfState(s)), s]));

@@ -138,7 +138,12 @@ describe("mutable parameters in the contracts", () => {
   });
 
   test("volume.create may omit limits, VolumeView defaults to none; volume.modify is a command", () => {
-    const create = VolumeCreate.parse({ requestId: "r", name: "pvc", sizeBytes: 1024 * 1024, capabilities: [{ accessType: "block", accessMode: "SINGLE_NODE_WRITER" }] });
+    const create = VolumeCreate.parse({
+      requestId: "r",
+      name: "pvc",
+      sizeBytes: 1024 * 1024,
+      capabilities: [{ accessType: "block", accessMode: "SINGLE_NODE_WRITER" }],
+    });
     assert.equal(create.mutableParameters, undefined);
     const view = VolumeView.parse({
       uuid: UUID,

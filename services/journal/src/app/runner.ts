@@ -268,7 +268,9 @@ class Run<R> implements View {
       const subject = subjectOf(b, this.d.cluster.clusterID, this.d.cluster.instance);
       const i = perSubject.get(subject) ?? 0;
       perSubject.set(subject, i + 1);
-      (waves[i] ??= []).push(b);
+      const wave = waves[i] ?? [];
+      waves[i] = wave;
+      wave.push(b);
       if (b.type === "ReservationUndone")
         this.d.logger.warn({ kind: b.kind, uuid: b.uuid, reason: b.reason, requestId: this.cmd.requestId }, "undoing a reservation");
     }

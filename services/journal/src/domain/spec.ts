@@ -112,6 +112,7 @@ class Spec {
     const ctx: Ctx = { cluster: CLUSTER, pools: POOLS, ids: U };
     const decide = () => cmd.decide(view, ctx);
     return {
+      // biome-ignore lint/suspicious/noThenProperty: given/when/then reads as the specification it is; this object is never awaited
       then(expected: Decision<R>) {
         assert.deepEqual(decide(), expected);
       },

@@ -125,7 +125,8 @@ describe("CreateVolume", () => {
       .when(createVolume(ask({ pool: "nope" })))
       .thenThrows("InvalidArgument", /unknown pool "nope"/);
     const d = given().when(createVolume(ask())).decision();
-    if (!("act" in d) || (d.act?.events?.[1] as { pool?: string }).pool !== "default") throw new Error(JSON.stringify(d));
+    const reservedIn = "act" in d ? (d.act?.events?.[1] as { pool?: string } | undefined)?.pool : undefined;
+    if (reservedIn !== "default") throw new Error(JSON.stringify(d));
   });
 
   test("sources: missing is NotFound, in another pool InvalidArgument, larger than asked OutOfRange", () => {
