@@ -57,8 +57,8 @@ test("the journal's command file is under 200 lines", () => {
   assert.ok(lines < 200, `${lines} lines`);
 });
 
-test("at most 4 double casts (`as unknown as`) in product code", () => {
-  const found = ["services", "packages"].flatMap((d) =>
+test("at most 4 double casts (`as unknown as`) in product code (services, packages, csictl)", () => {
+  const found = ["services", "packages", "tools/csictl"].flatMap((d) =>
     sources(d).flatMap((f) =>
       readFileSync(path.join(ROOT, f), "utf8")
         .split("\n")

@@ -18,7 +18,6 @@ import type { Reporter } from "./app/reporter.js";
 
 /** The NodeService operations counted (each one CSI Node RPC that changes the machine, or its NATS work). */
 const COUNTED = ["stage", "unstage", "publish", "unpublish", "expand"] as const;
-type Counted = (typeof COUNTED)[number];
 
 export class NodeMetrics {
   readonly #operations: Counter<"operation" | "outcome">;
@@ -43,7 +42,7 @@ export class NodeMetrics {
   countOperations(svc: NodeService): void {
     for (const name of COUNTED) {
       const op = svc[name].bind(svc) as (req: never) => Promise<unknown>;
-      (svc as unknown as Record<Counted, (req: never) => Promise<unknown>>)[name] = async (req: never) => {
+      const counted = async (req: never) => {
         try {
           const done = await op(req);
           this.#operations.inc({ operation: name, outcome: "ok" });
@@ -53,6 +52,7 @@ export class NodeMetrics {
           throw err;
         }
       };
+      Object.defineProperty(svc, name, { value: counted, configurable: true, writable: true });
     }
   }
 

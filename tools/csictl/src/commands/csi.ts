@@ -4,7 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { AccessMode } from "@csi/contracts";
-import { type CsiService, methodsOf } from "@csi/runtime";
+import { type ClientResponseOf, type CsiService, methodsOf } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { formatBytes, parseSize } from "../domain/sizes.js";
 import { csiIdOf } from "../domain/target.js";
@@ -33,12 +33,13 @@ function withRequestId(requestId: string | undefined): { requestId: string; md: 
   return { requestId: id, md };
 }
 
-interface CsiVolume {
-  volume_id: string;
-  capacity_bytes: string;
-  volume_context: Record<string, string>;
-  content_source: { snapshot?: { snapshot_id: string } | null; volume?: { volume_id: string } | null } | null;
+/** A field CSI says a reply carries: a reply without it is the endpoint's fault. */
+function answered<T>(x: T | null | undefined, what: string): T {
+  if (x === null || x === undefined) throw new Error(`the endpoint answered without a ${what}`);
+  return x;
 }
+
+type CsiVolume = NonNullable<ClientResponseOf<"Controller", "CreateVolume">["volume"]>;
 
 const sourceOf = (v: CsiVolume) => v.content_source?.snapshot?.snapshot_id || v.content_source?.volume?.volume_id || undefined;
 
@@ -88,14 +89,14 @@ export async function volumeCreate(s: Session, name: string, o: CreateVolumeOpti
   };
   const { requestId, md } = withRequestId(o.requestId);
   const res = await s.csi("Controller").CreateVolume(request, md);
-  const v = res.volume as unknown as CsiVolume;
+  const v = answered(res.volume, "volume");
   s.out.result({ requestId, volume: v }, () => volumeFields(v, [["REQUEST", requestId]]));
 }
 
 export async function volumeGet(s: Session, id: string): Promise<void> {
   const request = { volume_id: csiIdOf(id) };
   const res = await s.csi("Controller").ControllerGetVolume(request);
-  const v = res.volume as unknown as CsiVolume;
+  const v = answered(res.volume, "volume");
   const nodes = res.status?.published_node_ids ?? [];
   const condition = res.status?.volume_condition;
   s.out.result(res, () =>
@@ -134,7 +135,7 @@ export async function volumeList(s: Session, o: { maxEntries?: string; startingT
   const c = s.csi("Controller");
   const { entries, nextToken } = await pages((token) => c.ListVolumes({ max_entries: max ?? 0, starting_token: token }), max, o.startingToken);
   const rows = entries.map((e) => {
-    const v = e.volume as unknown as CsiVolume;
+    const v = answered(e.volume, "volume");
     const st = e.status;
     return [
       v.volume_id,
@@ -172,14 +173,7 @@ export async function volumeDelete(s: Session, id: string, o: { requestId?: stri
   s.out.result({ requestId, deleted: id }, () => `deleted ${id} (request ${requestId})`);
 }
 
-interface CsiSnapshot {
-  snapshot_id: string;
-  source_volume_id: string;
-  size_bytes: string;
-  ready_to_use: boolean;
-  creation_time: { seconds: string; nanos: number } | null;
-  group_snapshot_id: string;
-}
+type CsiSnapshot = NonNullable<ClientResponseOf<"Controller", "CreateSnapshot">["snapshot"]>;
 
 const createdAt = (t: CsiSnapshot["creation_time"]) => (t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)).toISOString() : undefined);
 
@@ -187,7 +181,7 @@ export async function snapshotCreate(s: Session, name: string, o: { source: stri
   const request = { name, source_volume_id: csiIdOf(o.source), parameters: parseParams(o.param) };
   const { requestId, md } = withRequestId(o.requestId);
   const res = await s.csi("Controller").CreateSnapshot(request, md);
-  const snap = res.snapshot as unknown as CsiSnapshot;
+  const snap = answered(res.snapshot, "snapshot");
   s.out.result({ requestId, snapshot: snap }, () =>
     fields([
       ["ID", snap.snapshot_id],
@@ -209,7 +203,7 @@ export async function snapshotList(s: Session, o: { source?: string; id?: string
   const c = s.csi("Controller");
   const { entries, nextToken } = await pages((token) => c.ListSnapshots({ ...filter, max_entries: max ?? 0, starting_token: token }), max, o.startingToken);
   const rows = entries.map((e) => {
-    const snap = e.snapshot as unknown as CsiSnapshot;
+    const snap = answered(e.snapshot, "snapshot");
     return [snap.snapshot_id, snap.source_volume_id, formatBytes(snap.size_bytes), snap.ready_to_use ? "yes" : "no", createdAt(snap.creation_time)];
   });
   s.out.result({ entries, ...(nextToken ? { nextToken } : {}) }, () => {
@@ -244,7 +238,8 @@ export async function call(s: Session, target: string, body: string | undefined,
     }
   }
   const { md } = withRequestId(o.requestId);
-  const client = s.csi(service as CsiService) as unknown as Record<string, (req: unknown, md: grpc.Metadata) => Promise<unknown>>;
-  const res = await client[method]?.(request, md);
+  const client: Record<string, unknown> = s.csi(service as CsiService);
+  const call = client[method];
+  const res = typeof call === "function" ? await (call as (req: unknown, md: grpc.Metadata) => Promise<unknown>)(request, md) : undefined;
   process.stdout.write(`${JSON.stringify(res, null, 2)}\n`);
 }

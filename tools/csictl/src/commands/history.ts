@@ -135,7 +135,7 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
         // A foreign record on a followed subject is shown as one (never thrown on: the follow goes on).
         const r = classifyRecord({ cluster: f.cluster.clusterID, instance: f.cluster.instance }, m);
         if (isForeign(r)) reorder.push({ seq: r.seq, subject: r.subject, event: {}, foreign: r.foreign }, Date.now());
-        else reorder.push({ seq: r.seq, subject: r.subject, event: r.event as unknown as Record<string, unknown> }, Date.now());
+        else reorder.push({ seq: r.seq, subject: r.subject, event: { ...r.event } }, Date.now());
         if (!isForeign(r) && r.event.type === "NameReserved") await watchUuid(r.event.uuid);
       }
     })().catch(() => {});
