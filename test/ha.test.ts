@@ -226,11 +226,15 @@ const promotedAway = (old: LocalServer) => until("the sentinels name a new maste
 async function faultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
   const load = startLoad(prefix);
   const t0 = Date.now();
+  // At least 4 s of load before the fault and 5 s after the servers are back, and each time until
+  // an operation has completed in it (a busy machine may take longer than the window for one).
   await sleep(4000);
+  await until(`${fault}: an operation done before the fault`, async () => load.done.length > 0, 120_000);
   const tFault = Date.now();
   await inject();
   const tBack = Date.now();
   await sleep(5000);
+  await until(`${fault}: an operation done after the fault`, async () => load.done.some((t) => t >= tBack), 120_000);
   const tEnd = Date.now();
   await load.stop();
   const window = longestFailureWindow(load.marks, tEnd);
