@@ -232,7 +232,8 @@ describe("crashes and lost state", () => {
       );
       const pid = frozen.child.pid as number;
       const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
-      for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
+      // Until it has taken the request and frozen (a replica just started on a busy machine may take a while).
+      for (const end = Date.now() + 60_000; (await state()) !== "T" && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
       assert.equal(await state(), "T", "the writer froze right after its reservation");
       // Its lock expires (no renewals while frozen); another replica takes over the name. The
       // frozen one is still in the queue group: a request it gets waits until it wakes up, so
