@@ -20,7 +20,7 @@ import { readFileSync } from "node:fs";
 import { readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
+import { DriverError, decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -192,8 +192,17 @@ async function checkState(label: string): Promise<void> {
       .map((name) => `${name}.img`)
       .sort();
     assert.deepEqual(files, expected, `${label}: the pool holds exactly the live images`);
-    // The journal's own audit: log vs projection vs pool.
-    const verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
+    // The journal's own audit: log vs projection vs pool. A replica may still be reconnecting to
+    // the Redis the sentinels promoted (Unavailable: a CO would retry), which a busy machine makes
+    // slow: asked again, up to 2 minutes.
+    let verify: Awaited<ReturnType<typeof journal.call<"audit.verify">>> | undefined;
+    for (const end = Date.now() + 120_000; !verify; ) {
+      verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 }).catch((err: unknown) => {
+        if (!(err instanceof DriverError && err.code === "Unavailable" && Date.now() < end)) throw err;
+        return undefined;
+      });
+      if (!verify) await sleep(500);
+    }
     assert.deepEqual(
       verify.counts,
       { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 },
