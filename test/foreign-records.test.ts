@@ -37,7 +37,7 @@ let j: JournalTestEnv;
 let journal: ServiceProcess;
 
 before(async () => {
-  j = await journalTestEnv(CLUSTER, { natsConfig: NATS_CONFIG, timeoutMs: 30_000 });
+  j = await journalTestEnv(CLUSTER, { natsConfig: NATS_CONFIG, timeoutMs: 300_000 }); // rebuilds of this log are slow on a busy machine
   journal = await j.spawnJournal();
 });
 after(async () => {
@@ -45,7 +45,13 @@ after(async () => {
   await j?.dispose();
 });
 
-const csictl = csictlOf(() => j, CLUSTER);
+const csictlAt = csictlOf(() => j, CLUSTER);
+/**
+ * csictl with a deadline for a busy machine: a verify reads the whole log, MiB-sized foreign
+ * records included, and took longer than the default 30 s there ("journal of cluster fr did not
+ * answer in time").
+ */
+const csictl = (...args: string[]) => csictlAt("--timeout", "300000", ...args);
 /**
  * csictl again while it exits 3 with UNAVAILABLE (on a busy machine a JetStream call of the
  * journal can time out; the journal then answers Unavailable for the caller to retry), as an
