@@ -20,7 +20,7 @@ import { readFileSync } from "node:fs";
 import { readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
+import { DriverError, decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
 import type { LocalServer } from "@csi/testkit";
 import { tempDir } from "@csi/testkit";
@@ -192,8 +192,17 @@ async function checkState(label: string): Promise<void> {
       .map((name) => `${name}.img`)
       .sort();
     assert.deepEqual(files, expected, `${label}: the pool holds exactly the live images`);
-    // The journal's own audit: log vs projection vs pool.
-    const verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
+    // The journal's own audit: log vs projection vs pool. A replica may still be reconnecting to
+    // the Redis the sentinels promoted (Unavailable: a CO would retry), which a busy machine makes
+    // slow: asked again, up to 2 minutes.
+    let verify: Awaited<ReturnType<typeof journal.call<"audit.verify">>> | undefined;
+    for (const end = Date.now() + 120_000; !verify; ) {
+      verify = await journal.call(CLUSTER, "audit.verify", { olderThanMs: 0 }).catch((err: unknown) => {
+        if (!(err instanceof DriverError && err.code === "Unavailable" && Date.now() < end)) throw err;
+        return undefined;
+      });
+      if (!verify) await sleep(500);
+    }
     assert.deepEqual(
       verify.counts,
       { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 },
@@ -226,11 +235,15 @@ const promotedAway = (old: LocalServer) => until("the sentinels name a new maste
 async function faultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
   const load = startLoad(prefix);
   const t0 = Date.now();
+  // At least 4 s of load before the fault and 5 s after the servers are back, and each time until
+  // an operation has completed in it (a busy machine may take longer than the window for one).
   await sleep(4000);
+  await until(`${fault}: an operation done before the fault`, async () => load.done.length > 0, 120_000);
   const tFault = Date.now();
   await inject();
   const tBack = Date.now();
   await sleep(5000);
+  await until(`${fault}: an operation done after the fault`, async () => load.done.some((t) => t >= tBack), 120_000);
   const tEnd = Date.now();
   await load.stop();
   const window = longestFailureWindow(load.marks, tEnd);

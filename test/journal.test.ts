@@ -185,19 +185,38 @@ describe("crashes and lost state", () => {
 
   test("a lock whose holder was killed is free again after its TTL, without restarting anything", async () => {
     await journal.whileDown(async (own) => {
-      const crashing = await own({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "6000" });
-      await codeOf(client.call(CLUSTER, "volume.create", { requestId: "crash", name: "pvc-lock", sizeBytes: MiB, capabilities: cap }, { timeoutMs: 500 }));
-      await crashing.exited;
-      await own({ LOCK_WAIT_MS: "50" }); // the replica that answers from now on
+      const crashing = await own({ JOURNAL_CRASH_AFTER: "NameReserved", LOCK_TTL_MS: "10000" });
+      // The replica that answers afterwards runs before the holder dies: how long a replica takes
+      // to start (long on a busy machine) is no part of the TTL.
+      await own({ LOCK_WAIT_MS: "50" });
+      // Either replica may take a create; one for a fresh name each time until the crashing one
+      // took one (and died holding its name's lock). No resend: each try goes to one replica.
+      const once = new JournalClient(nc, 60_000, { silenceMs: 0 });
+      let name: string | undefined;
+      for (let i = 0; i < 30 && !name; i++) {
+        const n = `pvc-lock-${i}`;
+        const call = once.call(CLUSTER, "volume.create", { requestId: `crash-${i}`, name: n, sizeBytes: MiB, capabilities: cap });
+        const outcome = await Promise.race([
+          call.then(
+            () => "answered",
+            (e: unknown) => `failed: ${e}`,
+          ),
+          crashing.exited.then(() => "crashed"),
+        ]);
+        if (outcome === "crashed") name = n;
+        else assert.equal(outcome, "answered", `create ${n}`);
+      }
+      assert.ok(name, "the crashing replica took one of the creates");
+      assert.equal(await crashing.exited, null, "killed by signal");
       const keys = keysFor(CLUSTER, "default");
-      const lockKey = keys.lock("name.volume.pvc-lock");
+      const lockKey = keys.lock(`name.volume.${name}`);
       const ttl = await redis.pttl(lockKey);
       assert.ok(ttl > 0, `the dead holder's lock is still there (pttl ${ttl})`);
-      assert.equal(await codeOf(create("pvc-lock", MiB)), "Aborted");
+      assert.equal(await codeOf(create(name, MiB)), "Aborted");
       await new Promise((r) => setTimeout(r, ttl + 100));
       assert.equal(await redis.exists(lockKey), 0);
-      const v = await create("pvc-lock", MiB);
-      assert.equal(v.name, "pvc-lock");
+      const v = await create(name, MiB);
+      assert.equal(v.name, name);
     });
   });
 
@@ -213,7 +232,8 @@ describe("crashes and lost state", () => {
       );
       const pid = frozen.child.pid as number;
       const state = async () => (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]?.[0];
-      for (let i = 0; i < 100 && (await state()) !== "T"; i++) await new Promise((r) => setTimeout(r, 50));
+      // Until it has taken the request and frozen (a replica just started on a busy machine may take a while).
+      for (const end = Date.now() + 60_000; (await state()) !== "T" && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
       assert.equal(await state(), "T", "the writer froze right after its reservation");
       // Its lock expires (no renewals while frozen); another replica takes over the name. The
       // frozen one is still in the queue group: a request it gets waits until it wakes up, so
@@ -322,9 +342,18 @@ describe("operator commands (csictl against one journal)", () => {
     const v = await create("pvc-admin", 3 * MiB);
     await client.call(CLUSTER, "volume.expand", { requestId: "grow", uuid: v.uuid, sizeBytes: 5 * MiB });
     const before = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
+    // What the rebuild counts: every indexed volume, reservations without an image (left by other
+    // tests' crashes) included, which volume.list leaves out.
+    const volumeIndex = keysFor(CLUSTER, "default").index("volume");
+    const indexedBefore = (await redis.zrange(volumeIndex, "0", "-1")).sort();
+    assert.ok(
+      before.some(([uuid]) => uuid === v.uuid),
+      "its volume is listed",
+    );
     const out = csictl("rebuild");
     assert.ok(out.dropped > 0 && out.replayedTo > 0, JSON.stringify(out));
-    assert.equal(out.volumes, before.length);
+    assert.equal(out.volumes, indexedBefore.length, "the rebuild indexed as many volumes as there were");
+    assert.deepEqual((await redis.zrange(volumeIndex, "0", "-1")).sort(), indexedBefore, "the same ones");
     const after = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
     assert.deepEqual(after, before);
     const byUuid = csictl("history", v.uuid) as { events: { type: string; requestId: string; actor: string }[] }[];

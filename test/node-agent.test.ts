@@ -19,6 +19,7 @@ import {
   hasXfs,
   loopsUnder,
   mountsLeftUnder,
+  mountsOf,
   releaseUnder,
   type ServiceProcess,
   SharedProcess,
@@ -244,7 +245,7 @@ describe("node-agent on real devices", { skip }, () => {
   test("bad input gets the right code and changes nothing on the machine", () =>
     onMachine(async () => {
       const loops = (await loopsUnder(root)).length;
-      const mounts = (await mountsLeftUnder("/")).length;
+      const mounts = await mountsOf(root); // its own: other test files mount and unmount meanwhile
       const stagingPath = kubelet("bad", "staging");
       const valid = "0001-0002-c1-0000000000000001-0bba3be9-0a1c-41db-a619-26ffea20161e";
       const cases: [string, () => Promise<unknown>, number][] = [
@@ -278,7 +279,7 @@ describe("node-agent on real devices", { skip }, () => {
       for (const [what, call, want] of cases) assert.equal(await code(call()), want, what);
       assert.ok(!existsSync(stagingPath), "no staging dir was made");
       assert.equal((await loopsUnder(root)).length, loops);
-      assert.equal((await mountsLeftUnder("/")).length, mounts);
+      assert.deepEqual(await mountsOf(root), mounts);
       // Unknown targets and volumes are fine to unpublish/unstage (idempotent).
       assert.equal(await code(node.NodeUnpublishVolume({ volume_id: valid, target_path: kubelet("bad", "gone") })), 0);
       assert.equal(await code(node.NodeUnstageVolume({ volume_id: valid, staging_target_path: stagingPath })), 0);

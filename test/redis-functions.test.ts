@@ -299,18 +299,27 @@ describe("a runaway script or function: BUSY for everyone until the admin kills 
   const runaway = async (start: (r: Redis) => Promise<unknown>, kill: string[]) => {
     const runner = connectAs(REDIS_ADMIN_USER);
     const killer = connectAs(REDIS_ADMIN_USER);
+    let running: Promise<string> | undefined;
     try {
-      const running = start(runner).then(
+      running = start(runner).then(
         () => "finished",
         (err: Error) => err.message,
       );
-      await sleep(REDIS_BUSY_REPLY_MS + 300);
+      // Until the script runs: a PONG says it has not started yet (on a busy machine its call can
+      // come late); a ping sent while it runs waits for busy-reply-threshold, then is answered BUSY.
+      for (const end = Date.now() + 60_000; ; await sleep(100)) {
+        const reply = await journal.ping().catch((err: Error) => err.message);
+        if (reply !== "PONG") break;
+        assert.ok(Date.now() < end, "the runaway script did not start within 60 s");
+      }
       await assert.rejects(journal.ping(), refused(/BUSY/), "past busy-reply-threshold, other clients are answered BUSY");
       await assert.rejects(journal.call(...(kill as [string, ...string[]])), refused(/NOPERM|BUSY/), "the journal's user may not kill it");
       assert.equal(await killer.call(...(kill as [string, ...string[]])), "OK");
       assert.match(await running, /killed/i);
       assert.equal(await journal.ping(), "PONG");
     } finally {
+      // Whatever failed, the runaway does not outlive the test: every later one would get BUSY.
+      if (running) await killer.call(...(kill as [string, ...string[]])).catch(() => {});
       runner.disconnect();
       killer.disconnect();
     }

@@ -109,7 +109,7 @@ test("npm start's stack against given NATS_URL / REDIS_URL", async (t) => {
 
 test("npm start with HA=1: a 3-node NATS cluster, Redis behind 3 sentinels, 2 journals; used through CSI; SIGTERM leaves no process", async (t) => {
   const cleanups = cleanupsOf(t);
-  const stack = await runStack(cleanups, { HA: "1", LOG_LEVEL: "warn" }, 180_000);
+  const stack = await runStack(cleanups, { HA: "1", LOG_LEVEL: "warn" }, 300_000);
   assert.match(stack.output(), /started embedded replicated servers/);
   assert.doesNotMatch(stack.output(), /started embedded (nats|redis)-server/, "no single servers");
   const written = JSON.parse(await readFile(path.join(stack.runDir, "stack.json"), "utf8"));

@@ -40,7 +40,8 @@ export function spawnStart(dir: string, extraEnv: Record<string, string>) {
   return { child, exited, runDir };
 }
 
-export async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>, readyMs = 60_000) {
+/** `npm start` until its stack is ready; `readyMs`: a liveness bound (a busy machine took over 60 s to start one), never a speed check. */
+export async function runStack(cleanups: (() => Promise<void>)[], extraEnv: Record<string, string>, readyMs = 240_000) {
   const dir = await tempDir("csi-stack-");
   const { child, exited, runDir } = spawnStart(dir, extraEnv);
   let out = "";
