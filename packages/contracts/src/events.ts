@@ -166,6 +166,12 @@ export interface StoredEvent {
  * events and is not even parsed.
  */
 export const MAX_EVENT_BYTES = NATS_DEFAULT_MAX_PAYLOAD;
+/**
+ * The largest event a journal writes: MAX_EVENT_BYTES less room for the headers of the publish
+ * (a fenced append carries its expected sequence in one, and NATS counts headers against
+ * max_payload). A reader still takes anything up to MAX_EVENT_BYTES as an event.
+ */
+export const MAX_WRITTEN_EVENT_BYTES = MAX_EVENT_BYTES - 1024;
 
 /**
  * Why a record of an event stream is not a valid event written by a journal (docs/journal.md,

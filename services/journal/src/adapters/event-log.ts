@@ -11,7 +11,7 @@
  * log (memory-log.ts) uses them too.
  */
 
-import { DriverError, type EventBody, type JournalEvent, MAX_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
+import { DriverError, type EventBody, type JournalEvent, MAX_WRITTEN_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
 import {
   JetStreamApiCodes,
@@ -95,10 +95,11 @@ export interface EventLogOptions {
 export function stampEvent(body: EventBody, meta: AppendMeta): { event: JournalEvent; json: string } {
   const event = { ...body, v: 1, ...meta } as JournalEvent;
   const json = JSON.stringify(event);
-  // A larger record is foreign to every reader of the log (log-records.ts): never write one.
+  // A record past MAX_EVENT_BYTES is foreign to every reader of the log (log-records.ts), and the
+  // publish's headers count against max_payload: never write more than MAX_WRITTEN_EVENT_BYTES.
   const bytes = Buffer.byteLength(json, "utf8");
-  if (bytes > MAX_EVENT_BYTES)
-    throw new DriverError("ResourceExhausted", `a ${event.type} of ${bytes} bytes is larger than an event may be (${MAX_EVENT_BYTES})`);
+  if (bytes > MAX_WRITTEN_EVENT_BYTES)
+    throw new DriverError("ResourceExhausted", `a ${event.type} of ${bytes} bytes is larger than an event may be (${MAX_WRITTEN_EVENT_BYTES})`);
   return { event, json };
 }
 
@@ -242,8 +243,10 @@ export class JetStreamLog implements EventLog {
   async deleteRecord(seq: number): Promise<boolean> {
     const jsm = await this.#manager();
     return reachingNats("event log", () =>
-      jsm.streams.deleteMessage(this.stream, seq, true).catch((err: unknown) => {
-        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return false;
+      jsm.streams.deleteMessage(this.stream, seq, true).catch(async (err: unknown) => {
+        // nats-server answers a sequence without a record with one of several codes (10037, 10043,
+        // 10057 on 2.9): whatever the code, a record that is not there was not removed.
+        if (err instanceof JetStreamApiError && !(await this.#rawAt(seq))) return false;
         throw err;
       }),
     );

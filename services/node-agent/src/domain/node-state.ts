@@ -59,6 +59,10 @@ export function checkPublish(v: VolumeState | undefined, stagingPath: string, ta
   const existing = v.publishes.find((p) => p.target === target);
   if (existing && existing.readOnly !== readOnly)
     return { code: "AlreadyExists", reason: `${q(target)} is already published with read-only=${existing.readOnly}` };
+  // CSI: a SINGLE_NODE_SINGLE_WRITER volume is published at one target path at a time.
+  const other = v.publishes.find((p) => p.target !== target);
+  if (!existing && other && v.staging.capability.accessMode === "SINGLE_NODE_SINGLE_WRITER")
+    return { code: "FailedPrecondition", reason: `volume is SINGLE_NODE_SINGLE_WRITER and already published at ${q(other.target)}` };
   return undefined;
 }
 
