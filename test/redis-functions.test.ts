@@ -301,6 +301,10 @@ describe("a runaway script or function: BUSY for everyone until the admin kills 
     const killer = connectAs(REDIS_ADMIN_USER);
     let running: Promise<string> | undefined;
     try {
+      // Both connections ready (AUTH and ioredis' ready check done) before the script runs: a
+      // handshake that meets the busy server never completes, and a kill queued behind it is never
+      // sent (a busy run hung so, the script spinning for ever).
+      await Promise.all([runner.ping(), killer.ping()]);
       running = start(runner).then(
         () => "finished",
         (err: Error) => err.message,
