@@ -262,28 +262,28 @@ class Run<R> implements View {
 
   /** Append events: those on different subjects together, those on one subject in order; each fenced on the fold's sequence. */
   async #append(bodies: Act["events"] & {}): Promise<void> {
-    const waves: (typeof bodies)[] = [];
+    const waves: { subject: string; body: (typeof bodies)[number] }[][] = [];
     const perSubject = new Map<string, number>();
-    for (const b of bodies) {
-      const subject = subjectOf(b, this.d.cluster.clusterID, this.d.cluster.instance);
+    for (const body of bodies) {
+      const subject = subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance);
       const i = perSubject.get(subject) ?? 0;
       perSubject.set(subject, i + 1);
       const wave = waves[i] ?? [];
       waves[i] = wave;
-      wave.push(b);
-      if (b.type === "ReservationUndone")
-        this.d.logger.warn({ kind: b.kind, uuid: b.uuid, reason: b.reason, requestId: this.cmd.requestId }, "undoing a reservation");
+      wave.push({ subject, body });
+      if (body.type === "ReservationUndone")
+        this.d.logger.warn({ kind: body.kind, uuid: body.uuid, reason: body.reason, requestId: this.cmd.requestId }, "undoing a reservation");
     }
     const meta = { requestId: this.cmd.requestId, actor: this.d.actor, time: this.d.now().toISOString() };
     for (const wave of waves) {
       const list = [];
-      for (const body of wave) {
+      for (const { subject, body } of wave) {
         const a = addressOf(body as JournalEvent);
         // An aggregate the run never read (its record lost from the projection) is read from the log:
         // its state and fence. A reservation of a fresh uuid starts its aggregate: its fence is 0.
         if (a && !this.#fold.has(a) && !startsAfresh(body as JournalEvent)) await this.#read({ fromLog: [a] });
         const fence = a ? { expectedSeq: this.#fold.state(a)?.seq ?? 0 } : {};
-        list.push({ subject: subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance), body, ...fence });
+        list.push({ subject, body, ...fence });
       }
       try {
         this.#landed(await this.d.log.appendAll(list, meta));

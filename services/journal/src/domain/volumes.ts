@@ -21,7 +21,7 @@ import type { Command, Ctx, PoolInfo, ReadPlan, View } from "./decider.js";
 import { liveRecord } from "./evolve.js";
 import { type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import { volumeView } from "./records.js";
-import { checkVolumeReservation, decideImageCreate, nameState, volumeDigest } from "./reservation.js";
+import { checkVolumeReservation, decideImageCreate, nameState, type VolumeAsk, volumeDigest } from "./reservation.js";
 
 /** A configured pool of the cluster; an unknown one is InvalidArgument. */
 export function poolOf<P>(pools: ReadonlyMap<string, P>, cluster: string, name: string): P {
@@ -57,6 +57,20 @@ export { poolIn };
 
 export function createVolume(req: ParsedRequest<"volume.create">): Command<VolumeView> {
   const src = req.source;
+  // Size and pool were decided by the controller (docs/controller.md): whole MiB (the contract
+  // checks it), the pool as sent (absent: the cluster's default). What a repeat must match is
+  // known from the request alone, once per command.
+  const { sizeBytes } = req;
+  const mutableParameters = inForce(req.mutableParameters ?? {});
+  let asked: { poolName: string; digest: string; ask: VolumeAsk } | undefined;
+  const askIn = (defaultPool: string) => {
+    if (asked) return asked;
+    const poolName = req.pool ?? defaultPool;
+    const digest = volumeDigest(poolName, req.parameters, mutableParameters);
+    const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(src ? { source: src } : {}) };
+    asked = { poolName, digest, ask };
+    return asked;
+  };
   return {
     requestId: req.requestId,
     first: {
@@ -65,15 +79,9 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
       follow: true,
     },
     decide: (v, ctx) => {
-      // Size and pool were decided by the controller (docs/controller.md): whole MiB (the contract
-      // checks), a pool of this cluster (checked here, before anything else).
-      const { sizeBytes } = req;
-      const poolName = req.pool ?? ctx.cluster.defaultPool;
-      poolIn(ctx, poolName);
-      const mutableParameters = inForce(req.mutableParameters ?? {});
+      const { poolName, digest, ask } = askIn(ctx.cluster.defaultPool);
+      poolIn(ctx, poolName); // a pool of this cluster, before anything else
       const source = src ? madeIn(v, src.kind, src.uuid, req.sourcePoolId) : undefined;
-      const digest = volumeDigest(poolName, req.parameters, mutableParameters);
-      const ask = { name: req.name, sizeBytes, limitBytes: req.limitBytes, digest, capabilities: req.capabilities, ...(src ? { source: src } : {}) };
       return decideImageCreate(v, ctx, {
         kind: "volume",
         name: req.name,
