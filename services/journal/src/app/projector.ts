@@ -18,11 +18,12 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { type Aggregate, addressKey, addressOfRecord, Fold, foldInto, type States, startsAfresh, type Trail } from "../domain/evolve.js";
+import { type Aggregate, addressKey, foldFrom, foldInto, type States, type Trail } from "../domain/evolve.js";
 import { type ForeignRecord, isForeign, type LogRecord } from "../domain/log-records.js";
 import type { EventLog } from "../ports/event-log.js";
 import type { JournalStore } from "../ports/store.js";
 import { judgeProjection } from "../store/projection-state.js";
+import { beforesNeeded } from "../store/writes.js";
 
 /**
  * A replay batch folded (once) into trails: each aggregate starts from its `known` state or,
@@ -34,19 +35,8 @@ async function foldBatch(
   records: LogRecord[],
   known: { has(key: string): boolean; get(key: string): Aggregate | undefined },
 ): Promise<Trail[]> {
-  const fold = new Fold();
-  const needed = [];
-  for (const r of records) {
-    const a = addressOfRecord(r);
-    if (!a || fold.has(a)) continue;
-    const key = addressKey(a);
-    if (known.has(key)) fold.know(a, known.get(key));
-    else if ("foreign" in r || !startsAfresh(r.event)) needed.push(a);
-    else fold.know(a, undefined);
-  }
-  for (const [key, s] of await store.readStates(needed)) fold.know(key, s);
-  fold.apply(records);
-  return fold.trails();
+  const read = await store.readStates(beforesNeeded(records, known));
+  return foldFrom(records, (key) => (read.has(key) ? read.get(key) : known.get(key))).trails();
 }
 
 /**

@@ -298,6 +298,17 @@ export class Fold {
   }
 }
 
+/** `records` folded (once each), every aggregate starting from `before` (by `addressKey`; undefined = none). */
+export function foldFrom(records: LogRecord[], before: (key: string) => Aggregate | undefined): Fold {
+  const fold = new Fold();
+  for (const r of records) {
+    const a = addressOfRecord(r);
+    if (a && !fold.has(a)) fold.know(a, before(addressKey(a)));
+  }
+  fold.apply(records);
+  return fold;
+}
+
 /** An aggregate's states through a fold: `states[0]` before it, the last one after it. */
 export interface Trail {
   address: Address;

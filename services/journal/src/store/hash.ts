@@ -16,19 +16,6 @@ export function isLive(h: Hash | undefined): h is Hash {
   return !!h && h._gone !== "1" && h["csi.volname"] !== undefined;
 }
 
-/** A live record whose image was made (its *Created event applied): a volume or snapshot one can use. */
-export function isMade(h: Hash | undefined): h is Hash {
-  return isLive(h) && !!h["csi.imageid"];
-}
-
-/**
- * Whether a record is in the pool a CSI id names (`undefined`: the id's pool is not checked). A
- * record in another pool is "not found": ids differing only in their pool part never alias it.
- */
-export function inPool(h: Hash | undefined, poolId: number | undefined): boolean {
-  return poolId === undefined || Number(h?.["csi.poolid"] ?? -1) === poolId;
-}
-
 export function aggregateSeq(h: Hash | undefined): number {
   return h?._seq ? Number(h._seq) : 0;
 }

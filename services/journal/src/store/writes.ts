@@ -19,7 +19,7 @@
  * The caller must know each aggregate's state before the events (what it read from Redis, or
  * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
-import { type Address, type Aggregate, addressKey, addressOfRecord, Fold, startsAfresh, type Trail } from "../domain/evolve.js";
+import { type Address, type Aggregate, addressKey, addressOfRecord, foldFrom, startsAfresh, type Trail } from "../domain/evolve.js";
 import type { LogRecord } from "../domain/log-records.js";
 import { type Hash, recordHash } from "./hash.js";
 import type { Keys } from "./layout.js";
@@ -101,13 +101,7 @@ export interface Plan {
  * `addressKey`; undefined = none), and the writes of every aggregate that changed.
  */
 export function planWrites(k: Keys, before: (key: string) => Aggregate | undefined, events: LogRecord[]): Plan {
-  const fold = new Fold();
-  for (const r of events) {
-    const a = addressOfRecord(r);
-    if (a && !fold.has(a)) fold.know(a, before(addressKey(a)));
-  }
-  fold.apply(events);
-  const trails = fold.trails();
+  const trails = foldFrom(events, before).trails();
   return { mutations: writesOf(k, trails), after: new Map(trails.map((t) => [addressKey(t.address), t.states.at(-1)])) };
 }
 
