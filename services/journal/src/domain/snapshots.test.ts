@@ -131,7 +131,13 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
 
   test("ours: every member reserved, then every member cut at once, then all recorded together", () => {
     const ours = landed(...volume(V1), ...volume(V2), { type: "NameReserved", kind: "groupsnapshot", name: "g", uuid: U(0) }, groupReserved(U(0)));
+    const memberAddresses = members.map((m) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid }));
+    // The members' states were never read: the decider reads them before it decides.
+    given(...ours)
+      .when(ask())
+      .then({ read: { states: memberAddresses } });
     const d = given(...ours)
+      .read(...memberAddresses)
       .when(ask())
       .decision();
     assert.ok("act" in d && !("fail" in d) && d.act.events?.length === 2 && d.act.events.every((e) => e.type === "SnapshotReserved"), JSON.stringify(d));
@@ -166,6 +172,7 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
   test("another group under the name with other sources is AlreadyExists", () => {
     const other = [{ volumeUuid: V1, snapshotUuid: S1 }];
     given(...landed(...volume(V1), ...volume(V2), { type: "NameReserved", kind: "groupsnapshot", name: "g", uuid: G1 }, groupReserved(G1, other)))
+      .read({ kind: "snapshot", uuid: S1 })
       .when(ask())
       .thenThrows("AlreadyExists", /other source volumes/);
   });

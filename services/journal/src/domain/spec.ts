@@ -19,7 +19,7 @@ import {
 } from "@csi/contracts";
 import type { Command, Ctx, Decision, Failure, ImageRef, PoolInfo, View } from "./decider.js";
 import { imageKey } from "./decider.js";
-import { Fold } from "./evolve.js";
+import { type Address, Fold } from "./evolve.js";
 import type { ImageInfo } from "./pool-backend.js";
 
 /** The uuid a run makes as its i-th new aggregate. */
@@ -67,12 +67,14 @@ interface Given {
   claims: [string, number][];
   /** Events this run appended (also in `events`): the decider sees them as its own. */
   appended: StoredEvent[];
+  /** Aggregates read with no event (their state is none), beside those the events name. */
+  read: Address[];
   failed?: Failure;
 }
 
 /** Start a spec from the log's events (all of them count as read under the run's locks). */
 export function given(...events: StoredEvent[]) {
-  return new Spec({ events, images: [], claims: [], appended: [] });
+  return new Spec({ events, images: [], claims: [], appended: [], read: [] });
 }
 
 class Spec {
@@ -88,6 +90,11 @@ class Spec {
     return new Spec({ ...this.g, events: [...this.g.events, ...events], appended: [...this.g.appended, ...events] });
   }
 
+  /** Aggregates the run read and found empty (an aggregate the events name counts as read already). */
+  read(...addresses: Address[]) {
+    return new Spec({ ...this.g, read: [...this.g.read, ...addresses] });
+  }
+
   nodeClaims(nodeId: string, n: number) {
     return new Spec({ ...this.g, claims: [...this.g.claims, [nodeId, n]] });
   }
@@ -99,11 +106,12 @@ class Spec {
   /** The decision of one round of `cmd` on this view. */
   when<R>(cmd: Command<R>) {
     const fold = new Fold();
+    for (const a of this.g.read) fold.know(a, undefined);
     fold.apply(this.g.events);
     const images = new Map(this.g.images.map(([ref, info]) => [imageKey(ref), info]));
     const view: View = {
       state: (a) => fold.state(a),
-      has: () => true,
+      has: (a) => fold.has(a),
       image: (ref) => (images.has(imageKey(ref)) ? images.get(imageKey(ref)) : undefined),
       nodeClaims: (n) => new Map(this.g.claims).get(n) ?? 0,
       appended: this.g.appended,
