@@ -16,10 +16,11 @@ import {
   Ops,
   redisConnectOptions,
   replicaId,
+  SentinelSafeRedis,
   watchNats,
 } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
@@ -64,7 +65,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
     (why) => log.warn(why),
   );
-  const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
+  const redis = new SentinelSafeRedis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true }, () =>
+    log.warn("the redis client had ended on its own (a failover seen while reconnecting): connecting again"),
+  );
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
