@@ -305,8 +305,21 @@ describe("each check fails on a broken copy", () => {
       /readinessProbe must GET \/readyz/,
     );
     fails(
-      k8s((d) => (node(d).livenessProbe.httpGet.port = 9808)),
-      /livenessProbe port 9808 is not the metrics port 9811/,
+      k8s((d) => (journal(d).livenessProbe.httpGet.port = 9808)),
+      /livenessProbe port 9808 is not the metrics port 9812/,
+    );
+    // The controller and the node-agent are alive when their CSI socket answers: through the livenessprobe sidecar.
+    fails(
+      k8s((d) => (node(d).livenessProbe.httpGet.port = "metrics")),
+      /csi-event-driver-node container node-agent: livenessProbe must GET \/healthz on 9808, the liveness-probe sidecar's \(CSI Probe over the socket\)/,
+    );
+    fails(
+      k8s((d) => delete ctl(d).livenessProbe),
+      /container controller: livenessProbe must GET \/healthz on 9808/,
+    );
+    fails(
+      k8s((d) => (ctl(d, "liveness-probe").args = ctl(d, "liveness-probe").args.filter((a: string) => !a.startsWith("--http-endpoint")))),
+      /liveness-probe: no --http-endpoint for the kubelet's liveness probe/,
     );
     fails(
       k8s((d) => (byName(d, "Deployment", "csi-event-driver-journal").spec.template.metadata.annotations["prometheus.io/port"] = "9810")),
@@ -396,6 +409,66 @@ describe("each check fails on a broken copy", () => {
     fails(
       k8s((d) => (node(d).env.find((e: { name: string }) => e.name === "NODE_ID").valueFrom = { fieldRef: { fieldPath: "metadata.name" } })),
       /NODE_ID must come from spec\.nodeName/,
+    );
+  });
+
+  test("the sidecars as they document themselves: flags of their pinned version, none deprecated, the metadata flags on", () => {
+    fails(
+      k8s((d) => ctl(d, "csi-provisioner").args.push("--extra-create-metdata")),
+      /container csi-provisioner: --extra-create-metdata is not a flag of csi-provisioner:v6\.4\.0/,
+    );
+    fails(
+      k8s((d) => node(d, "node-driver-registrar").args.push("-leader-election")),
+      /node-driver-registrar: --leader-election is not a flag of csi-node-driver-registrar:v2\.18\.0/,
+    );
+    fails(
+      k8s((d) => {
+        for (const c of [ctl(d, "liveness-probe"), node(d, "liveness-probe")]) c.image = "registry.k8s.io/sig-storage/livenessprobe:v2.21.0";
+      }),
+      /no documented flag list for livenessprobe:v2\.21\.0/,
+    );
+    fails(
+      k8s((d) => (node(d, "liveness-probe").args = node(d, "liveness-probe").args.map((a: string) => a.replace("--http-endpoint=:", "--health-port=")))),
+      /liveness-probe: --health-port is deprecated: use --http-endpoint/,
+    );
+    for (const sidecar of ["csi-provisioner", "csi-snapshotter"])
+      fails(
+        k8s((d) => (ctl(d, sidecar).args = ctl(d, sidecar).args.filter((a: string) => a !== "--extra-create-metadata"))),
+        new RegExp(`container ${sidecar}: --extra-create-metadata must be on`),
+      );
+    fails(
+      k8s((d) => (byName(d, "CSIDriver", PLUGIN_NAME).spec.podInfoOnMount = false)),
+      /podInfoOnMount must be true/,
+    );
+  });
+
+  test("beside the privileged node-agent every sidecar on its socket is privileged (SELinux); the controller's need not be", () => {
+    for (const sidecar of ["node-driver-registrar", "liveness-probe"])
+      fails(
+        k8s((d) => delete node(d, sidecar).securityContext),
+        new RegExp(`container ${sidecar}: must be privileged like node-agent, whose socket it connects to`),
+      );
+    assert.deepEqual(
+      k8s((d) => assert.ok(!ctl(d, "csi-provisioner").securityContext?.privileged)),
+      [],
+      "the controller is not privileged: its sidecars need not be",
+    );
+  });
+
+  test("every sidecar's metrics port is declared and, with the PodMonitor, scraped", () => {
+    const monitored = [...docs, ...resourcesOf(path.join(K8S, "components/podmonitor"))];
+    assert.deepEqual(checkKubernetes(monitored, CLUSTERS), [], "the base with the PodMonitor component");
+    const withMonitor = (change: (d: K8sObject[]) => void) => checkKubernetes(changed(monitored, change), CLUSTERS);
+    fails(
+      withMonitor((d) => {
+        const m = byName(d, "PodMonitor", "csi-event-driver");
+        m.spec.podMetricsEndpoints = m.spec.podMetricsEndpoints.filter((e: { port: string }) => e.port !== "snapshotter-hc");
+      }),
+      /Deployment\/csi-event-driver-controller: no PodMonitor scrapes its metrics port snapshotter-hc/,
+    );
+    fails(
+      withMonitor((d) => (node(d, "liveness-probe").ports = [])),
+      /liveness-probe: --http-endpoint port 9808 is not a named containerPort/,
     );
   });
 

@@ -22,3 +22,5 @@ export * from "./processes.js";
 export * from "./redis-functions.js";
 export * from "./servers.js";
 export * from "./shared-process.js";
+export * from "./sidecar-checks.js";
+export * from "./sidecar-flags.js";
