@@ -207,6 +207,28 @@ describe("deployment files agree with the code", () => {
     assert.deepEqual(checkCompose(compose(), "deploy/clusters.json", read), []);
   });
 
+  // Both Compose versions read the file (docs/deploy.md, "docker compose"); each runs where it is installed.
+  for (const [name, argv, probe, missing] of [
+    [
+      "Compose v1.29 (Debian's docker-compose)",
+      ["docker-compose", "-f", "docker-compose.yml", "config", "-q"],
+      ["docker-compose", "version"],
+      "docker-compose is not installed (Debian: apt-get install docker-compose)",
+    ],
+    [
+      "Compose v2 (docker compose)",
+      ["docker", "compose", "-f", "docker-compose.yml", "config", "-q"],
+      ["docker", "compose", "version"],
+      "the Compose v2 plugin (docker compose) is not installed",
+    ],
+  ] as const) {
+    const why = spawnSync(probe[0], probe.slice(1), { encoding: "utf8", timeout: 30_000 }).status === 0 ? false : missing;
+    test(`docker-compose.yml as ${name} reads it`, { skip: why }, () => {
+      const out = spawnSync(argv[0], argv.slice(1), { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      assert.equal(out.status, 0, `${argv.join(" ")}: ${out.stderr}`);
+    });
+  }
+
   test("npm run build makes every service's main and csictl's, and ships no test file", () => {
     for (const s of ["journal", "controller", "node-agent"] as const) assert.ok(BUILT.has(rel(serviceMain(s, "dist"))), s);
     assert.ok(BUILT.has(rel(CSICTL_DIST)));
@@ -679,6 +701,31 @@ describe("each check fails on a broken copy", () => {
       /do not share one pool volume/,
     );
     assert.equal(composeSeconds("1m30s"), 90);
+    // Keys only Compose v2 reads: Debian's docker-compose 1.29 refuses the file.
+    const node = (x: Compose) => x.services["node-agent"] as Record<string, unknown> & { volumes: unknown[] };
+    fails(
+      checkCompose(
+        changed(c, (x) => (node(x).cgroup = "host")),
+        "deploy/clusters.json",
+        read,
+      ),
+      /service node-agent: cgroup is not read by Compose v1\.29/,
+    );
+    fails(
+      checkCompose(
+        changed(c, (x) =>
+          node(x).volumes.push({
+            type: "bind",
+            source: "/var/lib/kubelet",
+            target: "/var/lib/kubelet",
+            bind: { propagation: "rshared", create_host_path: true },
+          }),
+        ),
+        "deploy/clusters.json",
+        read,
+      ),
+      /service node-agent volume bind: create_host_path is not read by Compose v1\.29/,
+    );
   });
 
   test("our image: built files, plain node, no tsx; the Dockerfile's final stage", () => {

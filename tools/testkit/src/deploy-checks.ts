@@ -16,6 +16,7 @@ import { JOURNAL_SETTINGS } from "@csi/journal/testing";
 import { nodeAgentConfig } from "@csi/node-agent";
 import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
+import { checkComposeKeys } from "./compose-keys.js";
 import type { ServiceName } from "./processes.js";
 import { checkDriverLiveness, checkScraping, checkSidecarFlags, checkSidecarPrivilege, flagValue, metricsPorts, portOf, SIDECAR_RE } from "./sidecar-checks.js";
 
@@ -785,7 +786,7 @@ export function composeSeconds(d: string | undefined): number {
 }
 
 export function checkCompose(compose: Compose, referenceClustersPath: string, readFile: (p: string) => string): string[] {
-  const problems: string[] = [];
+  const problems: string[] = checkComposeKeys(compose);
   const builds = new Set<string>();
   const pools: string[] = [];
   for (const [name, svc] of Object.entries(compose.services)) {
