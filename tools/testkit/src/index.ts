@@ -9,6 +9,7 @@
  * `…/testing`). Nothing a service ships imports it.
  */
 export * from "./build.js";
+export * from "./compose-keys.js";
 export * from "./csictl.js";
 export * from "./deploy-checks.js";
 export * from "./fenced-writers.js";
@@ -22,3 +23,5 @@ export * from "./processes.js";
 export * from "./redis-functions.js";
 export * from "./servers.js";
 export * from "./shared-process.js";
+export * from "./sidecar-checks.js";
+export * from "./sidecar-flags.js";
