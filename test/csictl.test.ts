@@ -582,12 +582,13 @@ describe("issue 23: csictl behaves like kubectl", () => {
     assert.equal((await csictl(["--json", "volume", "get", someId])).stdout, asJson.stdout, "--json is -o json");
     const asYaml = await csictl(["-o", "yaml", "volume", "get", someId]);
     assert.deepEqual(parseYaml(asYaml.stdout), JSON.parse(asJson.stdout));
-    const listed = await json<{ items: unknown[] }>("volume", "list");
-    assert.deepEqual(
-      listed.items.find((e) => (e as { volume: { volumeId: string } }).volume.volumeId === someId),
-      JSON.parse(asJson.stdout),
-      "an item of the list is what get prints",
-    );
+    // An item of the list has the shape get prints (what is in it is what each RPC said: ListVolumes reports no condition).
+    const listed = await json<{ items: { volume: { volumeId: string }; status: Record<string, unknown> }[] }>("volume", "list");
+    const item = listed.items.find((e) => e.volume.volumeId === someId);
+    const got = JSON.parse(asJson.stdout) as { volume: unknown; status: Record<string, unknown> };
+    assert.deepEqual(item?.volume, got.volume);
+    assert.deepEqual(Object.keys(item?.status ?? {}), ["publishedNodeIds"]);
+    assert.deepEqual(Object.keys(got.status), ["publishedNodeIds", "volumeCondition"]);
     const names = (await csictl(["-o", "name", "volume", "list"])).stdout.trimEnd().split("\n");
     assert.ok(names.includes(someId));
     assert.ok(names.every((n) => /^0001-0005-local-/.test(n)));
@@ -604,10 +605,10 @@ describe("issue 23: csictl behaves like kubectl", () => {
   });
 
   test("bulk: names from stdin and -f FILE over one process; a result per name; exit 1 if any failed", async () => {
-    await json("volume", "create", "csictl-bulk-taken", "--size", "4Mi");
+    await json("volume", "create", "csictl-bulk-taken", "--size", "1Mi"); // smaller than the batch asks: ALREADY_EXISTS
     const names = Array.from({ length: 20 }, (_, i) => `csictl-bulk-${i}`);
     const r = await csictlWithInput(
-      ["-o", "json", "volume", "create", "-f", "-", "--size", "1Mi", "--concurrency", "8"],
+      ["-o", "json", "volume", "create", "-f", "-", "--size", "2Mi", "--concurrency", "8"],
       `# a comment\n${names.join("\n")}\n\ncsictl-bulk-taken\n`,
     );
     assert.equal(r.code, 1, r.stderr);
@@ -624,7 +625,7 @@ describe("issue 23: csictl behaves like kubectl", () => {
     for (const i of items.slice(0, 20)) assert.ok(listed.includes(i.volume?.volumeId ?? "?"), i.name);
     const file = path.join(path.dirname(runDir), "names.txt");
     await writeFile(file, "csictl-bulk-0\ncsictl-bulk-file\n");
-    const table = await csictl(["volume", "create", "-f", file, "--size", "1Mi"]);
+    const table = await csictl(["volume", "create", "-f", file, "--size", "2Mi"]);
     assert.equal(table.code, 0, table.stderr);
     assert.match(table.stdout, /^NAME\s+VOLUME ID\s+RESULT$/m);
     assert.match(table.stdout, /^csictl-bulk-file\s+0001-\S+\s+created$/m);

@@ -21,7 +21,8 @@ function treeOf(cmd: Command, root: boolean): CompletionCommand {
 }
 
 export function completionScript(program: Command, shell: "bash" | "zsh"): string {
-  const globals = program.options.filter((o) => !o.hidden).map(optionOf);
+  // The program's options but --version (commander keeps it among them): global, everywhere.
+  const globals = program.options.filter((o) => !o.hidden && o.long !== "--version").map(optionOf);
   const tree = treeOf(program, true);
   return shell === "bash" ? bashCompletion(tree, globals) : zshCompletion(tree, globals);
 }

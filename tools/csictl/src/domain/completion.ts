@@ -26,11 +26,11 @@ interface Entry {
   choices: [string, string[]][];
 }
 
-/** Every command of the tree by its path ("" for the program, "volume create"), with the global options added to each. */
+/** Every command of the tree by its path ("" for the program, "volume create"), with the global options added to each (they go anywhere). */
 function entries(root: CompletionCommand, globals: CompletionOption[]): Entry[] {
   const out: Entry[] = [];
   const walk = (c: CompletionCommand, path: string) => {
-    const options = [...c.options, ...(path === "" ? [] : globals)];
+    const options = [...c.options, ...globals];
     out.push({
       path,
       subcommands: c.commands.map((s) => s.name),

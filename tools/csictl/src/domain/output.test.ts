@@ -180,8 +180,10 @@ describe("completion scripts", () => {
   };
   const globals = [{ flags: ["-o", "--output"], takesValue: true, choices: ["json", "yaml"] }];
 
-  test("bash: the tree's commands, options (with the global ones below the top) and choices, keyed by command path", () => {
+  test("bash: the tree's commands, options (with the global ones everywhere) and choices, keyed by command path", () => {
     const s = bashCompletion(tree, globals);
+    assert.match(s, /^ {4}''\) echo '--version -o --output' ;;$/m);
+    assert.match(s, /^ {4}'\|-o'\) echo 'json yaml' ;;$/m);
     assert.match(s, /^ {4}''\) echo 'vol' ;;$/m);
     assert.match(s, /^ {4}'vol'\) echo 'make' ;;$/m);
     assert.match(s, /^ {4}'vol'\) echo '--mode -o --output' ;;$/m);
