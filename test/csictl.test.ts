@@ -469,7 +469,9 @@ describe("issue 23: csictl behaves like kubectl", () => {
   const unknownId = (like: string) => `${like.slice(0, -36)}${randomUUID()}`;
   let someId = "";
   before(async () => {
-    someId = (await json<{ volume: { volumeId: string } }>("volume", "create", "csictl-23", "--size", "4Mi")).volume.volumeId;
+    const created = await csictl(["volume", "create", "csictl-23", "--size", "4Mi"]);
+    someId = /^ID\s+(\S+)$/m.exec(created.stdout)?.[1] ?? "";
+    assert.ok(someId, created.stdout + created.stderr);
   });
 
   test("row 2: call takes proto3 JSON (lowerCamelCase and proto names) and refuses unknown fields at any depth, sending nothing", async () => {
@@ -529,12 +531,12 @@ describe("issue 23: csictl behaves like kubectl", () => {
   });
 
   test("row 6: CONDITION shows only what the driver said: '-' when the answer has no volume condition", async () => {
+    const human = await csictl(["volume", "list"]);
+    assert.match(human.stdout, new RegExp(`^${someId}\\s+4 MiB\\s+local\\s+default\\s+-\\s+-$`, "m"));
     const entry = (await json<{ items: { volume: { volumeId: string }; status?: { volumeCondition?: unknown } }[] }>("volume", "list")).items.find(
       (e) => e.volume.volumeId === someId,
     );
     assert.equal(entry?.status?.volumeCondition, undefined, "the driver reported no condition");
-    const human = await csictl(["volume", "list"]);
-    assert.match(human.stdout, new RegExp(`^${someId}\\s+4 MiB\\s+local\\s+default\\s+-\\s+-$`, "m"));
   });
 
   test("row 7: notes go to stderr; stdout holds only the table", async () => {
