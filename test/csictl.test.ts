@@ -665,6 +665,6 @@ describe("completion", () => {
     const zsh = await csictl(["completion", "zsh"]);
     assert.equal(zsh.code, 0);
     assert.match(zsh.stdout, /bashcompinit/);
-    assertOneLine(await csictl(["completion", "fish"]), 2, /argument 'fish' is invalid/);
+    assertOneLine(await csictl(["completion", "fish"]), 2, /value 'fish' is invalid for argument 'shell'. Allowed choices are bash, zsh/);
   });
 });
