@@ -207,7 +207,7 @@ describe("foreign records in a live event stream", () => {
     );
     const human = await csictl("history", v0.uuid);
     assert.equal(human.code, 0, human.stderr);
-    assert.match(human.stdout, /\(foreign, skipped\)\s+too-large: .* bytes/);
+    assert.match(human.stdout, /\(foreign, skipped\)\s+-\s+-\s+too-large: .* bytes/);
   });
 
   test("csictl verify names exactly the 100 sequences (exit 1), and the journal's metric counts each once", async () => {
