@@ -108,7 +108,7 @@ describe("Kubernetes names the PVC, the VolumeSnapshot and the pod; the history 
 
     const json = await csictl("--json", "history", id);
     assert.equal(json.code, 0, json.stderr);
-    const list = (JSON.parse(json.stdout) as { events: { event: JournalEvent }[] }[]).flatMap((f) => f.events.map((e) => e.event));
+    const list = (JSON.parse(json.stdout) as { items: { events: { event: JournalEvent }[] }[] }).items.flatMap((f) => f.events.map((e) => e.event));
     const reserved = list.filter((e) => e.type === "VolumeReserved");
     assert.equal(reserved.length, 1, "one reservation: the repeat appended none");
     assert.deepEqual(reserved[0]?.type === "VolumeReserved" && reserved[0].kubernetes, {
