@@ -154,11 +154,21 @@ export async function replayScenario(dir: string): Promise<void> {
     });
     const before = await log.info();
     await (await jetstreamManager(nc)).streams.delete(log.stream);
-    await measure("log import (check, then restore)", async () => {
-      const r = await importLog(nc, CLUSTER, backup, { key });
+    const steps: string[] = [];
+    await measure("log import (check, stage, write)", async () => {
+      let at = performance.now();
+      const r = await importLog(nc, CLUSTER, backup, {
+        key,
+        onStep: async (step) => {
+          const s = (performance.now() - at) / 1000;
+          steps.push(`${step} after ${s.toFixed(2)} s (${(EVENTS / s).toFixed(0)} events/s)`);
+          at = performance.now();
+        },
+      });
       const after = await log.info();
       if (r.lastSeq !== before.last || after.last !== before.last) throw new Error(`restored up to ${after.last}, the log had ${before.last}`);
     });
+    console.log(`  its steps: ${steps.join("; ")}`);
     console.log(`backup file: ${((await stat(backup)).size / EVENTS).toFixed(0)} bytes per event`);
     await rm(backup, { force: true });
   } finally {

@@ -153,7 +153,7 @@ function streamWriter(out: NodeJS.WritableStream): (text: string) => Promise<voi
   });
   return async (text) => {
     if (failed) throw failed;
-    if (!out.write(text)) await Promise.race([once(out, "drain"), once(out, "error")]);
+    if (!out.write(text)) await once(out, "drain"); // rejects if the stream errs meanwhile
     if (failed) throw failed;
   };
 }
