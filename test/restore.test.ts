@@ -239,6 +239,16 @@ test("an edited (keyed, or re-sealed unkeyed), truncated or oversized backup is 
       why: new RegExp(`sequence ${before.lastSeq + 1} holds ${MAX_PAYLOAD + 10} bytes, more than this server's max_payload \\(${MAX_PAYLOAD}\\)`),
     },
   ];
+  // A key that cannot be had is a usage error, before anything is read or sent.
+  await writeFile(file("short.key"), "too short\n");
+  for (const [k, why] of [
+    [file("no.key"), /cannot read key file .*no\.key: ENOENT/],
+    [file("short.key"), /short\.key: a backup key has at least 32 bytes/],
+  ] as const) {
+    const r = await csictl(["log", "restore", backup, "--key-file", k]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, why);
+  }
   for (const c of cases) {
     await writeFile(file(c.name), c.text);
     const r = await csictl(["log", "restore", file(c.name), ...c.flags]);
