@@ -12,6 +12,7 @@ export {
   exportLogToFile,
   type ImportPhase,
   importLog,
+  newBackupFile,
   readBackupKey,
   restoreUnderWay,
 } from "./adapters/log-backup.js";

@@ -174,7 +174,7 @@ const fileExists = (file: string) => new BackupError(`${file} exists: a backup n
  * with its errno error (syscall "open").
  */
 export async function exportLogToFile(nc: NatsConnection, cluster: string, file: string, opts: ExportOptions = {}): Promise<ExportResult> {
-  if (await exists(file)) throw fileExists(file);
+  await newBackupFile(file);
   const partial = path.join(path.dirname(file), `.${path.basename(file)}.${randomBytes(6).toString("hex")}.partial`);
   const out = createWriteStream(partial, { flags: "wx", mode: 0o600 });
   try {
@@ -191,11 +191,14 @@ export async function exportLogToFile(nc: NatsConnection, cluster: string, file:
   }
 }
 
-const exists = (file: string) =>
-  stat(file).then(
+/** Throws the usage error an export onto an existing file gets (checked again, race-free, when the backup is linked to its name). */
+export async function newBackupFile(file: string): Promise<void> {
+  const taken = await stat(file).then(
     () => true,
     () => false,
   );
+  if (taken) throw fileExists(file);
+}
 
 /** fsync of a file written and closed: a backup is on disk before it is under its name. */
 async function onDisk(file: string): Promise<void> {

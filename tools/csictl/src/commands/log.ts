@@ -14,9 +14,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { constants } from "node:fs";
-import { access, stat } from "node:fs/promises";
+import { access } from "node:fs/promises";
 import { DriverError, MAX_PURGE_RECORDS, type PurgeAction, subjects } from "@csi/contracts";
-import { BackupError, type BackupKey, exportLogTo, exportLogToFile, type ImportPhase, importLog, readBackupKey } from "@csi/journal/operator";
+import { BackupError, type BackupKey, exportLogTo, exportLogToFile, type ImportPhase, importLog, newBackupFile, readBackupKey } from "@csi/journal/operator";
 import { NoRespondersError } from "@nats-io/transport-node";
 import { PURGE_HEAD, purgeRow } from "../domain/audit.js";
 import { CliError, EXIT, type ExitCode, usageError } from "../errors.js";
@@ -82,14 +82,10 @@ export async function logExport(s: Session, file: string, o: { keyFile?: string 
   const key = await backupKey(o);
   const cluster = s.cluster().clusterID;
   const toStdout = file === STDIO;
-  if (
-    !toStdout &&
-    (await stat(file).then(
-      () => true,
-      () => false,
-    ))
-  )
-    throw usageError(`${file} exists: a backup never replaces a file; choose another name, or remove it first`);
+  if (!toStdout)
+    await newBackupFile(file).catch((err: unknown) => {
+      throw err instanceof BackupError ? usageError(err.message) : err;
+    });
   const nc = await s.nats();
   // With `-` stdout carries the backup: the result goes to stderr.
   const out = toStdout ? printer(s.out.json, process.stderr, process.stderr) : s.out;
