@@ -2,6 +2,8 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
+
+import { setTimeout as sleep } from "node:timers/promises";
 import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
 import {
   closeWithin,
@@ -19,11 +21,13 @@ import {
   SentinelSafeRedis,
   watchNats,
 } from "@csi/runtime";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
+import { restoreUnderWay } from "./adapters/log-backup.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
 
@@ -75,6 +79,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
 
   const events = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
   metrics.watchForeign(events, log);
+  await untilNoRestore(nc, clusterID, log);
   await events.ensureStream();
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
@@ -83,6 +88,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
   const { store, projector } = await openProjection(cfg, cluster, redis, events, metrics, log);
+  if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
+    throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
 
   const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
@@ -122,6 +129,28 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     clusters,
     stop: () => stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis }),
   };
+}
+
+/** How often a journal that found a log restore under way looks again. */
+const RESTORE_POLL_MS = 2000;
+
+/**
+ * Waits while a restore of the cluster's event log is under way or was interrupted (its staging
+ * stream exists; adapters/log-backup.ts): a journal never serves, nor creates, a log half restored.
+ */
+async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  let told = false;
+  while (await restoreUnderWay(jsm, cluster)) {
+    if (!told)
+      log.warn(
+        { stream: subjects.restoreStreamName(cluster) },
+        "a restore of the event log is under way, or was interrupted: waiting for it to end before serving (an interrupted restore ends when csictl log restore is run again)",
+      );
+    told = true;
+    await sleep(RESTORE_POLL_MS);
+  }
+  if (told) log.info("the restore of the event log has ended");
 }
 
 /**

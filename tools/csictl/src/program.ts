@@ -234,17 +234,38 @@ function auditCommands(program: Command): void {
 function operatorCommands(program: Command): void {
   const log = () => import("./commands/log.js");
   const logCmd = program.command("log").description("backup and restore of a cluster's event log, the source of truth (docs/operations.md)");
+  const keyFileOption = () =>
+    new Option(
+      "--key-file <file>",
+      "the backup key (at least 32 bytes; a Secret's file): an HMAC-SHA-256 seals the backup with it (default: the file CSICTL_BACKUP_KEY_FILE names)",
+    );
   logCmd
     .command("export")
-    .description("write the cluster's whole event log to a file (JSON lines, sealed by a count and SHA-256), while journals keep serving")
-    .argument("<file>", "the backup file to create (must not exist)")
-    .action(act(async (s, file) => (await log()).logExport(s, file)));
-  logCmd
-    .command("import")
-    .description("restore a backup into the cluster's empty event log, every event on its old sequence; then journals rebuild the projection from it")
-    .argument("<file>", "a file made by log export")
-    .option("--replicas <n>", "stream replicas if the stream has to be created (default 1; 3 on a NATS cluster)")
-    .action(act(async (s, file, o) => (await log()).logImport(s, file, o)));
+    .description("write the cluster's whole event log to a new file (JSON lines sealed by an HMAC under the backup key), while journals keep serving")
+    .argument("<file>", "the backup file to create (must not exist), or - for stdout")
+    .addOption(keyFileOption())
+    .action(act(async (s, file, o) => (await log()).logExport(s, file, o)));
+  const restores = [
+    [
+      "import",
+      "logImport",
+      "restore a backup into the cluster's empty (or absent) event log, every event on its old sequence, all checked first; journals must be stopped",
+    ],
+    [
+      "restore",
+      "logRestore",
+      "replace the cluster's event log with a backup (journals must be stopped): checked whole, staged, then written on its old sequences; journals rebuild the projection when they start",
+    ],
+  ] as const;
+  for (const [name, run, description] of restores)
+    logCmd
+      .command(name)
+      .description(description)
+      .argument("<file>", "a file made by log export, or - for stdin")
+      .addOption(keyFileOption())
+      .option("--insecure-no-mac", "take a backup that cannot be authenticated (exported without a key, or this key is not at hand)")
+      .option("--replicas <n>", "stream replicas of the log made (default: those of the log there, else 1; 3 on a NATS cluster)")
+      .action(act(async (s, file, o) => (await log())[run](s, file, o)));
   logCmd
     .command("purge-foreign")
     .description(
