@@ -44,6 +44,8 @@ export const JournalConfig = z.object({
   testHoldCopyMs: z.coerce.number().int().min(0).default(0),
   /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
   replayBatch: z.coerce.number().int().min(1).max(10_000).default(512),
+  /** A Redis command unanswered this long fails, and a connection silent this long with commands pending is dropped (redis-link.ts). */
+  redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
 });
@@ -68,6 +70,10 @@ export const JOURNAL_SETTINGS = {
   freezeAfter: { env: "JOURNAL_FREEZE_AFTER", help: "tests only: SIGSTOP this process right after appending an event of this type" },
   testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS", help: "tests only: hold every snapshot/clone copy this long before publishing it (ms)" },
   replayBatch: { env: "JOURNAL_REPLAY_BATCH", help: "events per catch-up batch, aggregates per rebuild chunk (at most 1,000)" },
+  redisCommandTimeoutMs: {
+    env: "REDIS_COMMAND_TIMEOUT_MS",
+    help: "a Redis command unanswered this long fails UNAVAILABLE, and a connection silent this long is dropped (ms)",
+  },
   rebuildWaitMs: { env: "REBUILD_WAIT_MS", help: "how long a command waits for a projection rebuild before answering Unavailable (ms)" },
 } as const satisfies Settings<z.input<typeof JournalConfig>>;
 

@@ -14,7 +14,6 @@ import {
   loadClusters,
   natsConnectOptions,
   Ops,
-  redisConnectOptions,
   replicaId,
   SentinelSafeRedis,
   watchNats,
@@ -24,6 +23,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
+import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability } from "./adapters/guarded-log.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
 
@@ -32,9 +32,11 @@ import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
 import { JournalMetrics } from "./metrics.js";
+import type { EventLog } from "./ports/event-log.js";
 import { serveJournal } from "./rpc/nats-service.js";
 import { keysFor } from "./store/layout.js";
 import { JOURNAL_LIBRARY } from "./store/redis-functions.js";
+import { journalRedisOptions, RedisLink } from "./store/redis-link.js";
 import { RedisStore } from "./store/redis-store.js";
 
 export { JournalConfig, journalConfig } from "./config.js";
@@ -65,24 +67,29 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
     (why) => log.warn(why),
   );
-  const redis = new SentinelSafeRedis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true }, () =>
+  const redis = new SentinelSafeRedis(cfg.redisUrl, journalRedisOptions(cfg, cfg.redisCommandTimeoutMs), () =>
     log.warn("the redis client had ended on its own (a failover seen while reconnecting): connecting again"),
   );
-  redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+  const redisLink = new RedisLink(redis, log);
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const events = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
-  metrics.watchForeign(events, log);
-  await events.ensureStream();
+  const jetStreamLog = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
+  metrics.watchForeign(jetStreamLog, log);
+  await jetStreamLog.ensureStream();
+  // Every use of the log fails fast while it is known unreachable (adapters/guarded-log.ts).
+  const reach = new LogReachability(() => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS), log);
+  reach.watch(nc);
+  ops.readiness.add("log", () => reach.check());
+  const events = guardedLog(jetStreamLog, reach);
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
-  const { store, projector } = await openProjection(cfg, cluster, redis, events, metrics, log);
+  const { store, projector } = await openProjection(cfg, cluster, { redis, redisLink, events }, metrics, log);
 
   const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
@@ -102,6 +109,10 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     now: () => new Date(),
     observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
+    unavailable: () => {
+      const why = redisLink.down() ?? reach.down();
+      return why && (redisLink.down() ? `redis unavailable: ${why}` : `event log unavailable: ${why}`);
+    },
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
@@ -114,13 +125,16 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
-  log.info({ pools: [...pools.keys()], stream: events.stream }, "journal serving");
+  log.info({ pools: [...pools.keys()], stream: jetStreamLog.stream }, "journal serving");
 
   return {
     journal,
     projector,
     clusters,
-    stop: () => stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis }),
+    stop: () => {
+      reach.stop();
+      return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis });
+    },
   };
 }
 
@@ -165,8 +179,14 @@ async function openPools(cluster: ResolvedCluster, cfg: JournalConfig): Promise<
 }
 
 /** The Redis store with its function library, and the projector, caught up and checked against the log before anything is served. */
-async function openProjection(cfg: JournalConfig, cluster: ResolvedCluster, redis: Redis, events: JetStreamLog, metrics: JournalMetrics, log: Logger) {
-  const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance));
+async function openProjection(
+  cfg: JournalConfig,
+  cluster: ResolvedCluster,
+  { redis, redisLink, events }: { redis: Redis; redisLink: RedisLink; events: EventLog },
+  metrics: JournalMetrics,
+  log: Logger,
+) {
+  const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance), { down: () => redisLink.down() });
   // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
   // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
   if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");
