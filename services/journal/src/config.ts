@@ -1,8 +1,9 @@
 /** The journal's configuration, parsed once from the environment and the command line. */
 import {
   CLUSTERS_FILE_SETTING,
-  LOG_LEVEL_SETTING,
+  LOG_SETTINGS,
   loadConfig,
+  logShape,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
   natsAccessShape,
@@ -25,7 +26,7 @@ export const JournalConfig = z.object({
   cluster: z.string().optional(),
   clustersFile: z.string().optional(),
   dataDir: z.string().default(".data"),
-  logLevel: z.string().default("info"),
+  ...logShape,
   ...opsShape(METRICS_PORTS.journal),
   replica: z.string().optional(),
   ...streamShape,
@@ -58,7 +59,7 @@ export const JOURNAL_SETTINGS = {
   cluster: { env: "CLUSTER_ID", flag: "cluster", help: "which cluster of the clusters file this journal serves (unset: its defaultCluster)" },
   clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools live under <DATA_DIR>/pools" },
-  logLevel: LOG_LEVEL_SETTING,
+  ...LOG_SETTINGS,
   ...OPS_SETTINGS,
   replica: { env: "REPLICA_ID", help: "this replica's name in every event's actor (unset: host:pid)" },
   ...STREAM_SETTINGS,

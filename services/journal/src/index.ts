@@ -14,6 +14,7 @@ import {
   loadClusters,
   natsConnectOptions,
   Ops,
+  packageVersion,
   replicaId,
   SentinelSafeRedis,
   watchNats,
@@ -50,7 +51,8 @@ export interface RunningJournal {
   stop(): Promise<void>;
 }
 
-export const JOURNAL_VERSION = "0.1.0";
+/** This package's version (its package.json): the NATS service's, the CSI plugin info's, csi_build_info's. */
+export const JOURNAL_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
 export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new Ops("journal")): Promise<RunningJournal> {
@@ -75,14 +77,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const jetStreamLog = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
-  metrics.watchForeign(jetStreamLog, log);
-  await jetStreamLog.ensureStream();
-  // Every use of the log fails fast while it is known unreachable (adapters/guarded-log.ts).
-  const reach = new LogReachability(() => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS), log);
-  reach.watch(nc);
-  ops.readiness.add("log", () => reach.check());
-  const events = guardedLog(jetStreamLog, reach);
+  const { jetStreamLog, reach, events } = await openEventLog(nc, cfg, cluster, { ops, metrics, log });
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
@@ -109,10 +104,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     now: () => new Date(),
     observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
-    unavailable: () => {
-      const why = redisLink.down() ?? reach.down();
-      return why && (redisLink.down() ? `redis unavailable: ${why}` : `event log unavailable: ${why}`);
-    },
+    unavailable: () => unavailableWhy(redisLink, reach),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
@@ -136,6 +128,33 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis });
     },
   };
+}
+
+/**
+ * The cluster's event log, made sure of, guarded: every use fails fast while it is known
+ * unreachable (adapters/guarded-log.ts), and the readiness check "log" says so.
+ */
+async function openEventLog(
+  nc: NatsConnection,
+  cfg: JournalConfig,
+  cluster: ResolvedCluster,
+  o: { ops: Ops; metrics: JournalMetrics; log: Logger },
+): Promise<{ jetStreamLog: JetStreamLog; reach: LogReachability; events: EventLog }> {
+  const jetStreamLog = new JetStreamLog(nc, { cluster: cluster.clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
+  o.metrics.watchForeign(jetStreamLog, o.log);
+  await jetStreamLog.ensureStream();
+  const reach = new LogReachability(() => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS), o.log);
+  reach.watch(nc);
+  o.ops.readiness.add("log", () => reach.check());
+  return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };
+}
+
+/** Why the journal cannot serve a command now (the runner's `unavailable`): its Redis or its event log known down. */
+function unavailableWhy(redisLink: RedisLink, reach: LogReachability): string | undefined {
+  const redis = redisLink.down();
+  if (redis) return `redis unavailable: ${redis}`;
+  const log = reach.down();
+  return log && `event log unavailable: ${log}`;
 }
 
 /**

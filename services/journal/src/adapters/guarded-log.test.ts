@@ -67,7 +67,7 @@ describe("guardedLog", () => {
     const { log, reach } = setup();
     const body = { type: "NameReserved" as const, kind: "volume" as const, name: "n", uuid: "00000000-0000-4000-8000-000000000001" };
     await log.append(
-      { subject: subjects.nameEvents("g1", "volume", "default", "n"), body },
+      { subject: subjects.nameEvents("g1", "vol", "default", "n"), body },
       {
         requestId: "r",
         actor: { service: "journal", replica: "t" },
