@@ -145,9 +145,16 @@ describe("the event log's NATS cluster loses its quorum: UNAVAILABLE at once, no
     const [a, b] = nats;
     await Promise.all([a?.kill(), b?.kill()]);
     try {
-      // The journal's readiness probes the stream: it says so once it knows (the event it waits for).
-      const down = await readyzUntil(s.journal.metricsUrl, (r) => r.body.checks.log?.startsWith("event log unreachable") === true, 60_000);
+      // The journal's readiness probes the stream: it says so once it knows (the event it waits for),
+      // once its NATS connection is back on the node left (it may have been on a killed one), as
+      // the controller's is: else the journal is not reached at all (the controller's 2 s quiet bound).
+      const down = await readyzUntil(
+        s.journal.metricsUrl,
+        (r) => r.body.checks.nats === "ok" && r.body.checks.log?.startsWith("event log unreachable") === true,
+        60_000,
+      );
       assert.equal(down.status, 503, JSON.stringify(down.body));
+      assert.equal((await readyzUntil(s.controller.metricsUrl, (r) => r.body.checks.nats === "ok", 60_000)).body.checks.nats, "ok");
       for (const n of [1, 2]) await assertUnavailableFast(s.ctrl, volumeId, n, /event log unavailable/, false);
     } finally {
       await Promise.all([a?.restart(), b?.restart()]);
