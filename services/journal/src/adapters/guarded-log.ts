@@ -15,6 +15,7 @@
  * trial is a read (stream info), never a command's append. The state is one string and a loop.
  */
 import { DriverError } from "@csi/contracts";
+import { shortReason } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log.js";
@@ -44,7 +45,7 @@ export class LogReachability {
   /** A call found the log unreachable: down (logged once) until a probe answers. */
   failed(why: string): void {
     if (this.#down === undefined) this.logger.warn({ why }, "event log unreachable: commands that need it answer UNAVAILABLE until it answers again");
-    this.#down = why;
+    this.#down = shortReason(why);
     void this.#probeUntilUp();
   }
 
@@ -106,10 +107,11 @@ export class LogReachability {
   }
 }
 
+/** Why a call failed, with its cause: printable, at most 160 characters (it travels in replies and log lines). */
 function reasonOf(err: unknown): string {
   const cause = (err as { cause?: { message?: string } })?.cause?.message;
   const msg = err instanceof Error ? err.message : String(err);
-  return cause ? `${msg}: ${cause}` : msg;
+  return shortReason(cause ? `${msg}: ${cause}` : msg);
 }
 
 /** `inner`, failing fast with Unavailable while `reach` knows the log is down, and telling it of every failure for want of an answer. */
