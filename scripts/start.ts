@@ -31,7 +31,7 @@ import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
 
 const say = (msg: string, extra: Record<string, unknown> = {}) =>
-  process.stdout.write(`${JSON.stringify({ level: 30, time: Date.now(), service: "start", msg, ...extra })}\n`);
+  process.stdout.write(`${JSON.stringify({ level: "info", time: Date.now(), service: "start", msg, ...extra })}\n`);
 
 const dataDir = path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data"));
 const runDir = path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run"));
@@ -112,7 +112,7 @@ try {
   });
 } catch (err) {
   if (err instanceof StackInUse) {
-    process.stdout.write(`${JSON.stringify({ level: 50, time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);
+    process.stdout.write(`${JSON.stringify({ level: "error", time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);
     process.stderr.write(`npm start: ${err.message}\n`);
     process.exit(1);
   }

@@ -17,15 +17,19 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { readStackFile, stackFilePath } from "@csi/cli/stack-file";
 import { keysFor } from "@csi/journal";
+import { type CsiClient, csiClient } from "@csi/runtime";
 import {
   blockCap,
   CLUSTER,
   cleanupsOf,
   codeOf,
+  findPromtool,
   has,
   loopsUnder,
   MiB,
   NodeStack,
+  parseMetrics,
+  promtoolCheckMetrics,
   ROOT,
   readyz,
   readyzUntil,
@@ -37,6 +41,7 @@ import {
   scrape,
   scrapeText,
   spawnJournal,
+  spawnService,
   startTestServers,
   type TestServers,
   whyNoDevices,
@@ -45,6 +50,7 @@ import {
 import { Redis } from "ioredis";
 
 const ABORTED = 10;
+const NOT_FOUND = 5;
 const FAILED_PRECONDITION = 9;
 const INVALID_ARGUMENT = 3;
 
@@ -126,8 +132,8 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
       assert.equal(journal("csi_journal_events_appended_total", { type }), 1, `one ${type} appended`);
     }
     assert.ok(journal("csi_journal_events_appended_total", { type: "DeviceStateReported" }) >= 6, "the node's reports were appended");
-    assert.ok(has(j1, "csi_journal_projection_lag", { cluster: CLUSTER }), "projection lag of the cluster");
-    assert.ok(sampleValue(j1, "csi_journal_projection_lag", { cluster: CLUSTER }) >= 0);
+    assert.ok(has(j1, "csi_journal_projection_lag_events", { cluster: CLUSTER }), "projection lag of the cluster");
+    assert.ok(sampleValue(j1, "csi_journal_projection_lag_events", { cluster: CLUSTER }) >= 0);
     assert.equal(sampleValue(j1, "csi_redis_connected"), 1);
     assert.equal(sampleValue(j1, "csi_nats_connected"), 1);
 
@@ -194,7 +200,7 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
 
   test("each service is ready and says why: /readyz names its checks", async () => {
     const urls = s.metricsUrls();
-    const expected = { journal: ["nats", "redis", "commands"], controller: ["nats", "journals"], agent: ["nats", "registration", "socket"] } as const;
+    const expected = { journal: ["nats", "redis", "log", "commands"], controller: ["nats", "journals"], agent: ["nats", "registration", "socket"] } as const;
     for (const [svc, checks] of Object.entries(expected)) {
       const r = await readyz(urls[svc as keyof typeof urls]);
       assert.equal(r.status, 200, `${svc}: ${JSON.stringify(r.body)}`);
@@ -248,11 +254,94 @@ describe("the journal's readiness follows its Redis", () => {
   });
 });
 
+/** promtool, or why not; on CI (CI=true) a missing promtool fails the run instead of skipping the check. */
+const promtool = findPromtool();
+const promtoolSkip = "why" in promtool && process.env.CI !== "true" ? promtool.why : false;
+
+describe("every service's /metrics passes promtool, says its build; logs name levels and codes", { skip: promtoolSkip }, () => {
+  let env: TestServers;
+  const procs: Record<"journal" | "controller" | "node-agent", ServiceProcess> = {} as never;
+  let ctrl: CsiClient<"Controller">;
+  before(async () => {
+    env = await startTestServers();
+    const clustersFile = await writeClustersFile(env.dir, [{ clusterID: "p1", pools: ["default"] }]);
+    const base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: env.dir };
+    procs.journal = await spawnService("journal", { ...base, CLUSTER_ID: "p1" });
+    procs["node-agent"] = await spawnService("node-agent", base, { args: ["--endpoint", `unix://${path.join(env.dir, "node.sock")}`, "--nodeid", "p-node"] });
+    const sock = `unix://${path.join(env.dir, "controller.sock")}`;
+    procs.controller = await spawnService("controller", base, { args: ["--endpoint", sock] });
+    ctrl = csiClient(sock, "Controller");
+  });
+  after(async () => {
+    ctrl?.close();
+    await Promise.all(Object.values(procs).map((p) => p.stop()));
+    await env?.dispose();
+  });
+
+  test("promtool check metrics passes on the journal's, the controller's and the node-agent's /metrics; csi_build_info of each", async () => {
+    assert.ok("path" in promtool, "why" in promtool ? promtool.why : ""); // CI: promtool must be there (.ci/run installs it)
+    // Every kind of series with samples: a call that succeeds and one refused (histograms, labels).
+    const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4", mount_flags: [] as string[] } };
+    await ctrl.CreateVolume({ name: "pvc-promtool", volume_capabilities: [cap], capacity_range: { required_bytes: String(MiB) } });
+    assert.equal(await codeOf(ctrl.ControllerGetVolume({ volume_id: "0001-0002-p1-0000000000000001-00000000-0000-4000-8000-000000000000" })), NOT_FOUND);
+    for (const [service, p] of Object.entries(procs)) {
+      const text = await scrapeText(p.metricsUrl);
+      const checked = promtoolCheckMetrics(promtool.path, text);
+      assert.equal(checked.status, 0, `${service}: promtool check metrics exited ${checked.status}:\n${checked.output}`);
+      assert.equal(checked.output, "", service);
+      const pkg = JSON.parse(readFileSync(path.join(ROOT, "services", service, "package.json"), "utf8")) as { version: string };
+      const info = parseMetrics(text).filter((x) => x.name === "csi_build_info");
+      assert.deepEqual(info, [{ name: "csi_build_info", labels: { service, version: pkg.version, node_version: process.version }, value: 1 }], service);
+    }
+    const journal = await scrape(procs.journal.metricsUrl);
+    assert.ok(has(journal, "csi_journal_projection_lag_events", { cluster: "p1" }), "the lag gauge is named with its unit");
+  });
+
+  // Bounded: on a service that logs another way the awaited line never comes (a failure, not a hang).
+  test("JSON log lines name their level; a refused call's line names its gRPC code (controller and journal)", { timeout: 60_000 }, async () => {
+    assert.equal(await codeOf(ctrl.ControllerGetVolume({ volume_id: "0001-0002-p1-0000000000000001-00000000-0000-4000-8000-0000000000aa" })), NOT_FOUND);
+    const refused = JSON.parse(await procs.controller.untilLog((l) => l.includes('"call refused"') && l.includes("NOT_FOUND"), "the refused call"));
+    assert.equal(refused.level, "info");
+    assert.equal(refused.code, "NOT_FOUND");
+    assert.equal(refused.method, "Controller.ControllerGetVolume");
+    const command = JSON.parse(await procs.journal.untilLog((l) => l.includes('"command refused"') && l.includes('"volume.get"'), "the refused command"));
+    assert.equal(command.code, "NOT_FOUND");
+    for (const p of Object.values(procs)) {
+      const lines = p.logs.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { level: unknown });
+      assert.ok(lines.length > 0);
+      for (const l of lines) assert.match(String(l.level), /^(trace|debug|info|warn|error|fatal)$/, JSON.stringify(l));
+    }
+  });
+
+  test("LOG_FORMAT=pretty: a service prints lines a person reads, not JSON", { timeout: 120_000 }, async () => {
+    const sock = `unix://${path.join(env.dir, "controller-pretty.sock")}`;
+    const base = { NATS_URL: env.nats.url, CLUSTERS_FILE: path.join(env.dir, "clusters.json"), DATA_DIR: env.dir };
+    const pretty = await spawnService("controller", { ...base, LOG_FORMAT: "pretty" }, { args: ["--endpoint", sock] });
+    const c = csiClient(sock, "Controller");
+    try {
+      await pretty.untilLog((l) => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: \(controller\) CSI gRPC endpoint listening \{"endpoint":/.test(l), "a pretty start line");
+      assert.equal(await codeOf(c.ControllerGetVolume({ volume_id: "0001-0002-p1-0000000000000001-00000000-0000-4000-8000-0000000000bb" })), NOT_FOUND);
+      await pretty.untilLog((l) => /INFO: \(controller\) call refused \{.*"code":"NOT_FOUND"/.test(l), "a pretty line of the refused call");
+      assert.deepEqual(
+        pretty.logs.filter((l) => l.startsWith("{")),
+        [],
+        "no JSON line",
+      );
+    } finally {
+      c.close();
+      await pretty.stop();
+    }
+  });
+});
+
 describe("LOG_LEVEL=warn npm start", () => {
   test("becomes ready (READY_FILEs, not log lines) and lists each service's metrics URL in run/stack.json", async (t) => {
     const cleanups = cleanupsOf(t);
     const { runDir, output } = await runStack(cleanups, { LOG_LEVEL: "warn" });
-    assert.doesNotMatch(output(), /"service":"(journal|controller|node-agent)"[^\n]*"level":30|"level":30[^\n]*"service":"(journal|controller|node-agent)"/);
+    assert.doesNotMatch(
+      output(),
+      /"service":"(journal|controller|node-agent)"[^\n]*"level":"info"|"level":"info"[^\n]*"service":"(journal|controller|node-agent)"/,
+    );
     const found = readStackFile(stackFilePath(runDir));
     assert.ok(found.found, found.found ? "" : found.why);
     const metrics = found.stack.metrics ?? {};

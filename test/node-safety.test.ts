@@ -240,7 +240,7 @@ describe("the node-agent only touches what is its own", { skip }, () => {
       // Not ready (/readyz), but alive: the CSI Probe is the kubelet's liveness probe (through the
       // livenessprobe sidecar), and a restart would not bring the registration back.
       assert.equal(await ready(), true);
-      await s.agent.untilLog((l) => /"level":50/.test(l) && /registration/.test(l), "an error about its registration");
+      await s.agent.untilLog((l) => /"level":"error"/.test(l) && /registration/.test(l), "an error about its registration");
     } finally {
       await s.restartAgent({
         meanwhile: async () => {

@@ -159,3 +159,17 @@ test("the journal runner on in-memory adapters: volumes, snapshots, claims, a gr
   assert.ok((await log.info()).last > 0, "the log holds the history");
   assert.deepEqual((await projector.compare()).differ, [], "the projection is the log folded");
 });
+
+test("a journal whose Redis or event log is known down refuses a command before it reads, touches an image or appends", async () => {
+  const down = new Journal({ ...journal.d, unavailable: () => "redis unavailable: the Redis connection is reconnecting" });
+  const lastBefore = (await log.info()).last;
+  const imagesBefore = await readdir(path.join(dir, "pool"));
+  await assert.rejects(
+    down.createVolume({ requestId: "c-down", name: "pvc-down", sizeBytes: MiB, limitBytes: 0, parameters: {}, capabilities: [cap] }),
+    (err: unknown) => err instanceof DriverError && err.code === "Unavailable" && /the Redis connection is reconnecting/.test(err.message),
+  );
+  assert.equal((await log.info()).last, lastBefore, "nothing appended");
+  assert.deepEqual(await readdir(path.join(dir, "pool")), imagesBefore, "no image made");
+  // The same command on the journal that can serve goes through.
+  ok(await command(() => journal.createVolume({ requestId: "c-up", name: "pvc-down", sizeBytes: MiB, limitBytes: 0, parameters: {}, capabilities: [cap] })));
+});

@@ -133,6 +133,29 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
 }
 
 /**
+ * The 3-node NATS cluster alone (`started` is told of each node as it runs), returned once JetStream
+ * has elected its meta leader: streams at 3 replicas can be made.
+ */
+export async function startJetStreamCluster(
+  dir: string,
+  o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {},
+  started: LocalServer[] = [],
+): Promise<LocalServer[]> {
+  const nats = await startNatsCluster(dir, o.natsConfig ? ["-c", o.natsConfig] : []);
+  started.push(...nats);
+  const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
+  try {
+    await until("the JetStream cluster (meta leader)", async () => {
+      await (await jetstreamManager(nc)).getAccountInfo();
+      return true;
+    });
+  } finally {
+    await nc.close();
+  }
+  return nats;
+}
+
+/**
  * `natsConfig`: a configuration file every NATS node starts with (`-c`; the account layout of a
  * locked-down stack), and `natsAccess`: how to connect to it to wait for JetStream (a member of an
  * account with JetStream).
@@ -140,19 +163,8 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
 export async function startHaServers(dir: string, o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {}): Promise<HaServers> {
   const started: LocalServer[] = [];
   try {
-    const nats = await startNatsCluster(dir, o.natsConfig ? ["-c", o.natsConfig] : []);
-    started.push(...nats);
+    const nats = await startJetStreamCluster(dir, o, started);
     const natsUrl = nats.map((n) => n.url).join(",");
-    // JetStream answers once the cluster has elected its meta leader.
-    const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
-    try {
-      await until("the JetStream cluster (meta leader)", async () => {
-        await (await jetstreamManager(nc)).getAccountInfo();
-        return true;
-      });
-    } finally {
-      await nc.close();
-    }
     const { redis, sentinels } = await startRedisWithSentinels(dir);
     started.push(...redis, ...sentinels);
     const sentinelAddrs = sentinels.map((s) => `127.0.0.1:${s.port}`).join(",");

@@ -144,6 +144,9 @@ export interface ServiceMain<S extends z.ZodObject<any>> {
 
 const packageOf = (file: URL) => JSON.parse(readFileSync(file, "utf8")) as { version: string; bin?: Record<string, string> };
 
+/** The version in a package.json (`new URL("../package.json", import.meta.url)` from a service's src/ or dist/ alike). */
+export const packageVersion = (file: URL): string => packageOf(file).version;
+
 /** `--help`: the service, how to run it, and its settings table. */
 // biome-ignore lint/suspicious/noExplicitAny: any zod object schema
 function serviceHelp<S extends z.ZodObject<any>>(main: ServiceMain<S>): string {
@@ -273,7 +276,20 @@ export const CLUSTERS_FILE_SETTING = {
   env: "CLUSTERS_FILE",
   help: "JSON clusters file: clusters, pools, topology (unset: the built-in cluster local, pool default)",
 } as const satisfies Setting;
-export const LOG_LEVEL_SETTING = { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal" } as const satisfies Setting;
+
+/** Log output: JSON lines (level by name) or one line a person reads (process.ts, createLogger). */
+export const LOG_FORMATS = ["json", "pretty"] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** Logging, the same in every service: LOG_LEVEL and LOG_FORMAT (docs/operations.md, "Logs"). */
+export const logShape = {
+  logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
+  logFormat: z.enum(LOG_FORMATS).default("json"),
+};
+export const LOG_SETTINGS = {
+  logLevel: { env: "LOG_LEVEL", help: "pino level: trace, debug, info, warn, error, fatal, silent" },
+  logFormat: { env: "LOG_FORMAT", help: "json: one JSON object per line (level by name); pretty: one line a person reads" },
+} as const satisfies Settings<z.input<z.ZodObject<typeof logShape>>>;
 
 /** Default metrics/health ports: controller, node-agent, journal (9808 is the livenessprobe sidecar's). */
 export const METRICS_PORTS = { controller: 9810, "node-agent": 9811, journal: 9812 } as const;

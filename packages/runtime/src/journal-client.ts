@@ -11,6 +11,10 @@
  * deadline; when no other replica is there, the call is Unavailable at once. With `quietMs`, a
  * call that has had no sign of life at all (no beat, no reply from any replica: the cluster's
  * journals are frozen or cut off) is Unavailable after that long instead of at the deadline.
+ *
+ * A replica that is alive but cannot serve (its Redis or its event log down) answers Unavailable
+ * at once (docs/operations.md, "When Redis or the event log is down"), and any reply ends the
+ * exchange: the client never resends to it, nor waits on its beats for the deadline.
  */
 
 import {

@@ -2,33 +2,57 @@
 import { readFileSync } from "node:fs";
 import os from "node:os";
 import { type Clusters, DEFAULT_CLUSTERS, resolveClusters } from "@csi/contracts";
-import { type Logger, pino } from "pino";
+import { type DestinationStream, type Logger, type LoggerOptions, pino } from "pino";
+import pretty from "pino-pretty";
+import type { LogFormat } from "./config.js";
 import { type OpsConfig, startOpsListener } from "./ops/listener.js";
 import { Ops } from "./ops/metrics.js";
 
-/** The root logger of a process: JSON lines on stdout (fd 1), or another fd (a CLI's stderr). */
-export function createLogger(service: string, level = "info", fd = 1): Logger {
-  return pino(
-    {
-      level,
-      base: { service, pid: process.pid, host: os.hostname() },
-      // Defence in depth: the gRPC chain already strips secrets before logging; access passwords
-      // (NATS_PASSWORD, REDIS_PASSWORD) are never logged, and would be stripped if they were.
-      redact: {
-        paths: [
-          "*.secrets",
-          "*.*.secrets",
-          "secrets",
-          "*.controller_publish_secrets",
-          "*.node_stage_secrets",
-          "*.node_publish_secrets",
-          ...["natsPassword", "redisPassword", "password", "pass"].flatMap((k) => [k, `*.${k}`]),
-        ],
-        censor: "***stripped***",
-      },
+/**
+ * The root logger of a process (docs/operations.md, "Logs"): every service's, configured here only.
+ *
+ *  - `json` (the default): one JSON object per line on `fd` (stdout; a CLI's stderr), the level by
+ *    name (`"level":"info"`, not pino's 30), for log shippers and `jq`;
+ *  - `pretty` (LOG_FORMAT=pretty): one line a person reads — time, level, service, message, then
+ *    the fields — through pino-pretty (pino's own companion for this), in this process and
+ *    synchronously, so the last lines before an exit are not lost in a worker thread.
+ *
+ * Secrets are stripped the same way in both.
+ */
+export function createLogger(service: string, level = "info", fd = 1, format: LogFormat = "json"): Logger {
+  const options: LoggerOptions = {
+    level,
+    base: { service, pid: process.pid, host: os.hostname() },
+    // Defence in depth: the gRPC chain already strips secrets before logging; access passwords
+    // (NATS_PASSWORD, REDIS_PASSWORD) are never logged, and would be stripped if they were.
+    redact: {
+      paths: [
+        "*.secrets",
+        "*.*.secrets",
+        "secrets",
+        "*.controller_publish_secrets",
+        "*.node_stage_secrets",
+        "*.node_publish_secrets",
+        ...["natsPassword", "redisPassword", "password", "pass"].flatMap((k) => [k, `*.${k}`]),
+      ],
+      censor: "***stripped***",
     },
-    pino.destination(fd),
-  );
+  };
+  if (format === "pretty") return pino(options, prettyStream(fd));
+  return pino({ ...options, formatters: { level: (label) => ({ level: label }) } }, pino.destination(fd));
+}
+
+/** pino-pretty's stream: `[HH:MM:ss.l] LEVEL: (service) message {fields}` on one line; colours on a terminal only. */
+function prettyStream(fd: number): DestinationStream {
+  return pretty({
+    destination: fd,
+    sync: true,
+    colorize: (fd === 1 ? process.stdout : process.stderr).isTTY === true,
+    translateTime: "SYS:HH:MM:ss.l",
+    singleLine: true,
+    ignore: "pid,host,service",
+    messageFormat: "({service}) {msg}",
+  });
 }
 
 /** The clusters file (JSON) if given, else the built-in single local cluster. */
@@ -44,18 +68,21 @@ export function replicaId(configured?: string): string {
 
 /**
  * A service's main: start it, stop it cleanly on SIGINT/SIGTERM (sockets removed, NATS drained),
- * exit non-zero if it cannot start. Its ops listener (METRICS_ADDR: /metrics, /healthz, /readyz)
- * runs from before the start to the end; its READY_FILE is written once it is ready (ops/listener.ts).
+ * exit non-zero if it cannot start. Its root logger is made here (LOG_LEVEL, LOG_FORMAT); its ops
+ * listener (METRICS_ADDR: /metrics, /healthz, /readyz) runs from before the start to the end, with
+ * `csi_build_info` of `version` (its package.json's: `packageVersion`); its READY_FILE is written once it is ready
+ * (ops/listener.ts).
  */
 export async function runMain(
   service: string,
-  logger: Logger,
+  cfg: Partial<OpsConfig> & { logLevel?: string; logFormat?: LogFormat },
   start: (log: Logger, ops: Ops) => Promise<{ stop(): Promise<void> }>,
-  opsConfig: OpsConfig = { metricsAddr: "off" },
+  version: string,
 ): Promise<void> {
-  const ops = new Ops(service);
+  const logger = createLogger(service, cfg.logLevel, 1, cfg.logFormat);
+  const ops = new Ops(service, version);
   try {
-    const listener = await startOpsListener(ops, opsConfig, logger);
+    const listener = await startOpsListener(ops, { metricsAddr: "off", ...cfg }, logger);
     const running = await start(logger, ops);
     listener.started();
     let stopping = false;

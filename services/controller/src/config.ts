@@ -1,8 +1,9 @@
 /** The controller's configuration, parsed once from the environment and the command line. */
 import {
   CLUSTERS_FILE_SETTING,
-  LOG_LEVEL_SETTING,
+  LOG_SETTINGS,
   loadConfig,
+  logShape,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
   natsAccessShape,
@@ -17,7 +18,7 @@ export const ControllerConfig = z.object({
   endpoint: z.string().default("unix:///run/csi/csi-controller.sock"),
   clustersFile: z.string().optional(),
   dataDir: z.string().default(".data"),
-  logLevel: z.string().default("info"),
+  ...logShape,
   ...opsShape(METRICS_PORTS.controller),
   /** How long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED. */
   journalTimeoutMs: z.coerce.number().int().min(100).default(30_000),
@@ -34,7 +35,7 @@ export const CONTROLLER_SETTINGS = {
   endpoint: { env: "CSI_ENDPOINT", flag: "endpoint", help: "the CSI endpoint it serves: unix:///path or tcp://host:port" },
   clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in clusters' pool roots are under <DATA_DIR>/pools" },
-  logLevel: LOG_LEVEL_SETTING,
+  ...LOG_SETTINGS,
   ...OPS_SETTINGS,
   journalTimeoutMs: { env: "JOURNAL_TIMEOUT_MS", help: "how long a journal command may take before the CSI call fails with DEADLINE_EXCEEDED (ms)" },
   journalQuietMs: { env: "JOURNAL_QUIET_MS", help: "no reply or working beat from any journal replica of the cluster this long: UNAVAILABLE (ms)" },

@@ -16,6 +16,7 @@ import {
   loadClusters,
   natsConnectOptions,
   Ops,
+  packageVersion,
   startCsiServer,
   watchNats,
   withCsiBounds,
@@ -29,7 +30,8 @@ import { groupControllerHandlers } from "./rpc/group-controller.js";
 
 export { ControllerConfig, controllerConfig } from "./config.js";
 
-export const CONTROLLER_VERSION = "0.1.0";
+/** This package's version (its package.json): the NATS service's, the CSI plugin info's, csi_build_info's. */
+export const CONTROLLER_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
 export interface RunningController {
   address: string;

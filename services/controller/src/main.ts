@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /** The controller process: `csi-controller --endpoint unix:///path/csi-controller.sock`; `--help` lists every setting. */
-import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { mainConfig, runMain } from "@csi/runtime";
 import { CONTROLLER_SETTINGS, ControllerConfig } from "./config.js";
-import { startController } from "./index.js";
+import { CONTROLLER_VERSION, startController } from "./index.js";
 
 const cfg = mainConfig(
   {
@@ -15,4 +15,4 @@ const cfg = mainConfig(
   process.argv.slice(2),
   process.env,
 );
-await runMain("controller", createLogger("controller", cfg.logLevel), (log, ops) => startController(cfg, log, ops), cfg);
+await runMain("controller", cfg, (log, ops) => startController(cfg, log, ops), CONTROLLER_VERSION);

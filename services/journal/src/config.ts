@@ -1,8 +1,9 @@
 /** The journal's configuration, parsed once from the environment and the command line. */
 import {
   CLUSTERS_FILE_SETTING,
-  LOG_LEVEL_SETTING,
+  LOG_SETTINGS,
   loadConfig,
+  logShape,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
   natsAccessShape,
@@ -25,7 +26,7 @@ export const JournalConfig = z.object({
   cluster: z.string().optional(),
   clustersFile: z.string().optional(),
   dataDir: z.string().default(".data"),
-  logLevel: z.string().default("info"),
+  ...logShape,
   ...opsShape(METRICS_PORTS.journal),
   replica: z.string().optional(),
   ...streamShape,
@@ -44,6 +45,8 @@ export const JournalConfig = z.object({
   testHoldCopyMs: z.coerce.number().int().min(0).default(0),
   /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
   replayBatch: z.coerce.number().int().min(1).max(10_000).default(512),
+  /** A Redis command unanswered this long fails, and a connection silent this long with commands pending is dropped (redis-link.ts). */
+  redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
 });
@@ -56,7 +59,7 @@ export const JOURNAL_SETTINGS = {
   cluster: { env: "CLUSTER_ID", flag: "cluster", help: "which cluster of the clusters file this journal serves (unset: its defaultCluster)" },
   clustersFile: { ...CLUSTERS_FILE_SETTING, flag: "clusters-file" },
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools live under <DATA_DIR>/pools" },
-  logLevel: LOG_LEVEL_SETTING,
+  ...LOG_SETTINGS,
   ...OPS_SETTINGS,
   replica: { env: "REPLICA_ID", help: "this replica's name in every event's actor (unset: host:pid)" },
   ...STREAM_SETTINGS,
@@ -68,6 +71,10 @@ export const JOURNAL_SETTINGS = {
   freezeAfter: { env: "JOURNAL_FREEZE_AFTER", help: "tests only: SIGSTOP this process right after appending an event of this type" },
   testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS", help: "tests only: hold every snapshot/clone copy this long before publishing it (ms)" },
   replayBatch: { env: "JOURNAL_REPLAY_BATCH", help: "events per catch-up batch, aggregates per rebuild chunk (at most 1,000)" },
+  redisCommandTimeoutMs: {
+    env: "REDIS_COMMAND_TIMEOUT_MS",
+    help: "a Redis command unanswered this long fails UNAVAILABLE, and a connection silent this long is dropped (ms)",
+  },
   rebuildWaitMs: { env: "REBUILD_WAIT_MS", help: "how long a command waits for a projection rebuild before answering Unavailable (ms)" },
 } as const satisfies Settings<z.input<typeof JournalConfig>>;
 

@@ -16,7 +16,7 @@ import {
   loadClusters,
   natsConnectOptions,
   Ops,
-  redisConnectOptions,
+  packageVersion,
   replicaId,
   SentinelSafeRedis,
   watchNats,
@@ -27,6 +27,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
+import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability } from "./adapters/guarded-log.js";
 import { restoreUnderWay } from "./adapters/log-backup.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
@@ -36,9 +37,11 @@ import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
 import { JournalMetrics } from "./metrics.js";
+import type { EventLog } from "./ports/event-log.js";
 import { serveJournal } from "./rpc/nats-service.js";
 import { keysFor } from "./store/layout.js";
 import { JOURNAL_LIBRARY } from "./store/redis-functions.js";
+import { journalRedisOptions, RedisLink } from "./store/redis-link.js";
 import { RedisStore } from "./store/redis-store.js";
 
 export { JournalConfig, journalConfig } from "./config.js";
@@ -52,7 +55,8 @@ export interface RunningJournal {
   stop(): Promise<void>;
 }
 
-export const JOURNAL_VERSION = "0.1.0";
+/** This package's version (its package.json): the NATS service's, the CSI plugin info's, csi_build_info's. */
+export const JOURNAL_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
 export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new Ops("journal")): Promise<RunningJournal> {
@@ -69,25 +73,22 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
     (why) => log.warn(why),
   );
-  const redis = new SentinelSafeRedis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true }, () =>
+  const redis = new SentinelSafeRedis(cfg.redisUrl, journalRedisOptions(cfg, cfg.redisCommandTimeoutMs), () =>
     log.warn("the redis client had ended on its own (a failover seen while reconnecting): connecting again"),
   );
-  redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
+  const redisLink = new RedisLink(redis, log);
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
   metrics.watchRedis(redis);
 
-  const events = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
-  metrics.watchForeign(events, log);
-  await untilNoRestore(nc, clusterID, log);
-  await events.ensureStream();
+  const { jetStreamLog, reach, events } = await openEventLog(nc, cfg, cluster, { ops, metrics, log });
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
-  const { store, projector } = await openProjection(cfg, cluster, redis, events, metrics, log);
+  const { store, projector } = await openProjection(cfg, cluster, { redis, redisLink, events }, metrics, log);
   if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
     throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
 
@@ -109,6 +110,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     now: () => new Date(),
     observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
+    unavailable: () => unavailableWhy(redisLink, reach),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
@@ -121,13 +123,16 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
-  log.info({ pools: [...pools.keys()], stream: events.stream }, "journal serving");
+  log.info({ pools: [...pools.keys()], stream: jetStreamLog.stream }, "journal serving");
 
   return {
     journal,
     projector,
     clusters,
-    stop: () => stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis }),
+    stop: () => {
+      reach.stop();
+      return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis });
+    },
   };
 }
 
@@ -151,6 +156,34 @@ async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger):
     await sleep(RESTORE_POLL_MS);
   }
   if (told) log.info("the restore of the event log has ended");
+}
+
+/**
+ * The cluster's event log, made sure of, guarded: every use fails fast while it is known
+ * unreachable (adapters/guarded-log.ts), and the readiness check "log" says so.
+ */
+async function openEventLog(
+  nc: NatsConnection,
+  cfg: JournalConfig,
+  cluster: ResolvedCluster,
+  o: { ops: Ops; metrics: JournalMetrics; log: Logger },
+): Promise<{ jetStreamLog: JetStreamLog; reach: LogReachability; events: EventLog }> {
+  const jetStreamLog = new JetStreamLog(nc, { cluster: cluster.clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
+  o.metrics.watchForeign(jetStreamLog, o.log);
+  await untilNoRestore(nc, cluster.clusterID, o.log);
+  await jetStreamLog.ensureStream();
+  const reach = new LogReachability(() => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS), o.log);
+  reach.watch(nc);
+  o.ops.readiness.add("log", () => reach.check());
+  return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };
+}
+
+/** Why the journal cannot serve a command now (the runner's `unavailable`): its Redis or its event log known down. */
+function unavailableWhy(redisLink: RedisLink, reach: LogReachability): string | undefined {
+  const redis = redisLink.down();
+  if (redis) return `redis unavailable: ${redis}`;
+  const log = reach.down();
+  return log && `event log unavailable: ${log}`;
 }
 
 /**
@@ -194,8 +227,14 @@ async function openPools(cluster: ResolvedCluster, cfg: JournalConfig): Promise<
 }
 
 /** The Redis store with its function library, and the projector, caught up and checked against the log before anything is served. */
-async function openProjection(cfg: JournalConfig, cluster: ResolvedCluster, redis: Redis, events: JetStreamLog, metrics: JournalMetrics, log: Logger) {
-  const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance));
+async function openProjection(
+  cfg: JournalConfig,
+  cluster: ResolvedCluster,
+  { redis, redisLink, events }: { redis: Redis; redisLink: RedisLink; events: EventLog },
+  metrics: JournalMetrics,
+  log: Logger,
+) {
+  const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance), { down: () => redisLink.down() });
   // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
   // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
   if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /** The journal process: `csi-journal [--cluster ID] [--clusters-file FILE]`; `--help` lists every setting. */
-import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { mainConfig, runMain } from "@csi/runtime";
 import { JOURNAL_SETTINGS, JournalConfig } from "./config.js";
-import { startJournal } from "./index.js";
+import { JOURNAL_VERSION, startJournal } from "./index.js";
 
 const cfg = mainConfig(
   {
@@ -15,4 +15,4 @@ const cfg = mainConfig(
   process.argv.slice(2),
   process.env,
 );
-await runMain("journal", createLogger("journal", cfg.logLevel), (log, ops) => startJournal(cfg, log, ops), cfg);
+await runMain("journal", cfg, (log, ops) => startJournal(cfg, log, ops), JOURNAL_VERSION);

@@ -8,7 +8,7 @@
  *   csi_journal_aborted_total{command}             counter    ABORTED answers (lock busy, fenced off)
  *   csi_journal_lock_wait_seconds{outcome}         histogram  wait for an operation's locks ("acquired" | "busy")
  *   csi_journal_events_appended_total{type}        counter    events that landed in the log, by type
- *   csi_journal_projection_lag{cluster}            gauge      log last sequence − projection watermark
+ *   csi_journal_projection_lag_events{cluster}     gauge      log last sequence − projection watermark, in events
  *   csi_journal_foreign_records_total{reason}      counter    foreign records met in the event log (each sequence once)
  *   csi_journal_requests_refused_total{reason}     counter    requests dropped unanswered (a reply subject that is no inbox)
  *   csi_messages_dropped_total{source,reason}      counter    device reports and node registrations dropped (runtime)
@@ -115,10 +115,10 @@ export class JournalMetrics {
     this.#appended.inc({ type: e.event.type });
   };
 
-  /** csi_journal_projection_lag{cluster}: read at scrape time; absent when it cannot be read within LAG_READ_MS. */
+  /** csi_journal_projection_lag_events{cluster}: read at scrape time; absent when it cannot be read within LAG_READ_MS. */
   projectionLag(cluster: string, read: () => Promise<{ last: number; applied: number }>): void {
     new Gauge({
-      name: "csi_journal_projection_lag",
+      name: "csi_journal_projection_lag_events",
       help: "Events in the log past the projection's watermark (log last sequence - applied sequence); the watermark moves at each catch-up",
       labelNames: ["cluster"],
       registers: [this.ops.registry],

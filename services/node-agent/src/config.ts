@@ -3,8 +3,9 @@ import os from "node:os";
 import path from "node:path";
 import {
   CLUSTERS_FILE_SETTING,
-  LOG_LEVEL_SETTING,
+  LOG_SETTINGS,
   loadConfig,
+  logShape,
   METRICS_PORTS,
   NATS_ACCESS_SETTINGS,
   natsAccessShape,
@@ -26,7 +27,7 @@ export const NodeAgentConfig = z.object({
   clustersFile: z.string().optional(),
   /** Where the node keeps its state file (default <dataDir>/node/<nodeId>). */
   stateDir: z.string().optional(),
-  logLevel: z.string().default("info"),
+  ...logShape,
   ...opsShape(METRICS_PORTS["node-agent"]),
   maxVolumes: z.coerce.number().int().min(0).default(64),
   heartbeatMs: z.coerce.number().int().min(100).default(10_000),
@@ -68,7 +69,7 @@ export const NODE_AGENT_SETTINGS = {
   dataDir: { env: "DATA_DIR", help: "data directory: the built-in pools and, by default, the node's state" },
   clustersFile: CLUSTERS_FILE_SETTING,
   stateDir: { env: "NODE_STATE_DIR", help: "where the node's state file lives (unset: <DATA_DIR>/node/<NODE_ID>)" },
-  logLevel: LOG_LEVEL_SETTING,
+  ...LOG_SETTINGS,
   ...OPS_SETTINGS,
   maxVolumes: { env: "MAX_VOLUMES_PER_NODE", help: "reported in NodeGetInfo and the registration (claims check it)" },
   heartbeatMs: { env: "HEARTBEAT_MS", help: "registration heartbeat interval (ms)" },

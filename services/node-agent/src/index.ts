@@ -18,6 +18,7 @@ import {
   loadClusters,
   natsConnectOptions,
   Ops,
+  packageVersion,
   startCsiServer,
   watchNats,
 } from "@csi/runtime";
@@ -37,7 +38,8 @@ import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.
 
 export { NodeAgentConfig, nodeAgentConfig } from "./config.js";
 
-export const NODE_AGENT_VERSION = "0.1.0";
+/** This package's version (its package.json): the NATS service's, the CSI plugin info's, csi_build_info's. */
+export const NODE_AGENT_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
 export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops = new Ops("node-agent")) {

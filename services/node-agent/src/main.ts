@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /** The node-agent process: `csi-node-agent --endpoint unix:///path/csi-node.sock --nodeid NODE`; `--help` lists every setting. */
-import { createLogger, mainConfig, runMain } from "@csi/runtime";
+import { mainConfig, runMain } from "@csi/runtime";
 import { NODE_AGENT_SETTINGS, NodeAgentConfig } from "./config.js";
-import { startNodeAgent } from "./index.js";
+import { NODE_AGENT_VERSION, startNodeAgent } from "./index.js";
 
 const cfg = mainConfig(
   {
@@ -15,4 +15,4 @@ const cfg = mainConfig(
   process.argv.slice(2),
   process.env,
 );
-await runMain("node-agent", createLogger("node-agent", cfg.logLevel), (log, ops) => startNodeAgent(cfg, log, ops), cfg);
+await runMain("node-agent", cfg, (log, ops) => startNodeAgent(cfg, log, ops), NODE_AGENT_VERSION);

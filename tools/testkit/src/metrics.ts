@@ -2,8 +2,42 @@
  * Reading a service's /metrics in tests: the Prometheus text format (what prom-client writes)
  * parsed into samples, and lookups by name and labels. Hand-written because prom-client has no
  * parser and the npm ones are unmaintained; it reads sample lines only (`name{labels} value`),
- * which is all the tests look at.
+ * which is all the tests look at. And promtool, to check a /metrics text the way Prometheus's own
+ * linter does.
  */
+
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { ROOT } from "./processes.js";
+
+/**
+ * promtool (the Prometheus project's checker): $PROMTOOL, else on the PATH, else in .tools/bin of
+ * this checkout, where scripts/install-promtool.sh puts it (.ci/run runs it; as root, and unless
+ * CSI_NO_APT=1, it is run here when promtool is missing). Else why not, for a skip.
+ */
+export function findPromtool(): { path: string } | { why: string } {
+  const look = () =>
+    [process.env.PROMTOOL, ...(process.env.PATH ?? "").split(":").map((d) => d && path.join(d, "promtool")), path.join(ROOT, ".tools/bin/promtool")].find(
+      (p): p is string => !!p && existsSync(p),
+    );
+  let found = look();
+  if (!found && process.getuid?.() === 0 && process.env.CSI_NO_APT !== "1") {
+    try {
+      execFileSync("bash", [path.join(ROOT, "scripts/install-promtool.sh")], { stdio: "ignore" });
+    } catch {
+      // reported below
+    }
+    found = look();
+  }
+  return found ? { path: found } : { why: "promtool not found: run scripts/install-promtool.sh (as root: it extracts it from Debian's prometheus package)" };
+}
+
+/** `promtool check metrics` of a /metrics text: its exit status and what it printed (each problem a line). */
+export function promtoolCheckMetrics(promtool: string, text: string): { status: number | null; output: string } {
+  const r = spawnSync(promtool, ["check", "metrics"], { input: text, encoding: "utf8" });
+  return { status: r.status, output: `${r.stdout}${r.stderr}`.trim() };
+}
 
 export interface Sample {
   name: string;

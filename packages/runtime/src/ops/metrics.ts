@@ -49,14 +49,40 @@ export function droppedMessages(registry: Registry): (source: DropSource, reason
   return (source, reason) => dropped.inc({ source, reason });
 }
 
-/** A service's metrics registry and readiness checks; runMain serves them (ops/listener.ts). */
+/**
+ * prom-client's default gauges whose names end in `_total`, which `promtool check metrics` refuses
+ * ("non-counter metrics should not have "_total" suffix"). Each is the sum of a gauge prom-client
+ * registers beside it by type (`nodejs_active_handles{type}` …): `sum(nodejs_active_handles)` is
+ * the same number, so nothing is lost by leaving them out.
+ */
+export const DEFAULT_GAUGES_NAMED_TOTAL = ["nodejs_active_handles_total", "nodejs_active_requests_total", "nodejs_active_resources_total"] as const;
+
+/**
+ * A service's metrics registry and readiness checks; runMain serves them (ops/listener.ts). With a
+ * `version` (runMain gives its package.json's), `csi_build_info{service,version,node_version} 1`.
+ */
 export class Ops {
   readonly registry = new Registry();
   readonly readiness = new Readiness();
 
-  constructor(readonly service: string) {
+  constructor(
+    readonly service: string,
+    version?: string,
+  ) {
     collectDefaultMetrics({ register: this.registry });
+    for (const name of DEFAULT_GAUGES_NAMED_TOTAL) this.registry.removeSingleMetric(name);
+    if (version !== undefined) buildInfo(this.registry, { service, version, node_version: process.version });
   }
+}
+
+/** csi_build_info: always 1; its labels say what runs (a dashboard joins on it, an alert sees versions mixed in a rollout). */
+function buildInfo(registry: Registry, labels: { service: string; version: string; node_version: string }): void {
+  new Gauge({
+    name: "csi_build_info",
+    help: "Always 1: the service, its version (its package.json) and the Node.js version it runs on",
+    labelNames: ["service", "version", "node_version"],
+    registers: [registry],
+  }).set(labels, 1);
 }
 
 /** The outcome label of a finished piece of work: "ok", or the error's name from the error table ("Internal" for anything else). */

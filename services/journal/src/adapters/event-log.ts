@@ -57,6 +57,13 @@ export class AppendUncertain extends DriverError {
   }
 }
 
+/** JetStream answered an append with a refusal other than the fence (a limit, a sealed stream): the log is there, it said no. */
+export class AppendRefused extends DriverError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("Unavailable", `event log refused the append: ${message}`, options);
+  }
+}
+
 /**
  * Some appends of a batch failed. `landed[i]` is the i-th append as stored, or undefined if it
  * did not land; the code and message are those of the first failure (its cause).
@@ -76,6 +83,16 @@ export class AppendError extends DriverError {
 /** Whether an append (or one of a batch) may have landed although it failed. */
 export function isUncertain(err: unknown): boolean {
   return err instanceof AppendUncertain || (err instanceof AppendError && err.uncertain);
+}
+
+/**
+ * Whether a failure of the log means it could not be reached (no answer in time, no stream
+ * listening, no NATS connection, JetStream unavailable) — not a refusal or a fence, where the log
+ * answered. The journal then fails fast until the log answers again (adapters/guarded-log.ts).
+ */
+export function isUnreachable(err: unknown): boolean {
+  if (!(err instanceof DriverError) || err.code !== "Unavailable") return false;
+  return !(err instanceof AppendRefused || (err instanceof AppendError && err.cause instanceof AppendRefused));
 }
 
 /** Whether an append failed on its sequence fence (another writer changed the subject first). */
@@ -196,6 +213,7 @@ export class JetStreamLog implements EventLog {
    * every later read), before it is handed over; the journal logs and counts them (metrics.ts).
    */
   onForeign: (r: ForeignRecord) => void = () => {};
+  #probeJsm?: Promise<JetStreamManager>;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -257,6 +275,16 @@ export class JetStreamLog implements EventLog {
         throw err;
       }),
     );
+  }
+
+  /**
+   * Whether the stream answers within `timeoutMs` (its info, from the stream leader): resolves, or
+   * rejects with Unavailable saying why. The journal's probe while the log is known down.
+   */
+  async probe(timeoutMs: number): Promise<void> {
+    this.#probeJsm ??= jetstreamManager(this.nc, { timeout: timeoutMs, checkAPI: false, ...(this.opts.apiPrefix ? { apiPrefix: this.opts.apiPrefix } : {}) });
+    const jsm = await this.#probeJsm;
+    await reachingNats("event log", () => jsm.streams.info(this.stream));
   }
 
   async lastSeq(): Promise<number> {
@@ -326,7 +354,7 @@ export class JetStreamLog implements EventLog {
       return await this.#publisher.publish(subject, json, expected === undefined ? {} : { expectedLastSubjectSequence: expected });
     } catch (err) {
       if (err instanceof PublishRefused && err.errCode === JS_WRONG_LAST_SEQUENCE) throw new SequenceConflict(subject, { cause: err });
-      if (err instanceof PublishRefused) throw new DriverError("Unavailable", `event log refused the append: ${err.message}`, { cause: err });
+      if (err instanceof PublishRefused) throw new AppendRefused(err.message, { cause: err });
       throw new AppendUncertain({ cause: err });
     }
   }

@@ -64,6 +64,12 @@ export interface RunnerDeps {
   observeLockWait?: (seconds: number, outcome: "acquired" | "busy") => void;
   /** Told after each run how many events it appended and how many times it evolved one (equal: the fold ran once). */
   observeFold?: (appended: number, evolutions: number) => void;
+  /**
+   * Why the journal cannot serve a command now (its Redis or its event log is known unreachable),
+   * or undefined: a command is then refused Unavailable before it reads or touches an image, not
+   * after an image step whose event could not be appended.
+   */
+  unavailable?: () => string | undefined;
 }
 
 /** Runs of one command fenced off before it gives up (see the top). */
@@ -72,6 +78,8 @@ const FENCED_ATTEMPTS = 3;
 const MAX_ROUNDS = 32;
 
 export async function run<R>(deps: RunnerDeps, cmd: Command<R>): Promise<R> {
+  const down = deps.unavailable?.();
+  if (down) throw new DriverError("Unavailable", down);
   for (let attempt = 1; ; attempt++) {
     const r = new Run(deps, cmd);
     try {
@@ -329,7 +337,8 @@ class Run<R> implements View {
     const locks = this.#held.splice(0);
     const trails = this.#fold.trails();
     try {
-      if ((await this.d.store.applyAndUnlock(trails, locks, this.#token)) < 0 && trails.length > 0) {
+      // Nothing appended and no lock held (a command refused before it took any): no round trip.
+      if ((trails.length > 0 || locks.length > 0) && (await this.d.store.applyAndUnlock(trails, locks, this.#token)) < 0 && trails.length > 0) {
         // The projection was flushed or is being rebuilt: nothing was written (never into a half
         // projection). The rebuild replays these events; write them again once it is complete so
         // a read after the reply shows them.
@@ -338,7 +347,8 @@ class Run<R> implements View {
       }
     } catch (applyErr) {
       // The events are in the log; the projector replays them. Locks expire by TTL.
-      this.d.logger.error({ err: applyErr }, "could not apply events after append");
+      if (trails.length > 0) this.d.logger.error({ err: applyErr }, "could not apply events after append");
+      else this.d.logger.warn({ err: applyErr, requestId: this.cmd.requestId }, "could not release locks: they expire by their TTL");
     }
     this.d.observeFold?.(this.appended.length, this.#fold.evolutions);
     if (isFenced(err)) await this.d.projector.catchUp().catch(() => {});

@@ -25,6 +25,7 @@
 import {
   DriverError,
   describeZodError,
+  grpcCodeOf,
   isReplySubject,
   type JournalCommand,
   journalContract,
@@ -34,7 +35,7 @@ import {
   subjects,
   toWireError,
 } from "@csi/contracts";
-import { type Drainable, InFlight, WORKING_BEAT } from "@csi/runtime";
+import { type Drainable, grpcCodeName, InFlight, WORKING_BEAT } from "@csi/runtime";
 import { type ServiceMsg, Svcm } from "@nats-io/services";
 import type { Msg, NatsConnection, SubscriptionOptions } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -208,8 +209,10 @@ function answerCommand(a: Answering, command: JournalCommand, msg: ServiceMsg): 
   const refuse = (e: unknown) => {
     stopBeating();
     const wire = toWireError(e);
-    if (wire.code === "Internal") a.logger.error({ err: e, command, requestId }, "command failed");
-    else a.logger.info({ command, requestId, code: wire.code, message: wire.message }, "command refused");
+    // The code by its gRPC name ("NOT_FOUND"), as the controller and the node-agent log theirs.
+    const code = grpcCodeName(grpcCodeOf(wire.code));
+    if (wire.code === "Internal") a.logger.error({ err: e, command, requestId, code }, "command failed");
+    else a.logger.info({ command, requestId, code, message: wire.message }, "command refused");
     send(JSON.stringify({ ok: false, error: wire }), wire.code);
   };
   return reply().then((result) => {

@@ -74,14 +74,21 @@ function pairsToHash(flat: string[] | Record<string, never>): Hash | undefined {
 
 export class RedisStore implements JournalStore {
   readonly #r: Redis;
+  readonly #down: () => string | undefined;
   /** The library being made sure of after an FCALL found it missing (single-flight). */
   #ensuring?: Promise<boolean>;
 
+  /**
+   * `opts.down`: why Redis is known to be unreachable now, if it is (the journal's RedisLink): then
+   * every call fails at once with Unavailable instead of waiting in the client's offline queue.
+   */
   constructor(
     redis: Redis,
     readonly keys: Keys,
+    opts: { down?: () => string | undefined } = {},
   ) {
     this.#r = redis;
+    this.#down = opts.down ?? (() => undefined);
   }
 
   /**
@@ -435,6 +442,8 @@ export class RedisStore implements JournalStore {
   }
 
   async #call<T>(f: () => Promise<T>): Promise<T> {
+    const down = this.#down();
+    if (down) throw new DriverError("Unavailable", `redis unavailable: ${down}`);
     try {
       return await f();
     } catch (err) {

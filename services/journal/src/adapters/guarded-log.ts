@@ -1,0 +1,150 @@
+/**
+ * The event log as the journal uses it: failing fast while the log is known to be unreachable
+ * (docs/operations.md, "When Redis or the event log is down").
+ *
+ * Without this, every command waited for its own JetStream timeout (5 s per request; an append
+ * that got no answer made the next command's catch-up wait again) while the stream had no leader
+ * — a NATS cluster that lost its quorum — or the journal had no NATS connection. Now the first
+ * call that gets no answer (`isUnreachable`: no ack, no responders, a JetStream API timeout) marks
+ * the log down; from then on every call fails at once with UNAVAILABLE, naming why, and a probe
+ * (`LogReachability`: the stream's info with a short timeout, again and again) marks it up as soon
+ * as the stream answers. A lost NATS connection marks it down at once.
+ *
+ * Why not a circuit-breaker library (opossum): a breaker opens on a failure ratio and lets a real
+ * call through as its trial; here one failure for want of an answer is enough to know, and the
+ * trial is a read (stream info), never a command's append. The state is one string and a loop.
+ */
+import { DriverError } from "@csi/contracts";
+import { shortReason } from "@csi/runtime";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+import type { EventLog } from "../ports/event-log.js";
+import { isUnreachable } from "./event-log.js";
+
+/** How long one probe of the log waits for the stream's answer. */
+export const LOG_PROBE_TIMEOUT_MS = 1_000;
+/** The pause between two probes that failed at once (a refusal, no responders). */
+const PROBE_PAUSE_MS = 250;
+
+export class LogReachability {
+  #down?: string;
+  #probing = false;
+  #stopped = false;
+  #pause?: { timer: NodeJS.Timeout; done: () => void };
+
+  constructor(
+    private readonly probe: () => Promise<unknown>,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Why the log is known to be unreachable now, or undefined. */
+  down(): string | undefined {
+    return this.#down;
+  }
+
+  /** A call found the log unreachable: down (logged once) until a probe answers. */
+  failed(why: string): void {
+    if (this.#down === undefined) this.logger.warn({ why }, "event log unreachable: commands that need it answer UNAVAILABLE until it answers again");
+    this.#down = shortReason(why);
+    void this.#probeUntilUp();
+  }
+
+  /** Readiness: the reason while down; else one probe (a failure marks it down). */
+  async check(): Promise<true | string> {
+    if (this.#down) return `event log unreachable: ${this.#down}`;
+    try {
+      await this.probe();
+      return true;
+    } catch (err) {
+      this.failed(reasonOf(err));
+      return `event log unreachable: ${reasonOf(err)}`;
+    }
+  }
+
+  /** Down while the NATS connection is: a disconnect marks the log down (the probe brings it back after the reconnect). */
+  watch(nc: NatsConnection): void {
+    void (async () => {
+      for await (const s of nc.status()) if (s.type === "disconnect") this.failed("not connected to NATS");
+    })().catch(() => {});
+  }
+
+  /** No more probes (the journal stops). */
+  stop(): void {
+    this.#stopped = true;
+    if (this.#pause) clearTimeout(this.#pause.timer);
+    this.#pause?.done();
+  }
+
+  #pauseFor(ms: number): Promise<void> {
+    return new Promise<void>((done) => {
+      this.#pause = { timer: setTimeout(done, ms), done };
+    }).finally(() => {
+      this.#pause = undefined;
+    });
+  }
+
+  async #probeUntilUp(): Promise<void> {
+    if (this.#probing) return;
+    this.#probing = true;
+    const since = Date.now();
+    try {
+      while (this.#down !== undefined && !this.#stopped) {
+        const started = Date.now();
+        try {
+          await this.probe();
+          this.#down = undefined;
+          this.logger.info({ downMs: Date.now() - since }, "event log answers again");
+        } catch (err) {
+          this.#down = reasonOf(err);
+          // A probe that failed at once (no responders, a refusal) is not repeated in a tight loop.
+          const left = PROBE_PAUSE_MS - (Date.now() - started);
+          if (left > 0) await this.#pauseFor(left);
+        }
+      }
+    } finally {
+      this.#probing = false;
+    }
+  }
+}
+
+/** Why a call failed, with its cause: printable, at most 160 characters (it travels in replies and log lines). */
+function reasonOf(err: unknown): string {
+  const cause = (err as { cause?: { message?: string } })?.cause?.message;
+  const msg = err instanceof Error ? err.message : String(err);
+  return shortReason(cause ? `${msg}: ${cause}` : msg);
+}
+
+/** `inner`, failing fast with Unavailable while `reach` knows the log is down, and telling it of every failure for want of an answer. */
+export function guardedLog(inner: EventLog, reach: LogReachability): EventLog {
+  const guard = async <T>(f: () => Promise<T>, callers = new Set<unknown>()): Promise<T> => {
+    const down = reach.down();
+    if (down) throw new DriverError("Unavailable", `event log unavailable: ${down}`);
+    try {
+      return await f();
+    } catch (err) {
+      const fromCaller = callers.has(err) || callers.has((err as { cause?: unknown }).cause);
+      if (isUnreachable(err) && !fromCaller) reach.failed(reasonOf(err));
+      throw err;
+    }
+  };
+  return {
+    append: (a, meta) => guard(() => inner.append(a, meta)),
+    appendAll: (list, meta) => guard(() => inner.appendAll(list, meta)),
+    lastSeqOf: (s) => guard(() => inner.lastSeqOf(s)),
+    lastOf: (s) => guard(() => inner.lastOf(s)),
+    recordAt: (seq) => guard(() => inner.recordAt(seq)),
+    deleteRecord: (seq) => guard(() => inner.deleteRecord(seq)),
+    info: () => guard(() => inner.info()),
+    history: (s) => guard(() => inner.history(s)),
+    read: (from, onBatch, opts) => {
+      // What the caller's own onBatch throws (a Redis failure while replaying, say) says nothing of the log.
+      const callers = new Set<unknown>();
+      const batch = (b: Parameters<typeof onBatch>[0]) =>
+        onBatch(b).catch((err: unknown) => {
+          callers.add(err);
+          throw err;
+        });
+      return guard(() => inner.read(from, batch, opts), callers);
+    },
+  };
+}
