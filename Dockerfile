@@ -7,9 +7,13 @@
 # no typescript). The default CMD starts the journal; docker-compose.yml and the manifests set
 # `command` per service (node services/<name>/dist/main.js, node tools/csictl/dist/main.js).
 # test/deploy.test.ts checks this file; test/image.test.ts replays its final stage (docs/building.md).
+#
+# Node: the 24 LTS line, as package.json's engines say (npm ci --engine-strict refuses any other);
+# node:24 follows the line's patch releases, CI tests the release .ci/with-node pins, and
+# test/node-line.test.ts keeps the three on one line (docs/building.md, "Which Node").
 
 # The lockfile and every workspace's package.json (npm ci needs them all), for both stages below.
-FROM node:20-bookworm-slim AS manifests
+FROM node:24-bookworm-slim AS manifests
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY packages/contracts/package.json packages/contracts/
@@ -20,18 +24,18 @@ COPY services/node-agent/package.json services/node-agent/
 COPY tools/csictl/package.json tools/csictl/
 COPY tools/testkit/package.json tools/testkit/
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 # Dependencies first, so this layer is cached until a manifest or the lockfile changes.
 COPY --from=manifests /app ./
-RUN npm ci --no-audit --no-fund
+RUN npm ci --engine-strict --no-audit --no-fund
 COPY tsconfig.base.json tsconfig.build.json ./
 COPY packages/ packages/
 COPY services/ services/
 COPY tools/ tools/
 RUN npm run build
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 # The node-agent needs the block/filesystem tools (losetup, mkfs.*, resize tools, mount/umount)
 # and must run privileged; the other services ignore them.
 RUN apt-get update \
@@ -41,7 +45,7 @@ RUN apt-get update \
 WORKDIR /app
 ENV NODE_ENV=production
 COPY --from=manifests /app ./
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+RUN npm ci --engine-strict --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/packages/contracts/dist packages/contracts/dist
 COPY --from=build /app/packages/contracts/proto packages/contracts/proto
 COPY --from=build /app/packages/runtime/dist packages/runtime/dist

@@ -782,7 +782,10 @@ describe("each check fails on a broken copy", () => {
       assert.notEqual(t, text, `the Dockerfile has ${from}`);
       return checkImage(t);
     };
-    fails(edit("RUN npm ci --omit=dev", "RUN npm ci"), /npm ci --no-audit .*: production installs with npm ci --omit=dev/);
+    fails(
+      edit("RUN npm ci --engine-strict --omit=dev", "RUN npm ci --engine-strict"),
+      /npm ci --engine-strict --no-audit .*: production installs with npm ci --omit=dev/,
+    );
     fails(edit("RUN mkdir -p /csi", "RUN npm install -g tsx && mkdir -p /csi"), /the final stage must not have tsx or typescript/);
     fails(edit('CMD ["node", "services/journal/dist/main.js"]', 'CMD ["node", "--import", "tsx", "services/journal/src/main.ts"]'), /Dockerfile CMD: runs tsx/);
     fails(edit('CMD ["node", "services/journal/dist/main.js"]', "CMD node services/journal/dist/main.js"), /CMD is not in exec form/);

@@ -67,6 +67,16 @@ function dockerignored(): (p: string) => boolean {
   return (p) => res.some((re) => re.test(path.posix.normalize(p)));
 }
 
+/**
+ * `env` with this process's node first on the PATH: npm (`#!/usr/bin/env node`) and what it runs
+ * then use the Node the tests run on, not whichever node the machine has first (the image's
+ * `npm ci --engine-strict` refuses any other line).
+ */
+const thisNodeFirst = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv => ({
+  ...env,
+  PATH: [path.dirname(process.execPath), env.PATH].filter(Boolean).join(path.delimiter),
+});
+
 /** The run of a plain node in the replayed image: its status and output. */
 interface Run {
   code: number;
@@ -132,7 +142,12 @@ function replayStage(stages: DockerStage[], stage: DockerStage, into: string, do
           const args = step.split(/\s+/).slice(1);
           // Not the npm_* variables of an `npm test` around us (npm_config_local_prefix names this tree).
           const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(npm_|INIT_CWD$)/i.test(k)));
-          execFileSync("npm", [...args, "--prefer-offline"], { cwd: inStage(".", dir), env: { ...clean, ...out.env }, stdio: "pipe", timeout: 600_000 });
+          execFileSync("npm", [...args, "--prefer-offline"], {
+            cwd: inStage(".", dir),
+            env: thisNodeFirst({ ...clean, ...out.env }),
+            stdio: "pipe",
+            timeout: 600_000,
+          });
         } else
           assert.match(
             step,
@@ -161,7 +176,7 @@ describe("the image's final stage, replayed after npm run build, runs the compil
 
   before(
     async () => {
-      execFileSync("npm", ["run", "build"], { cwd: ROOT, stdio: "pipe", timeout: 1_200_000 });
+      execFileSync("npm", ["run", "build"], { cwd: ROOT, env: thisNodeFirst(process.env), stdio: "pipe", timeout: 1_200_000 });
       scratch = await mkdtemp(path.join(os.tmpdir(), "csi-image-"));
       const stages = parseDockerfile(readFileSync(path.join(ROOT, "Dockerfile"), "utf8"));
       image = replayStage(stages, stages.at(-1) as DockerStage, scratch);

@@ -5,6 +5,7 @@
  *  - a create / publish / stage / publish / unpublish / unstage / unpublish / delete workload
  *    (plus a refused call, a busy lock, a heal after a crash) moves the named series of the
  *    controller, the journal and the node-agent, with bounded labels (never a volume id or name);
+ *    each of them says (nodejs_version_info) it runs on the Node the tests run on;
  *  - the journal's /readyz goes 503 naming "redis" when its Redis stops, and 200 again when it is
  *    back; its READY_FILE is removed when it stops;
  *  - `LOG_LEVEL=warn npm start` becomes ready (services are waited for through their READY_FILE,
@@ -152,6 +153,15 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
     }
     assert.equal(sampleValue(n1, "csi_nats_connected"), 1);
     assert.ok(has(n1, "process_cpu_user_seconds_total") && has(n1, "nodejs_eventloop_lag_seconds"), "process default metrics");
+    // Each service runs on the Node the tests run on (the testkit spawns them with process.execPath).
+    for (const [svc, samples] of [
+      ["controller", c1],
+      ["journal", j1],
+      ["node-agent", n1],
+    ] as const) {
+      const seen = samples.find((x) => x.name === "nodejs_version_info")?.labels.version;
+      assert.equal(seen, process.version, `${svc} runs on Node ${seen}, the tests on ${process.version}`);
+    }
 
     assertBoundedLabels([...c1, ...j1, ...n1], [v.id, v.uuid, "pvc-metrics", staging, target]);
   });
