@@ -138,6 +138,11 @@ export class RbdPool implements PoolBackend {
     }
   }
 
+  /** One cheap call to the cluster (the images' names): how many images the pool holds. */
+  async probe(): Promise<number> {
+    return (await this.#call<string[]>("names", {}, "list images")).length;
+  }
+
   async close(): Promise<void> {
     await this.#helper.close();
   }
