@@ -62,6 +62,8 @@ export interface CephCluster {
   writeImage(pool: string, image: string, offset: number, data: Buffer): Promise<void>;
   /** Bytes of an image (of its snapshot `snap` if given). */
   readImage(pool: string, image: string, offset: number, length: number, snap?: string): Promise<Buffer>;
+  /** The daemons' pids (the bench reads their CPU). */
+  pids(): Record<"mon" | "mgr" | "osd", number | undefined>;
   /** Sends a signal to one daemon (SIGSTOP/SIGCONT: a cluster that stops answering, and back). */
   signal(daemon: "mon" | "mgr" | "osd", sig: NodeJS.Signals): void;
   /** Kill the daemons, remove the directory. Idempotent. */
@@ -361,6 +363,11 @@ export async function startCeph(opts: { pools?: string[]; user?: string } = {}):
       user,
       keyFile,
       mgrActive,
+      pids: () => ({
+        mon: daemons.find((d) => d.name === "ceph-mon")?.child.pid,
+        mgr: daemons.find((d) => d.name === "ceph-mgr")?.child.pid,
+        osd: daemons.find((d) => d.name === "ceph-osd")?.child.pid,
+      }),
       signal: (which, sig) => {
         daemons.find((d) => d.name === `ceph-${which}`)?.child.kill(sig);
       },
