@@ -92,7 +92,7 @@ const rbdNames = async () => ((await ceph?.rbdJson(["ls", "rbd"])) ?? []) as str
 describe("RbdPool", { skip: noCeph }, () => {
   poolContract("RbdPool", async () => {
     const c = ceph as CephCluster;
-    const pool = rbdPool({ sweepEveryMs: 0 });
+    const pool = rbdPool();
     await pool.init();
     await c.mgrActive; // capacity comes from the manager's statistics
     return {
