@@ -250,15 +250,21 @@ describe("RbdPool", { skip: noCeph }, () => {
       }
     });
 
+    test("no Python with python3-rbd to run the helper: Unavailable, naming it; nothing else breaks", async () => {
+      const pool = rbdPool({ python: "/nonexistent/python3" });
+      await assert.rejects(pool.statImage("meta-vol"), (e: Error & { code: string }) => e.code === "Unavailable" && /nonexistent\/python3/.test(e.message));
+      await assert.rejects(pool.statImage("meta-vol"), (e: Error & { code: string }) => e.code === "Unavailable", "each call tries again");
+    });
+
     test("a helper that stops answering is killed at the call's deadline (Unavailable); the next call starts another", async () => {
       const pool = rbdPool({ opTimeoutMs: 3000 });
-      await pool.statImage("meta-vol");
+      await pool.createImage("helper-probe", MiB);
       const pid = pool.helperPid as number;
       process.kill(pid, "SIGSTOP");
-      assert.equal(await code(pool.statImage("meta-vol")), "Unavailable");
+      assert.equal(await code(pool.statImage("helper-probe")), "Unavailable");
       assert.equal(pool.helperPid, undefined, "the frozen helper was let go");
       assert.ok(await killed(pid), "and killed");
-      assert.equal((await pool.statImage("meta-vol"))?.name, "meta-vol");
+      assert.equal((await pool.statImage("helper-probe"))?.name, "helper-probe");
       assert.notEqual(pool.helperPid, pid);
     });
 

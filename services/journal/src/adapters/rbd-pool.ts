@@ -29,7 +29,7 @@
  * so `rbd image-meta list` traces an image back without Redis or the log.
  */
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { DriverError, PLUGIN_NAME } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
@@ -136,6 +136,12 @@ export class RbdPool implements PoolBackend {
     if (!/^[A-Za-z0-9+/]{20,}={0,2}\s*$/.test(key)) {
       throw new DriverError("InvalidArgument", `pool "${this.poolName}": ${this.#o.keyFile} does not hold one base64 Ceph key (a Secret's userKey)`);
     }
+    const mode = (await stat(this.#o.keyFile)).mode & 0o777;
+    if (mode & 0o077)
+      this.#o.logger?.warn(
+        { pool: this.poolName, keyFile: this.#o.keyFile, mode: mode.toString(8) },
+        "the Ceph key file is readable by group or others (0400 or 0600 expected)",
+      );
   }
 
   /** One cheap call to the cluster (the images' names): how many images the pool holds. */
