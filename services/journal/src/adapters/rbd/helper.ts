@@ -120,7 +120,7 @@ export class RbdHelper {
     return running;
   }
 
-  /** Its program in a private directory (0700), python on it, the settings line, then its ready line. */
+  /** Its program in a private directory (0700, removed once Python has read it), python on it, the settings line, then its ready line. */
   async #launch(r: Running): Promise<void> {
     r.dir = await mkdtemp(path.join(os.tmpdir(), "csi-rbd-"));
     const file = path.join(r.dir, "rbd_helper.py");
@@ -157,6 +157,14 @@ export class RbdHelper {
     child.stdin?.on("error", () => {}); // an exited helper: its exit handler fails the calls
     child.stdin?.write(`${JSON.stringify(this.#o.settings)}\n`);
     await ready;
+    // Python has read its program: nothing is left on disk, even if this process is SIGKILLed later.
+    await this.#removeDir(r);
+  }
+
+  async #removeDir(r: Running): Promise<void> {
+    const dir = r.dir;
+    r.dir = undefined;
+    if (dir) await rm(dir, { recursive: true, force: true });
   }
 
   /** stdout a line at a time, each at most maxReplyBytes. */
@@ -203,11 +211,7 @@ export class RbdHelper {
       this.#pending.delete(id);
       p.reject(err);
     }
-    if (r.dir) {
-      const dir = r.dir;
-      r.dir = undefined;
-      void rm(dir, { recursive: true, force: true });
-    }
+    void this.#removeDir(r);
   }
 }
 
