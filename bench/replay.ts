@@ -5,17 +5,18 @@
  *   - rebuild: the projector's forced rebuild into an empty Redis (wipe, replay, complete mark);
  *   - check:   the start-up check (the log folded in memory, compared with every Redis key);
  *   - replay:  audit.replay's whole-cluster fold at the log's end (no Redis);
- *   - backup:  `csictl log export` of the whole log to a file, then `log import` of it (checked
- *              whole, then restored on the same sequences) into the deleted stream.
+ *   - backup:  `csictl log export` of the whole log to a file (sealed with a key), then `log import`
+ *              of it (checked whole, staged, then written on the same sequences) into the deleted stream.
  * Reported: events/s and CPU µs per event of each process (journal = this process, nats-server,
  * redis-server). Every rebuild is checked against the log key by key. BENCH_PROFILE=<dir>: a CPU
  * profile of this process per step.
  */
+import { randomBytes } from "node:crypto";
 import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { Session } from "node:inspector";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
-import { backupFileLines, EventLog, exportLogToFile, importLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
+import { BackupKey, EventLog, exportLogToFile, importLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
 import { emptyReplay, replayInto, volumeReservedBody } from "@csi/journal/testing";
 import { createLogger, redisConnectOptions } from "@csi/runtime";
 import { startServer } from "@csi/testkit";
@@ -146,17 +147,28 @@ export async function replayScenario(dir: string): Promise<void> {
     // Backup and restore of the log (csictl log export / import): the whole stream to a file, the
     // stream deleted, the file checked and restored on the same sequences.
     const backup = path.join(dir, `replay-backup-${Date.now()}.jsonl`);
+    const key = BackupKey.fromFile(randomBytes(32), "bench key");
     await measure("log export (to a file)", async () => {
-      const r = await exportLogToFile(nc, CLUSTER, backup);
+      const r = await exportLogToFile(nc, CLUSTER, backup, { key });
       if (r.messages !== EVENTS) throw new Error(`exported ${r.messages} messages, not ${EVENTS}`);
     });
     const before = await log.info();
     await (await jetstreamManager(nc)).streams.delete(log.stream);
-    await measure("log import (check, then restore)", async () => {
-      const r = await importLog(nc, CLUSTER, () => backupFileLines(backup));
+    const steps: string[] = [];
+    await measure("log import (check, stage, write)", async () => {
+      let at = performance.now();
+      const r = await importLog(nc, CLUSTER, backup, {
+        key,
+        onStep: async (step) => {
+          const s = (performance.now() - at) / 1000;
+          steps.push(`${step} after ${s.toFixed(2)} s (${(EVENTS / s).toFixed(0)} events/s)`);
+          at = performance.now();
+        },
+      });
       const after = await log.info();
       if (r.lastSeq !== before.last || after.last !== before.last) throw new Error(`restored up to ${after.last}, the log had ${before.last}`);
     });
+    console.log(`  its steps: ${steps.join("; ")}`);
     console.log(`backup file: ${((await stat(backup)).size / EVENTS).toFixed(0)} bytes per event`);
     await rm(backup, { force: true });
   } finally {

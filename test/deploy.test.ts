@@ -207,6 +207,28 @@ describe("deployment files agree with the code", () => {
     assert.deepEqual(checkCompose(compose(), "deploy/clusters.json", read), []);
   });
 
+  // Both Compose versions read the file (docs/deploy.md, "docker compose"); each runs where it is installed.
+  for (const [name, argv, probe, missing] of [
+    [
+      "Compose v1.29 (Debian's docker-compose)",
+      ["docker-compose", "-f", "docker-compose.yml", "config", "-q"],
+      ["docker-compose", "version"],
+      "docker-compose is not installed (Debian: apt-get install docker-compose)",
+    ],
+    [
+      "Compose v2 (docker compose)",
+      ["docker", "compose", "-f", "docker-compose.yml", "config", "-q"],
+      ["docker", "compose", "version"],
+      "the Compose v2 plugin (docker compose) is not installed",
+    ],
+  ] as const) {
+    const why = spawnSync(probe[0], probe.slice(1), { encoding: "utf8", timeout: 30_000 }).status === 0 ? false : missing;
+    test(`docker-compose.yml as ${name} reads it`, { skip: why }, () => {
+      const out = spawnSync(argv[0], argv.slice(1), { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      assert.equal(out.status, 0, `${argv.join(" ")}: ${out.stderr}`);
+    });
+  }
+
   test("npm run build makes every service's main and csictl's, and ships no test file", () => {
     for (const s of ["journal", "controller", "node-agent"] as const) assert.ok(BUILT.has(rel(serviceMain(s, "dist"))), s);
     assert.ok(BUILT.has(rel(CSICTL_DIST)));
@@ -305,8 +327,21 @@ describe("each check fails on a broken copy", () => {
       /readinessProbe must GET \/readyz/,
     );
     fails(
-      k8s((d) => (node(d).livenessProbe.httpGet.port = 9808)),
-      /livenessProbe port 9808 is not the metrics port 9811/,
+      k8s((d) => (journal(d).livenessProbe.httpGet.port = 9808)),
+      /livenessProbe port 9808 is not the metrics port 9812/,
+    );
+    // The controller and the node-agent are alive when their CSI socket answers: through the livenessprobe sidecar.
+    fails(
+      k8s((d) => (node(d).livenessProbe.httpGet.port = "metrics")),
+      /csi-event-driver-node container node-agent: livenessProbe must GET \/healthz on 9808, the liveness-probe sidecar's \(CSI Probe over the socket\)/,
+    );
+    fails(
+      k8s((d) => delete ctl(d).livenessProbe),
+      /container controller: livenessProbe must GET \/healthz on 9808/,
+    );
+    fails(
+      k8s((d) => (ctl(d, "liveness-probe").args = ctl(d, "liveness-probe").args.filter((a: string) => !a.startsWith("--http-endpoint")))),
+      /liveness-probe: no --http-endpoint for the kubelet's liveness probe/,
     );
     fails(
       k8s((d) => (byName(d, "Deployment", "csi-event-driver-journal").spec.template.metadata.annotations["prometheus.io/port"] = "9810")),
@@ -396,6 +431,66 @@ describe("each check fails on a broken copy", () => {
     fails(
       k8s((d) => (node(d).env.find((e: { name: string }) => e.name === "NODE_ID").valueFrom = { fieldRef: { fieldPath: "metadata.name" } })),
       /NODE_ID must come from spec\.nodeName/,
+    );
+  });
+
+  test("the sidecars as they document themselves: flags of their pinned version, none deprecated, the metadata flags on", () => {
+    fails(
+      k8s((d) => ctl(d, "csi-provisioner").args.push("--extra-create-metdata")),
+      /container csi-provisioner: --extra-create-metdata is not a flag of csi-provisioner:v6\.4\.0/,
+    );
+    fails(
+      k8s((d) => node(d, "node-driver-registrar").args.push("-leader-election")),
+      /node-driver-registrar: --leader-election is not a flag of csi-node-driver-registrar:v2\.18\.0/,
+    );
+    fails(
+      k8s((d) => {
+        for (const c of [ctl(d, "liveness-probe"), node(d, "liveness-probe")]) c.image = "registry.k8s.io/sig-storage/livenessprobe:v2.21.0";
+      }),
+      /no documented flag list for livenessprobe:v2\.21\.0/,
+    );
+    fails(
+      k8s((d) => (node(d, "liveness-probe").args = node(d, "liveness-probe").args.map((a: string) => a.replace("--http-endpoint=:", "--health-port=")))),
+      /liveness-probe: --health-port is deprecated: use --http-endpoint/,
+    );
+    for (const sidecar of ["csi-provisioner", "csi-snapshotter"])
+      fails(
+        k8s((d) => (ctl(d, sidecar).args = ctl(d, sidecar).args.filter((a: string) => a !== "--extra-create-metadata"))),
+        new RegExp(`container ${sidecar}: --extra-create-metadata must be on`),
+      );
+    fails(
+      k8s((d) => (byName(d, "CSIDriver", PLUGIN_NAME).spec.podInfoOnMount = false)),
+      /podInfoOnMount must be true/,
+    );
+  });
+
+  test("beside the privileged node-agent every sidecar on its socket is privileged (SELinux); the controller's need not be", () => {
+    for (const sidecar of ["node-driver-registrar", "liveness-probe"])
+      fails(
+        k8s((d) => delete node(d, sidecar).securityContext),
+        new RegExp(`container ${sidecar}: must be privileged like node-agent, whose socket it connects to`),
+      );
+    assert.deepEqual(
+      k8s((d) => assert.ok(!ctl(d, "csi-provisioner").securityContext?.privileged)),
+      [],
+      "the controller is not privileged: its sidecars need not be",
+    );
+  });
+
+  test("every sidecar's metrics port is declared and, with the PodMonitor, scraped", () => {
+    const monitored = [...docs, ...resourcesOf(path.join(K8S, "components/podmonitor"))];
+    assert.deepEqual(checkKubernetes(monitored, CLUSTERS), [], "the base with the PodMonitor component");
+    const withMonitor = (change: (d: K8sObject[]) => void) => checkKubernetes(changed(monitored, change), CLUSTERS);
+    fails(
+      withMonitor((d) => {
+        const m = byName(d, "PodMonitor", "csi-event-driver");
+        m.spec.podMetricsEndpoints = m.spec.podMetricsEndpoints.filter((e: { port: string }) => e.port !== "snapshotter-hc");
+      }),
+      /Deployment\/csi-event-driver-controller: no PodMonitor scrapes its metrics port snapshotter-hc/,
+    );
+    fails(
+      withMonitor((d) => (node(d, "liveness-probe").ports = [])),
+      /liveness-probe: --http-endpoint port 9808 is not a named containerPort/,
     );
   });
 
@@ -606,6 +701,31 @@ describe("each check fails on a broken copy", () => {
       /do not share one pool volume/,
     );
     assert.equal(composeSeconds("1m30s"), 90);
+    // Keys only Compose v2 reads: Debian's docker-compose 1.29 refuses the file.
+    const node = (x: Compose) => x.services["node-agent"] as Record<string, unknown> & { volumes: unknown[] };
+    fails(
+      checkCompose(
+        changed(c, (x) => (node(x).cgroup = "host")),
+        "deploy/clusters.json",
+        read,
+      ),
+      /service node-agent: cgroup is not read by Compose v1\.29/,
+    );
+    fails(
+      checkCompose(
+        changed(c, (x) =>
+          node(x).volumes.push({
+            type: "bind",
+            source: "/var/lib/kubelet",
+            target: "/var/lib/kubelet",
+            bind: { propagation: "rshared", create_host_path: true },
+          }),
+        ),
+        "deploy/clusters.json",
+        read,
+      ),
+      /service node-agent volume bind: create_host_path is not read by Compose v1\.29/,
+    );
   });
 
   test("our image: built files, plain node, no tsx; the Dockerfile's final stage", () => {

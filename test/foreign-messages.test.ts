@@ -126,7 +126,7 @@ test("node registrations: what is not a registration of its subject's node is sk
   const r = await runCsictl(["--json", "nodes"], { NATS_URL: s.env.nats.url, RUN_DIR: s.root });
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(
-    (JSON.parse(r.stdout) as { nodes: { nodeId: string }[] }).nodes.map((n) => n.nodeId),
+    (JSON.parse(r.stdout) as { items: { nodeId: string }[] }).items.map((n) => n.nodeId),
     [s.nodeId],
     "only the real node; the garbage is skipped",
   );

@@ -187,7 +187,7 @@ describe("foreign records in a live event stream", () => {
     const v0 = vols[0] as VolumeView;
     const r = await csictl("--json", "history", v0.uuid);
     assert.equal(r.code, 0, r.stderr);
-    const [found] = JSON.parse(r.stdout) as { events: { seq: number; type: string; foreign?: { reason: string } }[] }[];
+    const [found] = (JSON.parse(r.stdout) as { items: { events: { seq: number; type: string; foreign?: { reason: string } }[] }[] }).items;
     const foreign = found?.events.filter((e) => e.foreign) ?? [];
     const own = new Set([
       subjects.volumeEvents(CLUSTER, v0.uuid),
@@ -207,7 +207,7 @@ describe("foreign records in a live event stream", () => {
     );
     const human = await csictl("history", v0.uuid);
     assert.equal(human.code, 0, human.stderr);
-    assert.match(human.stdout, /\(foreign, skipped\)\s+too-large: .* bytes/);
+    assert.match(human.stdout, /\(foreign, skipped\)\s+-\s+-\s+too-large: .* bytes/);
   });
 
   test("csictl verify names exactly the 100 sequences (exit 1), and the journal's metric counts each once", async () => {

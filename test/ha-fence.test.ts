@@ -20,11 +20,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { EventLog, keysFor } from "@csi/journal/operator";
 import { FilePool } from "@csi/journal/testing";
-import { redisConnectOptions } from "@csi/runtime";
+import { redisConnectOptions, SentinelSafeRedis } from "@csi/runtime";
 import type { LocalServer } from "@csi/testkit";
 import { fencedAsk, fencedRace, GatedPool, journalReplica, tempDir } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { type HaServers, startHaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
 
 let dir: string;
@@ -37,7 +37,7 @@ before(async () => {
   ha = await startHaServers(path.join(dir, "servers"));
   nc = await connect({ servers: ha.natsUrl.split(","), maxReconnectAttempts: -1 });
   const access = { redisUrl: ha.redis[0]?.url ?? "", redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName };
-  redis = new Redis(access.redisUrl, { ...redisConnectOptions(access), maxRetriesPerRequest: 2 });
+  redis = new SentinelSafeRedis(access.redisUrl, { ...redisConnectOptions(access), maxRetriesPerRequest: 2 });
   redis.on("error", () => {}); // the primary is killed on purpose
 });
 

@@ -356,14 +356,14 @@ describe("operator commands (csictl against one journal)", () => {
     assert.deepEqual((await redis.zrange(volumeIndex, "0", "-1")).sort(), indexedBefore, "the same ones");
     const after = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => [x.uuid, x.sizeBytes]).sort();
     assert.deepEqual(after, before);
-    const byUuid = csictl("history", v.uuid) as { events: { type: string; requestId: string; actor: string }[] }[];
+    const byUuid = (csictl("history", v.uuid) as { items: { events: { type: string; requestId: string; actor: string }[] }[] }).items;
     assert.deepEqual(
       byUuid[0]?.events.map((e) => e.type),
       ["NameReserved", "VolumeReserved", "VolumeCreated", "VolumeExpanded"],
     );
     assert.equal(byUuid[0]?.events[3]?.requestId, "grow");
     assert.ok(byUuid[0]?.events.every((e) => e.actor.startsWith("journal ")));
-    const byName = csictl("history", "--name", "pvc-admin") as { uuids: string[]; events: unknown[] }[];
+    const byName = (csictl("history", "--name", "pvc-admin") as { items: { uuids: string[]; events: unknown[] }[] }).items;
     assert.deepEqual(byName[0]?.uuids, [v.uuid]);
     assert.deepEqual(byName[0]?.events, byUuid[0]?.events);
   });

@@ -5,11 +5,13 @@
  * the import puts every event back on its old sequence; a journal started over it rebuilds the
  * projection, which equals the one before key by key, and the volumes' histories are the same.
  * A restore into a stream that is not empty, and a truncated or edited file, are refused with
- * exit 1 and write nothing.
+ * exit 1 and write nothing. The backup here is unkeyed (no --key-file): the export says it is not
+ * authenticated, and the import takes it only with --insecure-no-mac (test/restore.test.ts has the
+ * keyed procedure).
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
 import { subjects } from "@csi/contracts";
@@ -52,14 +54,24 @@ test("export, lose the stream and the projection, import: the same log on the sa
   assert.ok(before.state && before.state.last_seq > 20, `a log of some length: ${before.state?.last_seq}`);
 
   const file = path.join(j.servers.dir, `bk-${randomUUID()}.jsonl`);
-  const exported = await csictl("--json", "log", "export", file);
+  const exported = await csictl("log", "export", file);
   assert.equal(exported.code, 0, exported.stderr);
-  assert.deepEqual([JSON.parse(exported.stdout).messages, JSON.parse(exported.stdout).lastSeq], [before.state?.messages, before.state?.last_seq]);
+  assert.match(exported.stderr, /not authenticated: the backup is sealed with an unkeyed SHA-256/);
+  assert.match(exported.stdout, /SEAL\s+SHA-256 \(unkeyed: not authenticated\)/);
+  await rm(file);
+  const json = await csictl("--json", "log", "export", file);
+  assert.equal(json.code, 0, json.stderr);
+  assert.deepEqual([JSON.parse(json.stdout).messages, JSON.parse(json.stdout).lastSeq], [before.state?.messages, before.state?.last_seq]);
+
+  // Unkeyed: taken only with --insecure-no-mac (a usage error without, before anything is read or sent).
+  const unkeyed = await csictl("log", "import", file);
+  assert.equal(unkeyed.code, 2, unkeyed.stderr);
+  assert.match(unkeyed.stderr, /not authenticated .* restore it only with --insecure-no-mac/);
 
   // A restore over the live log is refused and changes nothing.
-  const over = await csictl("log", "import", file);
+  const over = await csictl("log", "import", file, "--insecure-no-mac");
   assert.equal(over.code, 1, over.stderr);
-  assert.match(over.stderr, /is not empty .* restored only into an empty stream/);
+  assert.match(over.stderr, /is not empty .*: log import restores only into an empty stream; log restore replaces it/);
   assert.equal((await streamState())?.last_seq, before.state?.last_seq);
 
   // Disaster: the journal stops, the stream and the projection are lost.
@@ -72,17 +84,17 @@ test("export, lose the stream and the projection, import: the same log on the sa
   const lines = text.trimEnd().split("\n");
   const truncated = `${file}.truncated`;
   await writeFile(truncated, `${lines.slice(0, -3).join("\n")}\n`);
-  const t = await csictl("log", "import", truncated);
+  const t = await csictl("log", "import", truncated, "--insecure-no-mac");
   assert.equal(t.code, 1);
   assert.match(t.stderr, /without its footer \(truncated\?\); nothing was written/);
   const edited = `${file}.edited`;
   await writeFile(edited, text.replace(/pvc-bk-3/g, "pvc-bk-X"));
-  const e = await csictl("log", "import", edited);
+  const e = await csictl("log", "import", edited, "--insecure-no-mac");
   assert.equal(e.code, 1);
   assert.match(e.stderr, /SHA-256|not a journal event/);
   assert.equal(await streamState(), undefined, "nothing was written");
 
-  const imported = await csictl("--json", "log", "import", file);
+  const imported = await csictl("--json", "log", "import", file, "--insecure-no-mac");
   assert.equal(imported.code, 0, imported.stderr);
   const restored = await streamState();
   assert.deepEqual([restored?.messages, restored?.first_seq, restored?.last_seq], [before.state?.messages, before.state?.first_seq, before.state?.last_seq]);

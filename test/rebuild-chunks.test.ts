@@ -36,7 +36,7 @@ const chunk = (i: number) => [
 const has = async (i: number) => (await redis.exists(k.record("volume", uuid(i)))) === 1;
 
 test("chunks land in order on their epoch; the last sets the watermark; then complete", async () => {
-  assert.equal(await store.beginRebuild(E1, "log", false), true);
+  assert.equal(await store.beginRebuild(E1, "log", undefined), true);
   assert.equal(await store.writeFreshOps(E1, 0, chunk(0)), true);
   assert.equal(await store.writeFreshOps(E1, 2, chunk(2)), false, "chunk 1 is missing: refused");
   assert.equal(await has(2), false, "a refused chunk writes nothing");
@@ -50,7 +50,7 @@ test("chunks land in order on their epoch; the last sets the watermark; then com
 });
 
 test("after a FLUSHALL, or back from a snapshot with fewer chunks written, the next chunk is refused", async () => {
-  assert.equal(await store.beginRebuild(E2, "log", true), true);
+  assert.equal(await store.beginRebuild(E2, "log", "force"), true);
   assert.equal(await store.writeFreshOps(E2, 0, chunk(10)), true);
   assert.equal(await store.writeFreshOps(E2, 1, chunk(11)), true);
   // What a Redis restarted from a snapshot taken after chunk 0 holds: the same epoch, one chunk written.

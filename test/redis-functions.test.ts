@@ -101,7 +101,7 @@ describe("loading the library", () => {
   test("before an admin loads it, the journal's user can neither use nor load it, and is told what to do", async () => {
     assert.equal(await journalFunctionsLoaded(journal), false);
     const store = new RedisStore(journal, k1);
-    await assert.rejects(store.beginRebuild("e0", "log", false), (err: unknown) => {
+    await assert.rejects(store.beginRebuild("e0", "log", undefined), (err: unknown) => {
       assert.ok(err instanceof DriverError && err.code === "Unavailable", String(err));
       assert.match(err.message, new RegExp(`${JOURNAL_LIBRARY}.*csictl redis load-functions`));
       return true;
@@ -174,7 +174,7 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
 
   test("a rebuild, an operation's locks and writes, a renewal: all on c1's keys", async () => {
     const store = new RedisStore(journal, k1);
-    assert.equal(await store.beginRebuild(EPOCH, "log", true), true);
+    assert.equal(await store.beginRebuild(EPOCH, "log", "force"), true);
     const ops: [string, ...(string | number)[]][] = [
       ["HSET", k1.record("volume", uuid(1)), "csi.volname", "pvc-1", "_seq", 1],
       ["ZADD", k1.index("volume"), 0, uuid(1)],
@@ -197,7 +197,7 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
 
   test("another cluster's keys are refused before anything is written", async () => {
     const other = new RedisStore(journal, k2);
-    await assert.rejects(other.beginRebuild(EPOCH, "log", true), (err: unknown) => NOPERM((err as Error).cause));
+    await assert.rejects(other.beginRebuild(EPOCH, "log", "force"), (err: unknown) => NOPERM((err as Error).cause));
     await assert.rejects(other.lockAndReadKeys("t", 5000, { locks: [k2.uuidLock("volume", uuid(9))], hashes: [], fields: [] }), (err: unknown) =>
       NOPERM((err as Error).cause),
     );
@@ -283,7 +283,7 @@ describe("the key index instead of SCAN", () => {
     await admin.set(k1.uuidLock("volume", uuid(6)), "held");
     const listed = (await store.projectionKeys()).length;
     assert.ok(listed > 0);
-    assert.equal(await store.beginRebuild("e2", "log", true), true);
+    assert.equal(await store.beginRebuild("e2", "log", "force"), true);
     await store.wipeProjection();
     assert.equal(await admin.exists(k1.keyIndex), 0, "the index is gone with its keys");
     assert.deepEqual(await admin.keys(`${k1.prefix}csi.*`), [stale], "only the unindexed key is left");

@@ -492,7 +492,7 @@ describe("SECURE=1 npm start", () => {
       encoding: "utf8",
       env: { ...withoutServerEnv(process.env), RUN_DIR: stack.runDir },
     });
-    const rows = JSON.parse(out) as { cluster: string; replicas: number; projection: string }[];
+    const rows = (JSON.parse(out) as { items: { cluster: string; replicas: number; projection: string }[] }).items;
     assert.equal(rows[0]?.replicas, 1, out);
     // The log's backup reads as admin; its restore writes as the cluster's journal (here refused only because the log is not empty).
     const backup = path.join(stack.runDir, "backup.jsonl");
@@ -506,7 +506,7 @@ describe("SECURE=1 npm start", () => {
     // The attacks of issue 21 on this stack: a node-agent's allowed request and a controller's journal
     // command, each with its reply subject on the new volume's log subject. Nothing may land there:
     // the volume's delete (fenced on that subject) still succeeds.
-    const volumeId = (JSON.parse(created.stdout) as { volume: { volume_id: string } }).volume.volume_id;
+    const volumeId = (JSON.parse(created.stdout) as { volume: { volumeId: string } }).volume.volumeId;
     const { uuid, poolID } = decomposeVolumeId(volumeId);
     const getVolume = { uuid, poolId: poolID };
     const target = subjects.volumeEvents("local", uuid);

@@ -48,7 +48,7 @@ describe("MemoryStore beside RedisStore", () => {
     const life = volumeLife(e);
     const states = folded(life);
     const epoch = "0123456789abcdef0123456789abcdef";
-    await store.beginRebuild(epoch, "log", true);
+    await store.beginRebuild(epoch, "log", "force");
     await store.writeFresh(epoch, 0, [...states.values()], life.length);
     await store.markComplete(epoch, life.length);
     const rebuilt = { size: await store.projectionSize(), differences: await store.differences(states.values()) };
@@ -101,7 +101,7 @@ describe("MemoryStore's clock", () => {
     let now = 1_000;
     const store = new MemoryStore({ now: () => now });
     const epoch = "0123456789abcdef0123456789abcdef";
-    await store.beginRebuild(epoch, "log", true);
+    await store.beginRebuild(epoch, "log", "force");
     await store.writeFresh(epoch, 0, [], 0);
     await store.markComplete(epoch, 0);
     const e = events();

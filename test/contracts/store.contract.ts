@@ -127,7 +127,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
 
     /** A rebuild from `from` (every state, up to `last`), complete. */
     async function rebuild(from: Iterable<Aggregate> = [], last = 0, epoch = newEpoch()): Promise<string> {
-      assert.equal(await store.beginRebuild(epoch, LOG, true), true);
+      assert.equal(await store.beginRebuild(epoch, LOG, "force"), true);
       await store.wipeProjection();
       assert.equal(await store.writeFresh(epoch, 0, [...from], last), true);
       assert.equal(await store.markComplete(epoch, last), true);
@@ -174,7 +174,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.applyAndUnlock([], [nameLock], "t1"), 0);
       read(await lock("t3", [nameLock]), "released with its token");
       busy(await lock("t3", [volLock]), volLock, "the lock not named stays held");
-      assert.equal(await store.beginRebuild(newEpoch(), LOG, true), true, "the projection is incomplete now");
+      assert.equal(await store.beginRebuild(newEpoch(), LOG, "force"), true, "the projection is incomplete now");
       assert.equal(await store.applyAndUnlock(trailsOf(volumeLife()), [volLock], "t1"), -1, "refused");
       read(await lock("t4", [volLock]), "released all the same");
     });
@@ -235,7 +235,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(first.states.has(addressKey(vol)), false, "not the second's");
       const nowhere = read(await store.lockAndRead("t", TTL, { states: [{ kind: "name", of: "volume", name: "nope" }], follow: true }));
       assert.deepEqual([...nowhere.states], [[addressKey({ kind: "name", of: "volume", name: "nope" }), undefined]], "a name that points nowhere");
-      assert.equal(await store.beginRebuild(newEpoch(), LOG, true), true);
+      assert.equal(await store.beginRebuild(newEpoch(), LOG, "force"), true);
       const incomplete = read(await store.lockAndRead("t2", TTL, { states: [vol], nodeClaims: ["n1"] }));
       assert.equal(incomplete.complete, false, "read with the complete mark");
       assert.deepEqual(incomplete.states.get(addressKey(vol)), life.get(addressKey(vol)), "what is there is read all the same");
@@ -323,7 +323,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
     test("an incomplete projection refuses every apply (-1): nothing written, the watermark stays", async () => {
       const life = volumeLife();
       await rebuild(folded(life).values(), 8);
-      assert.equal(await store.beginRebuild(newEpoch(), LOG, true), true);
+      assert.equal(await store.beginRebuild(newEpoch(), LOG, "force"), true);
       const claimed = events(8).claimed("n3");
       const before = await states([vol]);
       assert.equal(await store.applyAndUnlock(trailsOf([claimed], before), [], "t"), -1);
@@ -354,17 +354,26 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await applied(), 20, "move no watermark");
     });
 
-    test("a rebuild: refused over a complete projection unless forced; wiped; chunks in order on its epoch; complete at the log's end", async () => {
-      assert.equal(await store.beginRebuild(newEpoch(), LOG, false), true, "no projection: begun");
+    test("a rebuild: begun over the projection judged (or forced), refused once it changed; wiped; chunks in order on its epoch; complete at the log's end", async () => {
+      assert.equal(await store.beginRebuild(newEpoch(), LOG, undefined), true, "no projection, as judged: begun");
       const life = folded(volumeLife());
       const e1 = await rebuild(life.values(), 8);
-      assert.deepEqual(await store.projectionMeta(), { epoch: e1, log: LOG, applied: 8, complete: true });
-      assert.equal(await store.beginRebuild(newEpoch(), "log-2", false), false, "complete: refused");
-      assert.deepEqual(await store.projectionMeta(), { epoch: e1, log: LOG, applied: 8, complete: true }, "unchanged");
+      const judged = await store.projectionMeta();
+      assert.ok(judged);
+      assert.deepEqual(judged, { epoch: e1, log: LOG, applied: 8, complete: true });
+      assert.equal(await store.beginRebuild(newEpoch(), "log-2", undefined), false, "judged missing, but a rebuild made one since: refused");
+      assert.equal(await store.beginRebuild(newEpoch(), "log-2", { ...judged, complete: false }), false, "judged incomplete, complete since");
+      assert.equal(await store.beginRebuild(newEpoch(), "log-2", { ...judged, epoch: newEpoch() }), false, "another epoch");
+      assert.deepEqual(await store.projectionMeta(), judged, "unchanged");
 
+      // A complete projection of another log (the stream was restored): begun over it as judged.
       const e2 = newEpoch();
-      assert.equal(await store.beginRebuild(e2, "log-2", true), true, "forced");
+      assert.equal(await store.beginRebuild(e2, "log-2", judged), true, "begun over the complete projection judged");
       assert.deepEqual(await store.projectionMeta(), { epoch: e2, log: "log-2", applied: 0, complete: false });
+      assert.equal(await store.beginRebuild(newEpoch(), "log-2", judged), false, "the same judgement a second time: refused (e2 began since)");
+      const e3 = newEpoch();
+      assert.equal(await store.beginRebuild(e3, "log-2", "force"), true, "forced over anything");
+      assert.deepEqual(await store.projectionMeta(), { epoch: e3, log: "log-2", applied: 0, complete: false });
       assert.equal(await store.projectionComplete(), false);
       assert.equal(await store.completeStates([vol]), undefined);
       assert.equal(await store.completeIndexPage({ kind: "volume" }, undefined, 0), undefined);
@@ -374,13 +383,17 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.wipeProjection(), size, "every key removed");
       assert.equal(await store.projectionSize(), 0);
       assert.deepEqual(await states([vol, volName]), none(vol, volName));
-      assert.equal(await store.beginRebuild(newEpoch(), LOG, false), true, "an incomplete projection: another rebuild may begin");
+      assert.equal(
+        await store.beginRebuild(newEpoch(), LOG, await store.projectionMeta()),
+        true,
+        "an incomplete projection, as judged: another rebuild may begin",
+      );
     });
 
     test("a rebuild's chunks: only on its epoch, each after every one before it, none once complete; the last sets the watermark", async () => {
       const life = [...folded(volumeLife()).values()];
       const e2 = newEpoch();
-      assert.equal(await store.beginRebuild(e2, LOG, true), true);
+      assert.equal(await store.beginRebuild(e2, LOG, "force"), true);
       await store.wipeProjection();
       assert.equal(await store.writeFresh(e2, 1, life.slice(2), 8), false, "chunk 0 is missing");
       assert.equal(await store.writeFresh(newEpoch(), 0, life.slice(0, 2)), false, "another epoch");

@@ -8,6 +8,7 @@ import { z } from "zod";
 import { NATS_DEFAULT_MAX_PAYLOAD } from "./bounds.js";
 import { AccessMode, Actor, Capability, ContentSource, Uuid } from "./common.js";
 import { Kind } from "./kinds.js";
+import { PodInfo, SnapshotRequester, VolumeRequester } from "./kubernetes.js";
 import { MutableParameters } from "./mutable-parameters.js";
 
 const meta = {
@@ -38,6 +39,8 @@ export const VolumeReserved = ev("VolumeReserved", {
   source: ContentSource.optional(),
   /** The I/O limits given at creation (in force: no zeros); absent in logs written before they existed. */
   mutableParameters: MutableParameters.optional(),
+  /** The PVC and PV it was made for (Kubernetes' --extra-create-metadata); history only, not part of the volume's state. */
+  kubernetes: VolumeRequester.optional(),
 });
 export const VolumeCreated = ev("VolumeCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().positive() });
 export const VolumeExpanded = ev("VolumeExpanded", { uuid: Uuid, sizeBytes: z.number().int().positive() });
@@ -75,6 +78,8 @@ export const DeviceStateReported = ev("DeviceStateReported", {
   via: Via,
   /** When the node did it (the event's own time is when the journal appended it). */
   at: z.string(),
+  /** The pod a publish was for (the kubelet's podInfoOnMount); an unpublish names the pod its publish was for. */
+  pod: PodInfo.optional(),
 });
 
 // --- snapshot aggregate ---
@@ -89,6 +94,8 @@ export const SnapshotReserved = ev("SnapshotReserved", {
   digest: z.string(),
   /** Set when the snapshot is a member of a group snapshot (then it is deleted only with the group). */
   groupSnapshotUuid: Uuid.optional(),
+  /** The VolumeSnapshot and its content it was made for (Kubernetes' --extra-create-metadata); history only. */
+  kubernetes: SnapshotRequester.optional(),
 });
 export const SnapshotCreated = ev("SnapshotCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().nonnegative() });
 export const SnapshotDeleted = ev("SnapshotDeleted", { uuid: Uuid });

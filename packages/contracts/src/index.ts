@@ -7,6 +7,7 @@ export * from "./events.js";
 export * from "./images.js";
 export * from "./journal.js";
 export * from "./kinds.js";
+export * from "./kubernetes.js";
 export * from "./mutable-parameters.js";
 export * from "./nodes.js";
 export * from "./permissions.js";

@@ -11,6 +11,7 @@ import { WireError } from "./errors.js";
 import { ForeignReason, ForeignRecordView, GroupMember } from "./events.js";
 import { MiB } from "./images.js";
 import { Kind } from "./kinds.js";
+import { SnapshotRequester, VolumeRequester } from "./kubernetes.js";
 import { MutableParameters } from "./mutable-parameters.js";
 
 export const Claim = z.object({
@@ -111,6 +112,8 @@ export const VolumeCreate = z
     sourcePoolId: PoolRef,
     /** I/O limits at creation (part of what a repeated create must match); absent = none. */
     mutableParameters: MutableParameters.optional(),
+    /** The PVC and PV it is made for: recorded on its reservation, never part of what a repeat must match. */
+    kubernetes: VolumeRequester.optional(),
   })
   .refine((r) => r.limitBytes === 0 || r.limitBytes >= r.sizeBytes, { message: "is below sizeBytes", path: ["limitBytes"] });
 export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
@@ -167,6 +170,8 @@ export const SnapshotCreate = z.object({
   sourceUuid: Uuid,
   sourcePoolId: PoolRef,
   parameters: StringMap.default({}),
+  /** The VolumeSnapshot and its content it is made for: recorded on its reservation, never part of what a repeat must match. */
+  kubernetes: SnapshotRequester.optional(),
 });
 export const SnapshotDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
 export const SnapshotGet = z.object({ uuid: Uuid, poolId: PoolRef });

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { Capability, Uuid } from "./common.js";
 import { DeviceState, Via } from "./events.js";
+import { PodInfo } from "./kubernetes.js";
 import { MutableParameters } from "./mutable-parameters.js";
 import { nameToken, subjects } from "./subjects.js";
 
@@ -103,6 +104,8 @@ export const DeviceReport = z.object({
   reason: z.string().max(4096).optional(),
   via: Via,
   at: z.string(),
+  /** The pod a publish was for (NodePublishVolume's volume_context), or the one an unpublished target was published for. */
+  pod: PodInfo.optional(),
 });
 export type DeviceReport = z.infer<typeof DeviceReport>;
 

@@ -13,8 +13,13 @@
  * subject that the server maps back to the requester's account, never into the exporter's.
  *
  *   CLUSTER_<c>   the journals of storage cluster c. Holds its event stream (CSI_EVENTS_<c>), the
- *                 one stream in the account (a push consumer on it cannot deliver onto its own
- *                 subjects: JetStream refuses the cycle). Exports its commands and service
+ *                 one lasting stream in the account (a push consumer on it cannot deliver onto its
+ *                 own subjects: JetStream refuses the cycle). While a log is restored, the restore's
+ *                 staging stream (CSI_RESTORE_<c>) is there too: a push consumer on the log could
+ *                 deliver into it, but nothing of it is ever copied into the log (the restore writes
+ *                 the log from the checked backup file; the staging stream only proves the server
+ *                 takes every record, and a record that should not be there fails its check), and only
+ *                 the journal role may make consumers on it. Exports its commands and service
  *                 discovery to the controller and csictl, and read-only access to its log to csictl.
  *   FLEET         what crosses between nodes and the control plane: node registrations
  *                 (CSI_NODES), node work (CSI_NODE_WORK) and every cluster's device reports
@@ -261,7 +266,18 @@ export function natsPermissions(role: NatsRole, clusters: readonly string[]): Na
     case "journal": {
       const c = role.cluster;
       return {
-        publish: { allow: [subjects.eventsWildcard(c), `${API}.INFO`, ...ownStreamApi(subjects.streamName(c)), ...imported], deny: [] },
+        publish: {
+          allow: [
+            subjects.eventsWildcard(c),
+            `${API}.INFO`,
+            ...ownStreamApi(subjects.streamName(c)),
+            // A log restore (csictl as the journal, journals stopped) stages the backup in a stream of its own first.
+            subjects.restoreWildcard(c),
+            ...ownStreamApi(subjects.restoreStreamName(c)),
+            ...imported,
+          ],
+          deny: [],
+        },
         subscribe: {
           allow: [
             inbox,

@@ -10,6 +10,7 @@
  *   csi.<cluster>.evt.name.<token>.<instance>.<b64>  request-name aggregate (reservation fence)
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.evt.pool.<pool>                    a pool's own events (gc of images no reservation owns)
+ *   csi.<cluster>.restore.<evt subject after "csi.<cluster>.">   a log restore's staging stream (the same records, staged)
  *   csi.<cluster>.report.<node>.<uuid>               device-state reports as node-agents send them (durable queue);
  *                                                    <node> = nameToken(nodeId), so NATS permissions can let a
  *                                                    node-agent publish its own node's reports only (permissions.ts)
@@ -73,6 +74,13 @@ export const subjects = {
   reportStreamName: (cluster: string) => `CSI_REPORTS_${clusterToken(cluster)}`,
   /** JetStream stream holding one cluster's event log. */
   streamName: (cluster: string) => `CSI_EVENTS_${clusterToken(cluster)}`,
+  /**
+   * The staging stream of a log restore (`csictl log restore`, docs/operations.md): the backup is
+   * written there whole, on its sequences, before the event log is replaced; journals do not start
+   * while it exists. Its subjects are the log's with `restore` in place of `evt`.
+   */
+  restoreStreamName: (cluster: string) => `CSI_RESTORE_${clusterToken(cluster)}`,
+  restoreWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.restore.>`,
   journalQueue: (cluster: string) => `journal-${clusterToken(cluster)}`,
   journalServiceName: (cluster: string) => `csi-journal-${clusterToken(cluster)}`,
 };

@@ -87,6 +87,7 @@ describe("NATS accounts: the trust boundary", () => {
       if (a.name.startsWith("CLUSTER_")) {
         assert.deepEqual(a.roles, [{ kind: "journal", cluster: a.name.slice("CLUSTER_".length) }], "a cluster's journals only");
         assert.equal(holds.length, 1, "its event stream alone: a push consumer on it cannot deliver onto its own subjects (a cycle)");
+        // (and a restore's staging stream while a log is restored: permissions.ts says why that one is harmless)
       }
     }
     assert.deepEqual(spec(FLEET_ACCOUNT).roles, [{ kind: "fleet" }], "no running service is a member of FLEET");
@@ -156,6 +157,10 @@ describe("per-user permissions: the second wall", () => {
     assert.ok(!can(of(journal), "subscribe", subjects.command("c2", "volume.create")), "not another cluster's commands");
     assert.ok(can(of(journal), "publish", `$JS.API.STREAM.MSG.DELETE.${subjects.streamName("c1")}`), "its own log's API");
     assert.ok(!can(of(journal), "publish", `$JS.API.STREAM.CREATE.${subjects.streamName("c2")}`));
+    assert.ok(can(of(journal), "publish", `$JS.API.STREAM.CREATE.${subjects.restoreStreamName("c1")}`), "its own restore's staging stream");
+    assert.ok(can(of(journal), "publish", "csi.c1.restore.evt.vol.x"));
+    assert.ok(!can(of(journal), "publish", `$JS.API.STREAM.CREATE.${subjects.restoreStreamName("c2")}`), "not another cluster's");
+    assert.ok(!can(of(journal), "publish", "csi.c2.restore.evt.vol.x"));
     assert.ok(of(journal).responses && (of(journal).responses?.max ?? 0) > 1, "answers with beats, then the reply");
     for (const r of [{ kind: "controller" } as NatsRole, { kind: "admin" } as NatsRole, n1]) {
       assert.ok(!can(of(r), "publish", event), `${natsUser(r)} appends no event`);

@@ -17,6 +17,7 @@ export * from "./ops/listener.js";
 export * from "./ops/metrics.js";
 export * from "./ops/readiness.js";
 export * from "./process.js";
+export * from "./redis-client.js";
 export * from "./retry.js";
 export * from "./rpc/bounds.js";
 export * from "./rpc/client.js";

@@ -28,6 +28,20 @@ function deepFreeze<T>(o: T): T {
 }
 
 describe("redactSecrets on CSI requests", () => {
+  test("NodePublishVolume: the kubelet's service account tokens in volume_context are stripped, the pod's names kept", () => {
+    const req = {
+      volume_id: "v1",
+      target_path: "/t",
+      volume_context: {
+        "csi.storage.k8s.io/pod.name": "db-0",
+        "csi.storage.k8s.io/serviceAccount.tokens": `{"vault":{"token":"${SECRET}"}}`,
+      },
+    };
+    const out = redactSecrets(req) as typeof req;
+    assert.deepEqual(out.volume_context, { "csi.storage.k8s.io/pod.name": "db-0", "csi.storage.k8s.io/serviceAccount.tokens": STRIPPED });
+    assert.doesNotMatch(JSON.stringify(out), /hunter2/);
+  });
+
   test("CreateVolume: secrets keys kept, values stripped, nothing else touched", () => {
     const req = createVolumeRequest();
     const out = redactSecrets(req) as ReturnType<typeof createVolumeRequest>;

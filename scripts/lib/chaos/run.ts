@@ -17,10 +17,10 @@ import { mkdir, mkdtemp, realpath } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { keysFor } from "@csi/journal/operator";
-import { csiClient, loadClusters, redisConnectOptions } from "@csi/runtime";
+import { csiClient, loadClusters, redisConnectOptions, SentinelSafeRedis } from "@csi/runtime";
 import { cleanupUnder } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
@@ -103,7 +103,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const poolRoot = cluster?.pools[0]?.root;
     if (!cluster || poolRoot === undefined) throw new Error("the chaos stack has no default cluster with a file pool");
     const keys = keysFor(cluster.clusterID, cluster.instance);
-    redis = new Redis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
+    redis = new SentinelSafeRedis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
     redis.on("error", () => {}); // the injector restarts it
 
     const stats = new CoStats();

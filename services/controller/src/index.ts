@@ -55,8 +55,12 @@ export async function startController(cfg: ControllerConfig, logger: Logger, ops
   const nodes = new NodeDirectory(nc, fleetAccess(cfg.natsAccounts));
   const times = { quietMs: cfg.journalQuietMs, fanOutMs: cfg.clusterFanOutTimeoutMs };
 
-  /** Probe: ready when NATS is up and a journal replica of the default cluster answers a service ping. */
-  const ready = () => journalAnswers(nc, clusters.defaultCluster);
+  /**
+   * Probe answers "alive" (its NATS connection is not closed for good): the kubelet restarts the
+   * controller when it fails (through the livenessprobe sidecar, docs/deploy.md "Probes"), which
+   * would not bring a journal back. Journals that do not answer are /readyz's.
+   */
+  const ready = async () => !nc.isClosed();
 
   const server = await startCsiServer({
     endpoint: cfg.endpoint,

@@ -2,6 +2,8 @@
  * Wiring of one journal replica: NATS, Redis, the pools, catch-up, then the NATS service.
  * main.ts calls this with the parsed config; tests can call it in-process too.
  */
+
+import { setTimeout as sleep } from "node:timers/promises";
 import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
 import {
   closeWithin,
@@ -16,13 +18,16 @@ import {
   Ops,
   redisConnectOptions,
   replicaId,
+  SentinelSafeRedis,
   watchNats,
 } from "@csi/runtime";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
+import { restoreUnderWay } from "./adapters/log-backup.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
 import { RbdPool } from "./adapters/rbd-pool.js";
@@ -65,7 +70,9 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     natsConnectOptions(cfg, { name: `csi-journal-${clusterID}`, inboxPrefix: inboxPrefix(role), maxReconnectAttempts: -1, noAsyncTraces: true }),
     (why) => log.warn(why),
   );
-  const redis = new Redis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true });
+  const redis = new SentinelSafeRedis(cfg.redisUrl, { ...redisConnectOptions(cfg), maxRetriesPerRequest: 2, enableAutoPipelining: true }, () =>
+    log.warn("the redis client had ended on its own (a failover seen while reconnecting): connecting again"),
+  );
   redis.on("error", (err) => log.warn({ err: err.message }, "redis connection error"));
   const metrics = new JournalMetrics(ops);
   watchNats(nc, ops);
@@ -73,6 +80,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
 
   const events = new JetStreamLog(nc, { cluster: clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
   metrics.watchForeign(events, log);
+  await untilNoRestore(nc, clusterID, log);
   await events.ensureStream();
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
@@ -81,6 +89,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   await ensureFleetStreams(nc, fleet, streams);
   const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
   const { store, projector } = await openProjection(cfg, cluster, redis, events, metrics, log);
+  if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
+    throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
 
   const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
@@ -120,6 +130,28 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     clusters,
     stop: () => stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis, pools: [...pools.values()] }),
   };
+}
+
+/** How often a journal that found a log restore under way looks again. */
+const RESTORE_POLL_MS = 2000;
+
+/**
+ * Waits while a restore of the cluster's event log is under way or was interrupted (its staging
+ * stream exists; adapters/log-backup.ts): a journal never serves, nor creates, a log half restored.
+ */
+async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  let told = false;
+  while (await restoreUnderWay(jsm, cluster)) {
+    if (!told)
+      log.warn(
+        { stream: subjects.restoreStreamName(cluster) },
+        "a restore of the event log is under way, or was interrupted: waiting for it to end before serving (an interrupted restore ends when csictl log restore is run again)",
+      );
+    told = true;
+    await sleep(RESTORE_POLL_MS);
+  }
+  if (told) log.info("the restore of the event log has ended");
 }
 
 /**

@@ -6,10 +6,19 @@
  * it) and the ACL file.
  */
 export { JetStreamLog as EventLog, JetStreamLog } from "./adapters/event-log.js";
-export { backupFileLines, exportLogToFile, importLog } from "./adapters/log-backup.js";
+export {
+  backupFileLines,
+  exportLogTo,
+  exportLogToFile,
+  type ImportPhase,
+  importLog,
+  newBackupFile,
+  readBackupKey,
+  restoreUnderWay,
+} from "./adapters/log-backup.js";
 export { Projector } from "./app/projector.js";
 export { KINDS, uuidSubjects } from "./domain/kinds.js";
-export { BackupError } from "./domain/log-backup.js";
+export { BackupError, BackupKey } from "./domain/log-backup.js";
 export { classifyRecord, eventsOf, isForeign, type LogRecord } from "./domain/log-records.js";
 export { type Keys, keysFor } from "./store/layout.js";
 export type { ProjectionMeta } from "./store/projection-state.js";

@@ -20,6 +20,7 @@ export type { States } from "./domain/evolve.js";
 export { type Address, type Aggregate, addressKey, addressOfState, Fold, foldInto, type Trail } from "./domain/evolve.js";
 export { events, GRP, SNAP, T0, VOL, volumeReservedBody } from "./domain/fixtures.js";
 export type { ImageKind } from "./domain/kinds.js";
+export { BackupWriter } from "./domain/log-backup.js";
 export type { LogRecord } from "./domain/log-records.js";
 export type { ImageInfo, ImageOwner, PoolBackend } from "./domain/pool-backend.js";
 export type { AppendMeta, EventLog as EventLogPort } from "./ports/event-log.js";

@@ -76,8 +76,10 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
     log,
     observe: grpcServerMetrics(ops.registry),
     services: {
-      // Not ready while the node's registration cannot be read back: the controller would refuse every publish to it.
-      Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() && heartbeat.registered() }),
+      // Probe answers "alive": the kubelet restarts the agent when it fails (through the livenessprobe
+      // sidecar, docs/deploy.md "Probes"), which would not bring a registration back and would stop
+      // the Node RPCs until NATS answers again. An unreadable registration is /readyz's (and logged).
+      Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() }),
       Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
     },
   });

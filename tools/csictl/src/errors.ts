@@ -8,10 +8,11 @@
  *   2  usage: unknown command or option, a missing or malformed argument
  *   3  unreachable: no running stack found, or NATS, Redis, the CSI endpoint or the journal does
  *      not answer (gRPC/journal UNAVAILABLE or DEADLINE_EXCEEDED)
+ *   141  the reader of stdout or stderr went away (128 + SIGPIPE, as a Unix tool; closed-pipe.ts)
  */
 import { DriverError, GrpcCode, grpcCodeOf } from "@csi/contracts";
 
-export const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3 } as const;
+export const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3, closedPipe: 141 } as const;
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
 
 /** An error csictl means to show as it is, with its exit status. */

@@ -1,67 +1,39 @@
 /**
- * How csictl prints: a table for people (cli-table3, borderless so that columns can be read by
- * eye and cut by awk), or JSON for scripts (`--json`), always on stdout; progress and notes go
- * to stderr so that stdout stays clean for a pipe.
+ * Where csictl prints: the result (a table, or -o json|yaml|name for scripts) on stdout and
+ * nothing else there; notes for a person (summaries, paging hints, what was skipped) and progress
+ * on stderr, and none of them with a format for programs — so that stdout can be piped into jq,
+ * awk or xargs whatever the command (docs/csictl.md, "Output"). The rendering is domain/format.ts.
  */
-import Table from "cli-table3";
+import { forMachines, type HumanOptions, type OutputFormat, render } from "./domain/format.js";
 
-export function table(head: string[], rows: (string | number | boolean | undefined)[][]): string {
-  const t = new Table({
-    head,
-    chars: {
-      top: "",
-      "top-mid": "",
-      "top-left": "",
-      "top-right": "",
-      bottom: "",
-      "bottom-mid": "",
-      "bottom-left": "",
-      "bottom-right": "",
-      left: "",
-      "left-mid": "",
-      mid: "",
-      "mid-mid": "",
-      right: "",
-      "right-mid": "",
-      middle: "  ",
-    },
-    style: { head: [], border: [], "padding-left": 0, "padding-right": 0, compact: true },
-  });
-  for (const r of rows) t.push(r.map((c) => (c === undefined ? "-" : String(c))));
-  return t
-    .toString()
-    .split("\n")
-    .map((l) => l.trimEnd())
-    .join("\n");
-}
-
-/** Key/value lines for one object ("ID  0001-…"). */
-export function fields(pairs: [string, string | number | boolean | undefined][]): string {
-  return table(
-    ["FIELD", "VALUE"],
-    pairs.filter(([, v]) => v !== undefined && v !== ""),
-  )
-    .split("\n")
-    .slice(1)
-    .join("\n");
-}
+export { type Cell, type Column, fields, type HumanOptions, listing, table } from "./domain/format.js";
 
 export interface Printer {
+  format: OutputFormat;
+  /** A format for programs (json, yaml, name): notes and progress stay off. */
   json: boolean;
-  /** The result: `value` as JSON with --json, else what `human` renders. */
-  result(value: unknown, human: () => string): void;
-  /** A note for a person (stderr; not with --json). */
+  /** The result: `value` as JSON/YAML, `human` as a table (its options: -o wide, --no-headers), `names` with -o name. */
+  result(value: unknown, human: (o: HumanOptions) => string, names?: () => string[]): void;
+  /** A note for a person (stderr; not with a format for programs). */
   note(text: string): void;
 }
 
-export function printer(json: boolean, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Printer {
+export function printer(
+  format: OutputFormat,
+  headers = true,
+  out: NodeJS.WritableStream = process.stdout,
+  err: NodeJS.WritableStream = process.stderr,
+): Printer {
+  const quiet = forMachines(format);
   return {
-    json,
-    result: (value, human) => {
-      out.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+    format,
+    json: quiet,
+    result: (value, human, names) => {
+      const text = render({ value, human, names }, format, headers);
+      if (text) out.write(text);
     },
     note: (text) => {
-      if (!json) err.write(`${text}\n`);
+      if (!quiet) err.write(`${text}\n`);
     },
   };
 }

@@ -3,8 +3,9 @@
  * errors of the work itself are explained by errors.ts. Each action gets a Session (the
  * connections, opened on first use) and closes it at the end.
  */
-import { Command, CommanderError, Option } from "commander";
-import { EXIT } from "./errors.js";
+import { Argument, Command, CommanderError, Option } from "commander";
+import { OUTPUT_FORMATS, outputFormat } from "./domain/format.js";
+import { EXIT, usageError } from "./errors.js";
 import type { GlobalOptions, Session } from "./session.js";
 
 export const VERSION = "0.1.0";
@@ -12,17 +13,25 @@ export const VERSION = "0.1.0";
 // biome-ignore lint/suspicious/noExplicitAny: commander hands actions its parsed arguments untyped
 type Action = (s: Session, ...args: any[]) => Promise<unknown>;
 
+/** The path of a command as typed ("volume create"). */
+const pathOf = (cmd: Command): string => (cmd.parent?.parent ? `${pathOf(cmd.parent)} ${cmd.name()}` : cmd.name());
+
 /**
  * A commander action: the command's own arguments and options, run in a Session; its number is
  * the exit status. The command modules (and the gRPC, NATS and Redis clients behind them) are
- * loaded only when a command runs, so that --help and usage errors answer at once.
+ * loaded only when a command runs, so that --help and usage errors answer at once. Before anything
+ * is sent: `-o name` only where the command prints object ids (`names`), and a --cluster that no
+ * cluster of the clusters file has is a usage error, whatever the command.
  */
-function act(f: Action) {
+function act(f: Action, o: { names?: boolean } = {}) {
   return async (...params: unknown[]) => {
     const cmd = params[params.length - 1] as Command;
+    const opts = cmd.optsWithGlobals() as GlobalOptions;
+    if (outputFormat(opts) === "name" && !o.names) throw usageError(`-o name: ${pathOf(cmd)} prints no object names (-o json or -o yaml)`);
     const { Session } = await import("./session.js");
-    const session = new Session(cmd.optsWithGlobals() as GlobalOptions);
+    const session = new Session(opts);
     try {
+      if (opts.cluster !== undefined) session.cluster();
       const code = await f(session, ...params.slice(0, -1));
       process.exitCode = typeof code === "number" ? code : EXIT.ok;
     } finally {
@@ -62,22 +71,43 @@ export function buildProgram(): Command {
             .replaceAll("\n", " ")}\n`,
         ),
     })
+    // Every subcommand's --help shows these too (commander copies the setting to the commands made after it).
+    .configureHelp({ showGlobalOptions: true })
     .showSuggestionAfterError()
-    .option("--json", "print JSON for scripts instead of tables")
+    .addOption(
+      new Option("-o, --output <format>", "json, yaml, wide (a table with more columns) or name (ids only, one a line); default: a table").choices(
+        OUTPUT_FORMATS,
+      ),
+    )
+    .option("--json", "the same as -o json")
+    .option("--no-headers", "tables without their header row")
     .option("--nats <url>", "NATS server (default: NATS_URL, else the running stack's run/stack.json)")
     .option("--redis <url>", "Redis server (default: REDIS_URL, else the running stack's)")
     .option("--endpoint <endpoint>", "the controller's CSI endpoint, unix:///path or tcp://host:port (default: CSI_ENDPOINT, else the stack's)")
     .option("--node-endpoint <endpoint>", "the node-agent's CSI endpoint for Node calls (default: CSI_NODE_ENDPOINT, else the stack's)")
-    .option("--cluster <id>", "storage cluster (default: the clusters file's default cluster)")
+    .option("--cluster <id>", "storage cluster: the one a command works on, or the only one a list shows (default: the clusters file's default cluster)")
     .option("--clusters-file <file>", "clusters file (default: CLUSTERS_FILE, else the stack's, else the built-in single cluster)")
     .option("--timeout <ms>", "how long to wait for any server to answer", "30000")
-    .addHelpText("after", "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable.\nSee docs/csictl.md.");
+    .addHelpText(
+      "after",
+      "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable, 141 the reader of the output went away (as by SIGPIPE).\nSee docs/csictl.md.",
+    );
+  volumeCommands(program);
+  snapshotCommands(program);
+  auditCommands(program);
+  operatorCommands(program);
+  completionCommand(program);
+  return program;
+}
 
+function volumeCommands(program: Command): void {
   const volume = program.command("volume").description("create, inspect, expand and delete volumes through the CSI endpoint");
   volume
     .command("create")
-    .description("CreateVolume: a new volume (or the existing one of that name, if it matches)")
-    .argument("<name>", "request name (idempotency key, e.g. pvc-1234)")
+    .description("CreateVolume: a new volume (or the existing one of that name, if it matches); several names, or -f, create many over one connection")
+    .argument("[names...]", "request names (idempotency keys, e.g. pvc-1234)")
+    .option("-f, --filename <file>", "also every name of this file, one a line (- for stdin; # comments)")
+    .option("--concurrency <n>", "with several names: at most n CreateVolume calls at once (default 16)")
     .requiredOption("--size <size>", "capacity, e.g. 8Mi, 1Gi, 500M")
     .option("--limit <size>", "largest acceptable capacity")
     .addOption(new Option("--mode <mode>", "access mode").choices(ACCESS_MODES).default("single-node-writer"))
@@ -87,33 +117,45 @@ export function buildProgram(): Command {
     .option("--pool <pool>", "pool of the cluster (default: its default pool)")
     .option("--from-snapshot <snapshot-id>", "restore from a snapshot")
     .option("--from-volume <volume-id>", "clone a volume")
-    .addOption(requestIdOption())
-    .action(act(async (s, name, o) => (await csi()).volumeCreate(s, name, o)));
+    .addOption(new Option("--request-id <id>", "request id sent as x-request-id (default: csictl-<uuid>; with several names: <id>-<n>)"))
+    .action(
+      act(
+        async (s, names: string[], o) => {
+          const bulk = await import("./commands/bulk.js");
+          if (bulk.isBulk(names, o)) return bulk.volumeCreateMany(s, names, o);
+          return (await csi()).volumeCreate(s, names[0] as string, o);
+        },
+        { names: true },
+      ),
+    );
   volume
     .command("get")
     .description("ControllerGetVolume: size, where it is published, its condition")
     .argument("<volume-id>")
-    .action(act(async (s, id) => (await csi()).volumeGet(s, id)));
+    .action(act(async (s, id) => (await csi()).volumeGet(s, id), { names: true }));
   volume
     .command("list")
-    .description("ListVolumes: every volume of every cluster (all pages, unless --max-entries)")
+    .description("ListVolumes: every volume of every cluster, or of --cluster (all pages, unless --max-entries)")
     .option("--max-entries <n>", "one page of at most n entries, with the token of the next")
     .option("--starting-token <token>", "go on from a token a page gave")
-    .action(act(async (s, o) => (await csi()).volumeList(s, o)));
+    .action(act(async (s, o) => (await csi()).volumeList(s, o), { names: true }));
   volume
     .command("expand")
     .description("ControllerExpandVolume: grow a volume")
     .argument("<volume-id>")
     .requiredOption("--size <size>", "new capacity, e.g. 16Mi")
     .addOption(requestIdOption())
-    .action(act(async (s, id, o) => (await csi()).volumeExpand(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).volumeExpand(s, id, o), { names: true }));
   volume
     .command("delete")
-    .description("DeleteVolume (refused while a node holds a claim on it)")
+    .description("DeleteVolume (refused while a node holds a claim on it); a volume the controller does not know is NotFound (exit 1)")
     .argument("<volume-id>")
+    .option("--ignore-not-found", "a volume that does not exist is no error (exit 0, nothing sent)")
     .addOption(requestIdOption())
-    .action(act(async (s, id, o) => (await csi()).volumeDelete(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).volumeDelete(s, id, o), { names: true }));
+}
 
+function snapshotCommands(program: Command): void {
   const snapshot = program.command("snapshot").description("create, list and delete snapshots through the CSI endpoint");
   snapshot
     .command("create")
@@ -122,7 +164,7 @@ export function buildProgram(): Command {
     .requiredOption("--source <volume-id>", "the volume to snapshot")
     .option("--param <key=value>", "VolumeSnapshotClass parameter (repeatable)", collect)
     .addOption(requestIdOption())
-    .action(act(async (s, name, o) => (await csi()).snapshotCreate(s, name, o)));
+    .action(act(async (s, name, o) => (await csi()).snapshotCreate(s, name, o), { names: true }));
   snapshot
     .command("list")
     .description("ListSnapshots (all pages, unless --max-entries)")
@@ -130,19 +172,22 @@ export function buildProgram(): Command {
     .option("--id <snapshot-id>", "only this snapshot")
     .option("--max-entries <n>", "one page of at most n entries")
     .option("--starting-token <token>", "go on from a token a page gave")
-    .action(act(async (s, o) => (await csi()).snapshotList(s, o)));
+    .action(act(async (s, o) => (await csi()).snapshotList(s, o), { names: true }));
   snapshot
     .command("delete")
-    .description("DeleteSnapshot")
+    .description("DeleteSnapshot; a snapshot the controller does not know is NotFound (exit 1)")
     .argument("<snapshot-id>")
+    .option("--ignore-not-found", "a snapshot that does not exist is no error (exit 0, nothing sent)")
     .addOption(requestIdOption())
-    .action(act(async (s, id, o) => (await csi()).snapshotDelete(s, id, o)));
+    .action(act(async (s, id, o) => (await csi()).snapshotDelete(s, id, o), { names: true }));
 
   program
     .command("call")
-    .description("any CSI RPC with a JSON request; prints the JSON answer (Node calls go to the node endpoint)")
+    .description(
+      "any CSI RPC with a proto3 JSON request (lowerCamelCase or proto names; an unknown field is a usage error, nothing sent); prints the proto3 JSON answer (Node calls go to the node endpoint)",
+    )
     .argument("<Service.Method>", "e.g. Controller.ListVolumes, Node.NodeGetInfo, Identity.Probe")
-    .argument("[json]", 'the request, e.g. \'{"volume_id":"…"}\' (default: {})')
+    .argument("[json]", 'the request, e.g. \'{"volumeId":"…"}\' (default: {})')
     .addOption(requestIdOption())
     .action(act(async (s, target, body, o) => (await csi()).call(s, target, body, o)));
 
@@ -151,9 +196,11 @@ export function buildProgram(): Command {
     .description("the timeline of a volume, snapshot or request name: every event and device report in order")
     .argument("<id-or-name>", "a CSI volume or snapshot id, a uuid (with --cluster), or a request name")
     .option("--name", "take the argument as a request name, whatever it looks like")
-    .option("-f, --follow", "then watch new events live until Ctrl-C (with --json: one JSON object per line)")
+    .option("-f, --follow", "then watch new events live until Ctrl-C (with -o json: one JSON object per line)")
     .action(act(async (s, arg, o) => (await import("./commands/history.js")).history(s, arg, o)));
+}
 
+function auditCommands(program: Command): void {
   program
     .command("rebuild")
     .description("drop the cluster's Redis projection and rebuild it from the event log (journals keep serving)")
@@ -165,7 +212,7 @@ export function buildProgram(): Command {
     .description("the state of the cluster (its live volumes and snapshots) or of one volume/snapshot at a point of the log, built from the log alone")
     .argument("[id]", "a CSI volume or snapshot id, or a uuid (with --cluster); none: the whole cluster")
     .requiredOption("--at <point>", "a stream sequence (the state after that event) or an ISO time (the state after the last event not later)")
-    .action(act(async (s, id, o) => (await audit()).replay(s, id, o)));
+    .action(act(async (s, id, o) => (await audit()).replay(s, id, o), { names: true }));
 
   program
     .command("verify")
@@ -182,20 +229,43 @@ export function buildProgram(): Command {
     .option("--max-actions <n>", "at most n actions in one run (default 1000)")
     .addOption(requestIdOption())
     .action(act(async (s, o) => (await audit()).gc(s, o)));
+}
 
+function operatorCommands(program: Command): void {
   const log = () => import("./commands/log.js");
   const logCmd = program.command("log").description("backup and restore of a cluster's event log, the source of truth (docs/operations.md)");
+  const keyFileOption = () =>
+    new Option(
+      "--key-file <file>",
+      "the backup key (at least 32 bytes; a Secret's file): an HMAC-SHA-256 seals the backup with it (default: the file CSICTL_BACKUP_KEY_FILE names)",
+    );
   logCmd
     .command("export")
-    .description("write the cluster's whole event log to a file (JSON lines, sealed by a count and SHA-256), while journals keep serving")
-    .argument("<file>", "the backup file to create (must not exist)")
-    .action(act(async (s, file) => (await log()).logExport(s, file)));
-  logCmd
-    .command("import")
-    .description("restore a backup into the cluster's empty event log, every event on its old sequence; then journals rebuild the projection from it")
-    .argument("<file>", "a file made by log export")
-    .option("--replicas <n>", "stream replicas if the stream has to be created (default 1; 3 on a NATS cluster)")
-    .action(act(async (s, file, o) => (await log()).logImport(s, file, o)));
+    .description("write the cluster's whole event log to a new file (JSON lines sealed by an HMAC under the backup key), while journals keep serving")
+    .argument("<file>", "the backup file to create (must not exist), or - for stdout")
+    .addOption(keyFileOption())
+    .action(act(async (s, file, o) => (await log()).logExport(s, file, o)));
+  const restores = [
+    [
+      "import",
+      "logImport",
+      "restore a backup into the cluster's empty (or absent) event log, every event on its old sequence, all checked first; journals must be stopped",
+    ],
+    [
+      "restore",
+      "logRestore",
+      "replace the cluster's event log with a backup (journals must be stopped): checked whole, staged, then written on its old sequences; journals rebuild the projection when they start",
+    ],
+  ] as const;
+  for (const [name, run, description] of restores)
+    logCmd
+      .command(name)
+      .description(description)
+      .argument("<file>", "a file made by log export, or - for stdin")
+      .addOption(keyFileOption())
+      .option("--insecure-no-mac", "take a backup that cannot be authenticated (exported without a key, or this key is not at hand)")
+      .option("--replicas <n>", "stream replicas of the log made (default: those of the log there, else 1; 3 on a NATS cluster)")
+      .action(act(async (s, file, o) => (await log())[run](s, file, o)));
   logCmd
     .command("purge-foreign")
     .description(
@@ -209,12 +279,12 @@ export function buildProgram(): Command {
   program
     .command("clusters")
     .description("per cluster: journal replicas answering, log sequence, projection watermark and lag (exit 1 if one is not served)")
-    .action(act(async (s) => (await import("./commands/clusters.js")).clusters(s)));
+    .action(act(async (s) => (await import("./commands/clusters.js")).clusters(s), { names: true }));
 
   program
     .command("nodes")
     .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
-    .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s)));
+    .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s), { names: true }));
 
   program
     .command("redis")
@@ -245,8 +315,17 @@ export function buildProgram(): Command {
     .option("--clusters <ids>", "storage clusters, comma-separated (default: those of the clusters file)")
     .option("--replicas <n>", "stream replicas of the streams made (default 1; 3 on a NATS cluster)")
     .action(act(async (s, o) => (await import("./commands/fleet.js")).fleetInit(s, o)));
+}
 
-  return program;
+function completionCommand(program: Command): void {
+  program
+    .command("completion")
+    .description("print a shell completion script: source <(csictl completion bash), or in ~/.zshrc: source <(csictl completion zsh)")
+    .addArgument(new Argument("<shell>", "the shell").choices(["bash", "zsh"]))
+    .action(async (shell: "bash" | "zsh") => {
+      const { completionScript } = await import("./commands/completion.js");
+      process.stdout.write(completionScript(program, shell));
+    });
 }
 
 /** Commander's own exits: help and version are 0, every parse error is a usage error. */

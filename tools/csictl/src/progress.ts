@@ -10,11 +10,11 @@ export interface Progress {
   finish(done: number): void;
 }
 
-export function startProgress(quiet: boolean, label: string, total: number): Progress {
+export function startProgress(quiet: boolean, label: string, total: number, unit = "events"): Progress {
   if (quiet || total === 0) return { update: () => {}, finish: () => {} };
   const bar = new SingleBar({
     stream: process.stderr,
-    format: `${label} [{bar}] {percentage}% | {value}/{total} events | {eta_formatted} left`,
+    format: `${label} [{bar}] {percentage}% | {value}/{total} ${unit} | {eta_formatted} left`,
     barsize: 30,
     hideCursor: true,
     noTTYOutput: true,

@@ -5,7 +5,7 @@
  * it, never a hang: every connection and call is bounded by --timeout.
  */
 import path from "node:path";
-import { type Clusters, clusterLogApi, DriverError, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
+import { type Clusters, clusterLogApi, DriverError, decomposeVolumeId, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
 import { EventLog } from "@csi/journal/operator";
 import {
   AccessError,
@@ -27,6 +27,7 @@ import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
+import { outputFormat } from "./domain/format.js";
 import { unreachable, usageError } from "./errors.js";
 import { type Printer, printer } from "./output.js";
 import { readStackFile, stackFilePath } from "./stack-file.js";
@@ -40,6 +41,9 @@ const DEFAULT_RUN_DIR = path.resolve(import.meta.dirname, "../../../run");
 
 export interface GlobalOptions extends ConnectionFlags {
   json?: boolean;
+  output?: string;
+  /** false with --no-headers. */
+  headers?: boolean;
   cluster?: string;
   timeout: string;
 }
@@ -56,7 +60,7 @@ export class Session {
   readonly #clients: { close(): void }[] = [];
 
   constructor(readonly opts: GlobalOptions) {
-    this.out = printer(!!opts.json);
+    this.out = printer(outputFormat(opts), opts.headers !== false);
     const timeout = Number(opts.timeout);
     if (!Number.isInteger(timeout) || timeout <= 0)
       throw usageError(`--timeout must be a positive number of milliseconds, got ${JSON.stringify(opts.timeout)}`);
@@ -223,6 +227,22 @@ export class Session {
       }
     }
     return this.#clusters;
+  }
+
+  /**
+   * A CSI volume or snapshot id given with --cluster must be of that cluster: the id names its
+   * cluster, and a --cluster that says otherwise is a mistake caught before anything is sent.
+   */
+  inCluster(id: string): void {
+    const c = this.opts.cluster;
+    if (c === undefined) return;
+    let of: string;
+    try {
+      of = decomposeVolumeId(id).clusterID;
+    } catch {
+      return; // a malformed id is its command's to refuse
+    }
+    if (of !== c) throw usageError(`${id} is of cluster ${of}, not ${c} (--cluster)`);
   }
 
   /** The cluster --cluster names (default: the clusters file's default cluster). */

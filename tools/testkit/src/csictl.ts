@@ -19,14 +19,29 @@ export interface CsictlRun {
   stderr: string;
 }
 
-export function runCsictl(args: string[], env: NodeJS.ProcessEnv): Promise<CsictlRun> {
+/**
+ * csictl with `args`, its output collected. `input`: what it reads on stdin (else none: stdin is
+ * closed at once). `timeoutMs`: a csictl that has not exited by then is killed and reported as
+ * code -1 (a hang is a failure, not a test that waits for ever).
+ */
+export function runCsictl(args: string[], env: NodeJS.ProcessEnv, opts: { input?: string | Buffer; timeoutMs?: number } = {}): Promise<CsictlRun> {
   return new Promise((resolve) => {
-    execFile(
+    const child = execFile(
       process.execPath,
       [CSICTL_BIN, ...args],
-      { cwd: ROOT, env: { ...withoutServerEnv(process.env), ...env }, encoding: "utf8", maxBuffer: 64 * 1024 * 1024 },
-      (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr }),
+      {
+        cwd: ROOT,
+        env: { ...withoutServerEnv(process.env), ...env },
+        encoding: "utf8",
+        maxBuffer: 64 * 1024 * 1024,
+        ...(opts.timeoutMs ? { timeout: opts.timeoutMs, killSignal: "SIGKILL" as const } : {}),
+      },
+      (err, stdout, stderr) => {
+        const killed = !!(err as { killed?: boolean } | null)?.killed;
+        resolve({ code: killed ? -1 : err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr });
+      },
     );
+    child.stdin?.end(opts.input ?? "");
   });
 }
 

@@ -16,7 +16,9 @@ import { JOURNAL_SETTINGS } from "@csi/journal/testing";
 import { nodeAgentConfig } from "@csi/node-agent";
 import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
+import { checkComposeKeys } from "./compose-keys.js";
 import type { ServiceName } from "./processes.js";
+import { checkDriverLiveness, checkScraping, checkSidecarFlags, checkSidecarPrivilege, flagValue, metricsPorts, portOf, SIDECAR_RE } from "./sidecar-checks.js";
 
 // ---------------------------------------------------------------------------------------------
 // The services, from their own settings tables and config loaders.
@@ -61,22 +63,6 @@ export interface ServiceRun {
   env: Record<string, string>;
   /** Env names set only for another's value to refer to (Kubernetes `$(NAME)`), not settings of the service. */
   helpers?: ReadonlySet<string>;
-}
-
-/** The value of `--name=value` or `--name value` in an argument list. */
-export function flagValue(args: readonly string[], name: string): string | undefined {
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i] as string;
-    if (a === `--${name}`) return args[i + 1];
-    if (a.startsWith(`--${name}=`)) return a.slice(name.length + 3);
-  }
-  return undefined;
-}
-
-/** The port of a "host:port" address (or ":port"). */
-export function portOf(addr: string | undefined): number | undefined {
-  const m = /:(\d+)$/.exec(addr ?? "");
-  return m ? Number(m[1]) : undefined;
 }
 
 /**
@@ -198,7 +184,7 @@ export interface Container {
   volumeMounts?: { name: string; mountPath: string; mountPropagation?: string; readOnly?: boolean }[];
   livenessProbe?: Probe;
   readinessProbe?: Probe;
-  securityContext?: { privileged?: boolean };
+  securityContext?: { privileged?: boolean; allowPrivilegeEscalation?: boolean };
 }
 export interface Volume {
   name: string;
@@ -227,6 +213,7 @@ export interface Pod {
   kind: string;
   replicas: number | undefined;
   annotations: Record<string, string>;
+  labels: Record<string, string>;
   spec: PodSpec;
 }
 
@@ -240,6 +227,7 @@ export function podsOf(docs: K8sObject[]): Pod[] {
       kind: d.kind,
       replicas: d.spec?.replicas,
       annotations: d.spec?.template?.metadata?.annotations ?? {},
+      labels: d.spec?.template?.metadata?.labels ?? {},
       spec: d.spec?.template?.spec as PodSpec,
     }));
 }
@@ -314,7 +302,6 @@ function ourContainer(pod: Pod): { c: Container; service: ServiceName; args: str
   return undefined;
 }
 
-const SIDECAR_RE = /^registry\.k8s\.io\/sig-storage\/([a-z-]+):(v\d+\.\d+\.\d+)$/;
 /** The sidecar images each pod of ours must run. */
 const SIDECARS: Partial<Record<ServiceName, string[]>> = {
   controller: ["csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter", "livenessprobe"],
@@ -347,10 +334,12 @@ export function checkPod(pod: Pod, docs: K8sObject[], problems: string[]): { ser
   const named = c.ports?.find((p) => p.name === "metrics");
   if (named?.containerPort !== port) problems.push(`${where}: containerPort "metrics" is ${named?.containerPort}, METRICS_ADDR's port is ${port}`);
   const probePort = (p: number | string | undefined) => (typeof p === "string" ? c.ports?.find((x) => x.name === p)?.containerPort : p);
+  // Liveness through the livenessprobe sidecar where the pod has one (checkDriverLiveness), else the service's own /healthz.
+  const ownLiveness = !SIDECARS[service]?.includes("livenessprobe");
   for (const [kind, probe, want] of [
-    ["livenessProbe", c.livenessProbe, "/healthz"],
-    ["readinessProbe", c.readinessProbe, "/readyz"],
-  ] as const) {
+    ...(ownLiveness ? [["livenessProbe", c.livenessProbe, "/healthz"] as const] : []),
+    ["readinessProbe", c.readinessProbe, "/readyz"] as const,
+  ]) {
     if (probe?.httpGet?.path !== want) problems.push(`${where}: ${kind} must GET ${want} (has ${probe?.httpGet?.path})`);
     else if (probePort(probe.httpGet.port) !== port) problems.push(`${where}: ${kind} port ${probe.httpGet.port} is not the metrics port ${port}`);
   }
@@ -392,6 +381,7 @@ export function checkPod(pod: Pod, docs: K8sObject[], problems: string[]): { ser
   }
 
   checkSidecars(pod, c, service, cfg, volumes, problems);
+  if (!ownLiveness) checkDriverLiveness(pod, c, problems);
   if (service === "node-agent") checkNodeHost(pod, c, volumes, problems);
   if (service === "journal") checkPodLoader(pod, c, docs, problems);
   return { service, config: cfg, c };
@@ -407,6 +397,8 @@ function checkSidecars(pod: Pod, c: Container, service: ServiceName, cfg: Effect
     if (!socket) problems.push(`${where}: endpoint ${cfg.endpoint} is not a unix socket`);
     else if (!driverSocket || !volumes.get(driverSocket.volume)) problems.push(`${where}: its socket ${socket} is not in a volume the sidecars can share`);
   }
+  checkSidecarFlags(pod, problems);
+  checkSidecarPrivilege(pod, c, driverSocket?.volume, problems);
   const images = new Set<string>();
   for (const x of sidecars) {
     const m = SIDECAR_RE.exec(x.image ?? "");
@@ -513,6 +505,15 @@ export function checkKubernetes(docs: K8sObject[], referenceClusters: string): s
     problems.push(`the journal and the node-agent do not share one pool directory: ${mounts.map((m) => `${m.source} at ${m.dir}`).join(" / ")}`);
   if (clusters && mounts[0]) checkPoolRoots(clusters, mounts[0].dir, `ConfigMap/${cm?.metadata.name}`, problems);
 
+  problems.push(
+    ...checkScraping(
+      docs,
+      metricsPorts(
+        results.map((r) => ({ pod: r.pod, driver: r.c })),
+        problems,
+      ),
+    ),
+  );
   problems.push(...checkDriverObjects(docs), ...checkClasses(docs, clusters), ...checkControllerRbac(docs));
   return problems;
 }
@@ -527,6 +528,8 @@ export function checkDriverObjects(docs: K8sObject[]): string[] {
     if (d.spec?.attachRequired !== true)
       problems.push(`CSIDriver/${d.metadata.name}: attachRequired must be true (the controller implements ControllerPublishVolume)`);
     if (!d.spec?.volumeLifecycleModes?.includes("Persistent")) problems.push(`CSIDriver/${d.metadata.name}: volumeLifecycleModes must include Persistent`);
+    if (d.spec?.podInfoOnMount !== true)
+      problems.push(`CSIDriver/${d.metadata.name}: podInfoOnMount must be true (NodePublishVolume records which pod mounted the volume)`);
   }
   const named: [string, string][] = [
     ...byKind(docs, "StorageClass").map((d): [string, string] => [`StorageClass/${d.metadata.name} provisioner`, d.provisioner]),
@@ -783,7 +786,7 @@ export function composeSeconds(d: string | undefined): number {
 }
 
 export function checkCompose(compose: Compose, referenceClustersPath: string, readFile: (p: string) => string): string[] {
-  const problems: string[] = [];
+  const problems: string[] = checkComposeKeys(compose);
   const builds = new Set<string>();
   const pools: string[] = [];
   for (const [name, svc] of Object.entries(compose.services)) {

@@ -10,6 +10,7 @@
  */
 export * from "./build.js";
 export * from "./ceph.js";
+export * from "./compose-keys.js";
 export * from "./csictl.js";
 export * from "./deploy-checks.js";
 export * from "./fenced-writers.js";
@@ -23,3 +24,5 @@ export * from "./processes.js";
 export * from "./redis-functions.js";
 export * from "./servers.js";
 export * from "./shared-process.js";
+export * from "./sidecar-checks.js";
+export * from "./sidecar-flags.js";

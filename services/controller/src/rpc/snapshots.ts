@@ -3,7 +3,7 @@
  * route (the id's cluster), act (the journal command), answer. A snapshot is cut in its source's
  * pool: its id shares the source's cluster and pool id.
  */
-import type { SnapshotView } from "@csi/contracts";
+import { type SnapshotView, snapshotRequesterOf } from "@csi/contracts";
 import { type CallContext, required } from "@csi/runtime";
 import { csiSnapshot, type Located, splitParameters } from "../domain/csi.js";
 import type { ControllerRpc, ControllerServer, Req, Res } from "./context.js";
@@ -12,12 +12,21 @@ import { listPage } from "./fan-out.js";
 export const createSnapshot: ControllerRpc<"CreateSnapshot"> = async (cs, req, ctx) => {
   required(req.source_volume_id, "source_volume_id");
   required(req.name, "name");
-  const l = cs.mustLocate(req.source_volume_id, "source volume");
   const params = splitParameters(req.parameters);
+  // The VolumeSnapshot and its content (--extra-create-metadata): for the history, never part of what a repeat must match.
+  const kubernetes = snapshotRequesterOf(req.parameters);
+  const l = cs.mustLocate(req.source_volume_id, "source volume");
   const s = await cs.call(
     l.cluster.clusterID,
     "snapshot.create",
-    { requestId: ctx.requestId, name: req.name, sourceUuid: l.parts.uuid, sourcePoolId: l.parts.poolID, parameters: params.rest },
+    {
+      requestId: ctx.requestId,
+      name: req.name,
+      sourceUuid: l.parts.uuid,
+      sourcePoolId: l.parts.poolID,
+      parameters: params.rest,
+      ...(kubernetes ? { kubernetes } : {}),
+    },
     ctx,
   );
   return { snapshot: csiSnapshot(l.cluster.clusterID, s) };

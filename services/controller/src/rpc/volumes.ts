@@ -4,7 +4,7 @@
  * create, placement), act (the journal command), answer (the CSI response). What a volume's size
  * and place are is decided in domain/sizes.ts and domain/placement.ts; the journal only checks it.
  */
-import { notFound, parseMutableParameters, quote, type ResolvedCluster, type VolumeView } from "@csi/contracts";
+import { notFound, parseMutableParameters, quote, type ResolvedCluster, type VolumeView, volumeRequesterOf } from "@csi/contracts";
 import { required, toCapabilities, toCapability } from "@csi/runtime";
 import {
   confirmCapabilities,
@@ -29,6 +29,8 @@ export const createVolume: ControllerRpc<"CreateVolume"> = async (cs, req, ctx) 
   const size = createSize(req.capacity_range);
   const params = splitParameters(req.parameters);
   const { parameters, mutableParameters } = createLimits(params.rest, req.mutable_parameters ?? {});
+  // The PVC and PV (--extra-create-metadata): metadata for the history, outside `parameters` and so outside what a repeat must match.
+  const kubernetes = volumeRequesterOf(req.parameters);
   const at = placeVolume(cs.clusters, {
     clusterID: params.clusterID,
     pool: params.pool,
@@ -47,6 +49,7 @@ export const createVolume: ControllerRpc<"CreateVolume"> = async (cs, req, ctx) 
       pool: at.pool.name,
       parameters,
       mutableParameters,
+      ...(kubernetes ? { kubernetes } : {}),
       capabilities,
       ...(source ? { source: { kind: source.kind, uuid: source.uuid }, sourcePoolId: source.poolId } : {}),
     },

@@ -21,6 +21,7 @@ import {
   RetentionPolicy,
   StorageType,
   type StoredMsg,
+  type StreamConfig,
   type StreamInfo,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -171,6 +172,19 @@ export async function historyOf(log: EventLog, subjectList: string[]): Promise<L
   return records.sort((a, b) => a.seq - b.seq);
 }
 
+/** How a stream of event records is made: file storage, kept forever (the log, and a restore's staging stream). */
+export function logStreamConfig(name: string, wildcard: string, replicas: number, description: string): Partial<StreamConfig> & { name: string } {
+  return { name, subjects: [wildcard], storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, description };
+}
+
+/** A stream's info, or undefined when it does not exist. */
+export function streamInfoOrNone(jsm: JetStreamManager, stream: string): Promise<StreamInfo | undefined> {
+  return jsm.streams.info(stream).catch((err: unknown) => {
+    if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return undefined;
+    throw err;
+  });
+}
+
 /** The event log on JetStream (the production EventLog). */
 export class JetStreamLog implements EventLog {
   readonly stream: string;
@@ -207,15 +221,8 @@ export class JetStreamLog implements EventLog {
   /** Create the stream if it does not exist (idempotent; safe from several replicas at once). */
   async ensureStream(): Promise<void> {
     const jsm = await this.#manager();
-    const config = {
-      name: this.stream,
-      subjects: [subjects.eventsWildcard(this.opts.cluster)],
-      storage: StorageType.File,
-      retention: RetentionPolicy.Limits,
-      num_replicas: this.opts.replicas ?? 1,
-      description: `CSI journal events of cluster ${this.opts.cluster}`,
-    };
-    await ensureStream(jsm, config);
+    const { cluster, replicas } = this.opts;
+    await ensureStream(jsm, logStreamConfig(this.stream, subjects.eventsWildcard(cluster), replicas ?? 1, `CSI journal events of cluster ${cluster}`));
   }
 
   /** Last sequence of one subject (0 when it has none), whatever the record there is: the subject's fence. */
@@ -279,12 +286,7 @@ export class JetStreamLog implements EventLog {
    */
   async #endOfUnknownSubject(): Promise<number> {
     const jsm = await this.#manager();
-    const info = await reachingNats("event log", () =>
-      jsm.streams.info(this.stream).catch((err: unknown) => {
-        if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return undefined;
-        throw err;
-      }),
-    );
+    const info = await reachingNats("event log", () => streamInfoOrNone(jsm, this.stream));
     return info && info.state.num_deleted > 0 ? (await this.#logInfo(info)).last : 0;
   }
 

@@ -23,7 +23,7 @@ import { type LockOn, lockKey, type ReadPlan } from "../domain/decider.js";
 import { type Address, type Aggregate, addressKey, addressOfState, isEnded, type Trail } from "../domain/evolve.js";
 import type { IndexOf, JournalStore, LockResult, ReplayStep, StateMap } from "../ports/store.js";
 import { type Keys, keysFor } from "../store/layout.js";
-import { diffProjection, type ProjectionMeta, type Stored } from "../store/projection-state.js";
+import { diffProjection, expectedMeta, type ProjectionMeta, type RebuildOver, type Stored } from "../store/projection-state.js";
 import { memberships, projectionOf, TOMBSTONE_TTL_MS } from "../store/writes.js";
 
 export interface MemoryStoreOptions {
@@ -178,8 +178,9 @@ export class MemoryStore implements JournalStore {
     return this.#meta?.complete === true;
   }
 
-  async beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean> {
-    if (this.#meta?.complete && !force) return false;
+  async beginRebuild(epoch: string, logId: string, over: RebuildOver): Promise<boolean> {
+    const want = expectedMeta(over);
+    if (want && ((this.#meta?.epoch ?? "") !== want.epoch || (this.#meta?.complete === true) !== want.complete)) return false;
     this.#meta = { epoch, log: logId, applied: 0, complete: false, written: 0 };
     return true;
   }

@@ -246,13 +246,20 @@ export class Projector {
     renew.unref();
     try {
       // Judged again under the lock: another replica may have finished a rebuild meanwhile.
-      const info = await this.log.info();
-      const judged = force ? { ok: false as const, reason: force } : judgeProjection(await this.store.projectionMeta(), info);
+      const [info, meta] = await Promise.all([this.log.info(), this.store.projectionMeta()]);
+      const judged = force ? { ok: false as const, reason: force } : judgeProjection(meta, info);
       if (judged.ok) return;
       const epoch = randomBytes(16).toString("hex");
-      if (!(await this.store.beginRebuild(epoch, info.id, !!force))) return;
+      // Begun over the very projection judged (or any, when forced): a projection complete but of
+      // another log (a restored stream) or ahead of it is rebuilt; one another rebuild began or
+      // finished meanwhile is judged again.
+      if (!(await this.store.beginRebuild(epoch, info.id, force ? "force" : meta))) {
+        this.logger.info({ reason: judged.reason }, "projection changed before its rebuild began: judging it again");
+        await sleep(50 + Math.random() * 100);
+        return;
+      }
       const started = performance.now();
-      this.logger.warn({ epoch, reason: judged.reason }, "projection rebuild started");
+      this.logger.warn({ epoch, reason: judged.reason, log: info.id, was: meta?.log }, "projection rebuild started");
       const wiped = await this.store.wipeProjection();
       const states: States = new Map();
       const last = await this.fold(states);

@@ -222,14 +222,19 @@ export type States = Map<string, Aggregate>;
 
 /** Fold `events` into `states`, each into its own aggregate (a foreign record moves its subject's aggregate's sequence only). */
 export function foldInto(states: States, events: Iterable<LogRecord>): States {
-  for (const e of events) {
-    const a = addressOfRecord(e);
-    if (!a) continue;
-    const key = addressKey(a);
-    const next = evolve(states.get(key), e);
-    if (next) states.set(key, next);
-  }
+  for (const e of events) foldStep(states, e);
   return states;
+}
+
+/** One step of `foldInto`: `r` folded into its aggregate in `states`; the aggregate's key and its states before and after (none when `r` evolves no aggregate). */
+export function foldStep(states: States, r: LogRecord): { key: string; before: Aggregate | undefined; after: Aggregate | undefined } | undefined {
+  const a = addressOfRecord(r);
+  if (!a) return undefined;
+  const key = addressKey(a);
+  const before = states.get(key);
+  const after = evolve(before, r);
+  if (after) states.set(key, after);
+  return { key, before, after };
 }
 
 /** One aggregate's state after `events` (others' events skipped), starting from `from`. */

@@ -63,6 +63,27 @@ describe("CreateSnapshot", () => {
       .thenThrows("NotFound", /source volume/);
   });
 
+  test("the VolumeSnapshot and its content are recorded on the reservation, and a repeat need not match them", () => {
+    const kubernetes = { volumeSnapshotNamespace: "shop", volumeSnapshotName: "db-daily", volumeSnapshotContentName: "snapcontent-1" };
+    const with_ = (k?: object) => createSnapshot(request("snapshot.create", { name: "snap-1", sourceUuid: V1, ...(k ? { kubernetes: k } : {}) }));
+    given(...landed(...volume(V1)))
+      .when(with_(kubernetes))
+      .then({ act: { events: [{ type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }, snapshotOf(U(0), V1, { kubernetes })] } });
+    const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V1, { kubernetes }), {
+      type: "SnapshotCreated",
+      uuid: S1,
+      imageId: "s-1",
+      sizeBytes: MiB,
+    });
+    for (const k of [undefined, { volumeSnapshotName: "other" }]) {
+      const d = given(...log)
+        .images([{ pool: "default", imageName: `csi-snap-${S1}` }, image(`csi-snap-${S1}`, MiB, "s-1")])
+        .when(with_(k))
+        .decision();
+      assert.ok("reply" in d && d.reply.uuid === S1, `the snapshot as it is: ${JSON.stringify(d)}`);
+    }
+  });
+
   test("our reservation is cut from the source's image, then recorded", () => {
     const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }, snapshotOf(U(0), V1));
     given(...log)

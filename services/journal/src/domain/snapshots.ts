@@ -37,6 +37,8 @@ export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<S
             poolId: poolIn(ctx, volume.pool).poolId,
             imageName: KINDS.snapshot.imageName(uuid),
             digest,
+            // Who asked (a VolumeSnapshot): recorded for the history, outside the digest (docs/deploy.md, "Who asked").
+            ...(req.kubernetes ? { kubernetes: req.kubernetes } : {}),
           };
         },
         build: (r) => ({ op: "snapshot", pool: r.pool, from: volume?.imageName ?? "", imageName: r.imageName }),

@@ -73,6 +73,24 @@ describe("CreateVolume", () => {
     if (d.reply.uuid !== OTHER || d.reply.sizeBytes !== MiB) throw new Error(JSON.stringify(d.reply));
   });
 
+  test("the PVC and PV it is made for are recorded on its reservation", () => {
+    const kubernetes = { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-1" };
+    given()
+      .when(createVolume(ask({ kubernetes })))
+      .then({ act: { events: reserved(U(0), { kubernetes }) } });
+  });
+
+  test("the PVC and PV are not part of what a repeat must match: another (or none) is answered with the volume as it is", () => {
+    const log = volume(OTHER, { kubernetes: { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-1" } });
+    for (const kubernetes of [undefined, { pvcNamespace: "other", pvcName: "x", pvName: "pvc-1" }]) {
+      const d = given(...log)
+        .images([ref(OTHER), image(img(OTHER))])
+        .when(createVolume(ask(kubernetes ? { kubernetes } : {})))
+        .decision();
+      if (!("reply" in d) || d.reply.uuid !== OTHER) throw new Error(`expected the volume as it is, got ${JSON.stringify(d)}`);
+    }
+  });
+
   test("a repeat with other parameters, another size range or another source is AlreadyExists", () => {
     const seen = given(...volume(OTHER)).images([ref(OTHER), image(img(OTHER))]);
     seen.when(createVolume(ask({ parameters: { fs: "xfs" } }))).thenThrows("AlreadyExists", /other parameters/);

@@ -110,6 +110,8 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
             capabilities: req.capabilities,
             ...(src ? { source: src } : {}),
             ...(Object.keys(mutableParameters).length > 0 ? { mutableParameters } : {}),
+            // Who asked (a PVC): recorded for the history, outside the digest (docs/deploy.md, "Who asked").
+            ...(req.kubernetes ? { kubernetes: req.kubernetes } : {}),
           };
         },
         build: (r) =>

@@ -8,7 +8,7 @@
 import type { Kind } from "@csi/contracts";
 import type { LockOn, ReadPlan } from "../domain/decider.js";
 import type { Address, Aggregate, Trail } from "../domain/evolve.js";
-import type { ProjectionMeta } from "../store/projection-state.js";
+import type { ProjectionMeta, RebuildOver } from "../store/projection-state.js";
 
 /** States by `addressKey` (undefined: the aggregate has none in the projection). */
 export type StateMap = Map<string, Aggregate | undefined>;
@@ -61,8 +61,12 @@ export interface ProjectionStore {
   tryRebuildLock(token: string, ttlMs: number): Promise<boolean>;
   renewRebuildLock(token: string, ttlMs: number): Promise<boolean>;
   releaseRebuildLock(token: string): Promise<void>;
-  /** Start a rebuild's epoch (refused over a complete projection unless `force`). */
-  beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean>;
+  /**
+   * Start a rebuild's epoch: `"force"` whatever the projection is (an operator's rebuild); else
+   * only over the projection the caller judged (`over`: its meta as read, undefined when there was
+   * none) — refused when another rebuild began or finished since (its epoch or complete mark moved).
+   */
+  beginRebuild(epoch: string, logId: string, over: RebuildOver): Promise<boolean>;
   /** Remove every projection key; returns how many. */
   wipeProjection(): Promise<number>;
   /** Chunk `chunk` of a rebuild's states, only on `epoch` after every chunk before it; the last sets the watermark `last`. */

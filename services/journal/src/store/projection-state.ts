@@ -27,6 +27,14 @@ export interface ProjectionMeta {
 
 export type Judgement = { ok: true } | { ok: false; reason: string };
 
+/** What a rebuild begins over: any projection (`"force"`), or the one judged (its meta as read; undefined: none). */
+export type RebuildOver = "force" | ProjectionMeta | undefined;
+
+/** The epoch and complete mark a rebuild expects to find (what `begin_rebuild` compares), or undefined for "force". */
+export function expectedMeta(over: RebuildOver): { epoch: string; complete: boolean } | undefined {
+  return over === "force" ? undefined : { epoch: over?.epoch ?? "", complete: over?.complete === true };
+}
+
 const EPOCH = /^[0-9a-f]{32}$/;
 
 export function isEpoch(s: string | undefined): s is string {

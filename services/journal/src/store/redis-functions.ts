@@ -26,7 +26,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 
 /** Bump with any change of the Lua below (and pin the new SHA-256 in redis-functions.test.ts). */
-export const JOURNAL_FUNCTIONS_VERSION = 1;
+export const JOURNAL_FUNCTIONS_VERSION = 2;
 export const JOURNAL_LIBRARY = `csi_journal_v${JOURNAL_FUNCTIONS_VERSION}`;
 const fn = (name: string) => `${JOURNAL_LIBRARY}_${name}`;
 
@@ -182,9 +182,15 @@ local function renew(keys, args)
   return 0
 end
 
--- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] log id, ARGV[3] '1' = even over a complete projection.
+-- KEYS[1] projection key; ARGV[1] epoch, ARGV[2] log id, ARGV[3] '1' = whatever the projection is;
+-- else ARGV[4] the epoch ('' none) and ARGV[5] the complete mark ('1' or '0') of the projection the
+-- caller judged: begun only if the meta still has both (no other rebuild began or finished since).
 local function begin_rebuild(keys, args)
-  if args[3] ~= '1' and redis.call('HGET', keys[1], 'complete') == '1' then return 0 end
+  if args[3] ~= '1' then
+    local epoch = redis.call('HGET', keys[1], 'epoch') or ''
+    local complete = redis.call('HGET', keys[1], 'complete') == '1' and '1' or '0'
+    if epoch ~= args[4] or complete ~= args[5] then return 0 end
+  end
   redis.call('DEL', keys[1])
   redis.call('HSET', keys[1], 'epoch', args[1], 'log', args[2], 'applied', 0)
   return 1

@@ -24,7 +24,7 @@ import { type Address, type Aggregate, addressKey, type Trail } from "../domain/
 import type { IndexOf, JournalStore, LockResult, ReplayStep, StateMap } from "../ports/store.js";
 import { type Hash, nameFromRedis, stateFromHash } from "./hash.js";
 import type { Keys } from "./layout.js";
-import { diffProjection, metaFromHash, type ProjectionMeta, type Stored } from "./projection-state.js";
+import { diffProjection, expectedMeta, metaFromHash, type ProjectionMeta, type RebuildOver, type Stored } from "./projection-state.js";
 import { ensureJournalFunctions, isMissingFunction, JOURNAL_FUNCTIONS } from "./redis-functions.js";
 import { freshWrites, type Mutation, projectionOf, type RedisOp, writesOf } from "./writes.js";
 
@@ -213,9 +213,11 @@ export class RedisStore implements JournalStore {
     return (await this.#call(() => this.#r.hget(this.keys.projection, "complete"))) === "1";
   }
 
-  /** Start a rebuild's epoch (the meta hash replaced); refused over a complete projection unless `force`. */
-  async beginRebuild(epoch: string, logId: string, force: boolean): Promise<boolean> {
-    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.beginRebuild, [this.keys.projection], [epoch, logId, force ? "1" : "0"])) === 1;
+  /** Start a rebuild's epoch (the meta hash replaced): forced, or only over the projection judged (ProjectionStore). */
+  async beginRebuild(epoch: string, logId: string, over: RebuildOver): Promise<boolean> {
+    const want = expectedMeta(over);
+    const args = want ? [epoch, logId, "0", want.epoch, want.complete ? "1" : "0"] : [epoch, logId, "1", "", ""];
+    return (await this.#fcall<number>(JOURNAL_FUNCTIONS.beginRebuild, [this.keys.projection], args)) === 1;
   }
 
   /**

@@ -18,6 +18,7 @@ import {
   invalidArgument,
   type MutableParameters,
   notFound,
+  type PodInfo,
   quote,
   readerOnly,
   volumeImageName,
@@ -102,7 +103,7 @@ export class NodeService {
     v: Pick<VolumeState, "clusterID" | "uuid">,
     state: DeviceState,
     origin: Origin,
-    more: { device?: string; path?: string; reason?: string } = {},
+    more: { device?: string; path?: string; reason?: string; pod?: PodInfo } = {},
   ): void {
     this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
@@ -187,9 +188,15 @@ export class NodeService {
    * Bind the volume at `target` (the staging mount, or for a block volume its device onto a
    * file) unless it is there already. The target must be free (see domain/placement.ts); the agent
    * creates it only as the last component of an existing directory. `stale` tells a mount of the
-   * volume's old device that the healer replaces. Returns whether this call created the target.
+   * volume's old device that the healer replaces; `pod` is whom the bind is for (its report says so).
+   * Returns whether this call created the target.
    */
-  async #bind(v: VolumeState, target: string, readOnly: boolean, origin: Origin, stale?: (m: MountEntry) => boolean): Promise<boolean> {
+  async #bind(
+    v: VolumeState,
+    target: string,
+    how: { readOnly: boolean; origin: Origin; stale?: (m: MountEntry) => boolean; pod?: PodInfo | undefined },
+  ): Promise<boolean> {
+    const { readOnly, origin, stale, pod } = how;
     const block = v.staging?.capability.accessType === "block";
     const current = await loop.findByBackingFile(v.imagePath);
     const ours = (m: MountEntry) => current !== undefined && isMountOfDevice(m, current);
@@ -210,7 +217,7 @@ export class NodeService {
       if (made) await outsideDeadline(() => (block ? removeFile(target) : removeIfEmptyDir(target).then(() => {}))).catch(() => {});
       throw err;
     }
-    this.#report(v, "published", origin, { device, path: target });
+    this.#report(v, "published", origin, { device, path: target, ...(pod ? { pod } : {}) });
     return made;
   }
 
@@ -251,13 +258,15 @@ export class NodeService {
     });
   }
 
-  publish(req: { volumeId: string; stagingPath: string; targetPath: string; readOnly: boolean; origin: Origin }): Promise<void> {
+  /** `pod`: whom the kubelet publishes it for (podInfoOnMount); kept with the publish, so its unpublish and heals name it too. */
+  publish(req: { volumeId: string; stagingPath: string; targetPath: string; readOnly: boolean; origin: Origin; pod?: PodInfo | undefined }): Promise<void> {
     return this.#op(req.volumeId, "NodePublishVolume", async () => {
       const v = this.#state.volumes[req.volumeId];
       const refusal = checkPublish(v, req.stagingPath, req.targetPath, req.readOnly);
       if (refusal || !v) throw new DriverError(refusal?.code ?? "FailedPrecondition", refusal?.reason ?? "not staged");
-      const made = await this.#bind(v, req.targetPath, req.readOnly, req.origin);
-      if (!v.publishes.some((p) => p.target === req.targetPath)) v.publishes.push({ target: req.targetPath, readOnly: req.readOnly, made });
+      const made = await this.#bind(v, req.targetPath, { readOnly: req.readOnly, origin: req.origin, pod: req.pod });
+      if (!v.publishes.some((p) => p.target === req.targetPath))
+        v.publishes.push({ target: req.targetPath, readOnly: req.readOnly, made, ...(req.pod ? { pod: req.pod } : {}) });
       await this.#save();
     });
   }
@@ -272,6 +281,7 @@ export class NodeService {
       const plan = planUnpublish(v, seen, ours);
       if (plan.kind === "refuse") throw new DriverError(plan.code, plan.reason);
       if (plan.kind === "nothing" || !v) return;
+      const pod = v.publishes.find((p) => p.target === target)?.pod;
       await this.#unmountOurs(target, ours, seen.mounts);
       const left = await this.#look(target);
       if (left.mounts.length === 0) {
@@ -283,7 +293,7 @@ export class NodeService {
         v.publishes = v.publishes.filter((p) => p.target !== target);
         await this.#save();
       }
-      this.#report(v, "unpublished", req.origin, { path: target });
+      this.#report(v, "unpublished", req.origin, { path: target, ...(pod ? { pod } : {}) });
     });
   }
 
@@ -450,8 +460,9 @@ export class NodeService {
     } else if (a.kind === "publish") {
       const p = v.publishes.find((x) => x.target === a.target);
       const old = a.replace;
-      await this.#bind(v, a.target, p?.readOnly ?? false, origin, (m) => old !== undefined && isMountOfDevice(m, old)); // replaces a bind of the old device
-      this.#report(v, "healed", origin, { path: a.target, reason: "re-published a target that was gone" });
+      // Replaces a bind of the old device.
+      await this.#bind(v, a.target, { readOnly: p?.readOnly ?? false, origin, stale: (m) => old !== undefined && isMountOfDevice(m, old), pod: p?.pod });
+      this.#report(v, "healed", origin, { path: a.target, reason: "re-published a target that was gone", ...(p?.pod ? { pod: p.pod } : {}) });
     }
   }
 }

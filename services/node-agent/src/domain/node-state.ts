@@ -4,7 +4,7 @@
  * (Nomad's: stage once per volume, unstage only when the last publish is gone) and the
  * compatibility rules of repeated stage/publish calls.
  */
-import { Capability, type ErrorName, quote } from "@csi/contracts";
+import { Capability, type ErrorName, PodInfo, quote } from "@csi/contracts";
 import { z } from "zod";
 
 export const Publish = z.object({
@@ -12,6 +12,8 @@ export const Publish = z.object({
   readOnly: z.boolean(),
   /** The agent created the target (directory or file), so unpublish removes it; absent in records older than this field. */
   made: z.boolean().optional(),
+  /** The pod it was published for (podInfoOnMount), named again by its unpublish and heals; absent without it. */
+  pod: PodInfo.optional(),
 });
 export type Publish = z.infer<typeof Publish>;
 

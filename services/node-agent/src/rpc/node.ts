@@ -6,7 +6,8 @@
  *   1. a required field is missing                        → INVALID_ARGUMENT
  *   2. the volume does not exist, or is not at the path   → NOT_FOUND
  *   3. the remaining arguments: paths absolute, clean, bounded, outside the forbidden roots,
- *      without symlinks (domain/paths.ts, NodeService.checkPath); the capability one we serve
+ *      without symlinks (domain/paths.ts, NodeService.checkPath); the capability one we serve;
+ *      the pod the kubelet names in NodePublishVolume's volume_context (podInfoOnMount)
  *                                                         → INVALID_ARGUMENT
  *   4. a field the call needs from an earlier step is unset
  *      (NodePublishVolume without staging_target_path)    → FAILED_PRECONDITION
@@ -14,7 +15,17 @@
  * So NodeGetVolumeStats of an unknown volume at "some/path" is NOT_FOUND (the volume is not
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
-import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, readerOnly, TOPOLOGY_KEY, unsupported } from "@csi/contracts";
+import {
+  type Capability,
+  DriverError,
+  invalidArgument,
+  type NodeQueueMessage,
+  type PodInfo,
+  podInfoOf,
+  readerOnly,
+  TOPOLOGY_KEY,
+  unsupported,
+} from "@csi/contracts";
 import { type CallContext, type Handlers, toCapability, type VolumeCapabilityMsg } from "@csi/runtime";
 import type { z } from "zod";
 import type { NodeService } from "../app/node-service.js";
@@ -30,6 +41,8 @@ export interface NodeArgs {
   volumePath?: string;
   capability?: Capability;
   publishContext?: Record<string, string>;
+  /** NodePublishVolume's volume_context: the kubelet names the pod there (csi.storage.k8s.io/pod.*). */
+  volumeContext?: Record<string, string>;
 }
 type Field = "volumeId" | "stagingPath" | "targetPath" | "volumePath" | "capability";
 type PathField = "stagingPath" | "targetPath" | "volumePath";
@@ -47,12 +60,20 @@ interface Rule {
   readonly paths: readonly PathField[];
   /** Set by an earlier step the caller skipped → FAILED_PRECONDITION. */
   readonly needs?: readonly PathField[];
+  /** The call names the pod it is for (volume_context), recorded with its report. */
+  readonly pod?: true;
 }
 
 export const NODE_CHECKS = {
   NodeStageVolume: { required: ["volumeId", "stagingPath", "capability"], find: "in-pool", paths: ["stagingPath"] },
   NodeUnstageVolume: { required: ["volumeId", "stagingPath"], paths: ["stagingPath"] },
-  NodePublishVolume: { required: ["volumeId", "targetPath", "capability"], find: "in-pool", paths: ["stagingPath", "targetPath"], needs: ["stagingPath"] },
+  NodePublishVolume: {
+    required: ["volumeId", "targetPath", "capability"],
+    find: "in-pool",
+    paths: ["stagingPath", "targetPath"],
+    needs: ["stagingPath"],
+    pod: true,
+  },
   NodeUnpublishVolume: { required: ["volumeId", "targetPath"], paths: ["targetPath"] },
   NodeExpandVolume: { required: ["volumeId", "volumePath"], find: "volumePath", paths: ["volumePath"] },
   NodeGetVolumeStats: { required: ["volumeId", "volumePath"], find: "volumePath", paths: ["volumePath"] },
@@ -63,6 +84,8 @@ type Needed<R extends NodeRpc> = (typeof NODE_CHECKS)[R] extends { needs: readon
 /** A call that passed its checks: the required (and needed) fields set, the paths clean. */
 export type CheckedCall<R extends NodeRpc> = NodeArgs & { [K in (typeof NODE_CHECKS)[R]["required"][number] | Needed<R>]-?: NonNullable<NodeArgs[K]> } & {
   publishContext: Record<string, string>;
+  /** The pod the call is for, when it names one (NodePublishVolume from the kubelet). */
+  pod?: PodInfo;
 };
 
 /** How each transport names the fields in its error messages. */
@@ -108,19 +131,22 @@ export async function checkNodeCall<R extends NodeRpc>(rpc: R, args: NodeArgs, n
     volumes.requireAt(volumeId, volumes.cleanPath(given), given);
   }
 
-  const call: NodeArgs = { ...args, publishContext };
+  // volume_context goes no further than the pod read from it (it may hold the kubelet's service account tokens).
+  const { volumeContext: _context, ...rest } = args;
+  const call: NodeArgs = { ...rest, publishContext };
   for (const f of rule.paths) {
     const p = args[f];
     if (isSet(p)) call[f] = await volumes.checkPath(p as string, names[f]);
   }
   const why = args.capability && unsupported(args.capability);
   if (why) throw invalidArgument(why);
+  const pod = rule.pod ? podInfoOf(args.volumeContext) : undefined;
 
   for (const f of rule.needs ?? []) {
     if (!isSet(call[f]))
       throw new DriverError("FailedPrecondition", `${names[f]} is not set: this node stages volumes (STAGE_UNSTAGE_VOLUME), so NodeStageVolume comes first`);
   }
-  return call as CheckedCall<R>;
+  return { ...call, ...(pod ? { pod } : {}) } as CheckedCall<R>;
 }
 
 /** The fields of any Node request, as the proto loader gives them (unset strings are ""). */
@@ -131,6 +157,7 @@ interface NodeRequest {
   volume_path?: string;
   volume_capability?: VolumeCapabilityMsg | null;
   publish_context?: Record<string, string>;
+  volume_context?: Record<string, string>;
 }
 
 /**
@@ -144,6 +171,7 @@ const argsOf = (req: NodeRequest): NodeArgs => ({
   volumePath: req.volume_path,
   capability: req.volume_capability ? toCapability(req.volume_capability) : undefined,
   publishContext: req.publish_context,
+  volumeContext: req.volume_context,
 });
 
 export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {

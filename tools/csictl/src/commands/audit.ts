@@ -4,7 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { ReplayEntry } from "@csi/contracts";
-import { FINDING_HEAD, findingRow, formatDuration, GC_HEAD, gcRow, parseDuration, parseLogPoint, REPLAY_HEAD, replayRow } from "../domain/audit.js";
+import { FINDING_HEAD, findingRow, formatDuration, GC_HEAD, gcRow, parseDuration, parseLogPoint, REPLAY_HEAD, replayId, replayRow } from "../domain/audit.js";
 import { parseTarget } from "../domain/target.js";
 import { EXIT, type ExitCode, usageError } from "../errors.js";
 import { fields, table } from "../output.js";
@@ -40,14 +40,22 @@ export async function replay(s: Session, arg: string | undefined, o: { at: strin
     entries.push(...page.entries);
     token = page.nextToken;
   }
-  s.out.result({ cluster, at, upTo, entries }, () => {
-    const head = `cluster ${cluster} at sequence ${upTo.seq}${upTo.time ? ` (${upTo.time})` : ""}: ${target ? target.uuid : `${entries.length} live aggregates`}`;
-    if (entries.length === 0) return `${head}\n${target ? "it did not exist yet at that point" : "nothing"}`;
-    return `${head}\n${table(
-      REPLAY_HEAD,
-      entries.map((e) => replayRow(cluster, e)),
-    )}`;
-  });
+  // The point asked (never the last event's sequence of an aggregate, which may be 0 or earlier): a header, on stderr.
+  const point = typeof at === "number" ? `sequence ${at}` : `${at} (up to sequence ${upTo.seq})`;
+  const what = target ? `${target.uuid}${entries.length === 0 ? ": it did not exist yet at that point" : ""}` : `${entries.length} live aggregates`;
+  s.out.note(`cluster ${cluster} at ${point}: ${what}`);
+  s.out.result(
+    { cluster, at, upTo, items: entries },
+    (h) =>
+      entries.length === 0
+        ? ""
+        : table(
+            REPLAY_HEAD,
+            entries.map((e) => replayRow(cluster, e)),
+            h,
+          ),
+    () => entries.map((e) => replayId(cluster, e)),
+  );
 }
 
 export async function verify(s: Session, o: { olderThan?: string; maxFindings?: string }): Promise<ExitCode> {
@@ -59,7 +67,7 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
     ...(maxFindings === undefined ? {} : { maxFindings }),
   });
   const total = Object.values(r.counts).reduce((a, b) => a + b, 0);
-  s.out.result({ cluster, ok: total === 0, ...r }, () => {
+  s.out.result({ cluster, ok: total === 0, ...r }, (h) => {
     const counts = fields([
       ["CLUSTER", cluster],
       ["LOG UP TO", `sequence ${r.upTo}`],
@@ -70,10 +78,9 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
       ["STALE CLAIMS", r.counts.staleClaims],
       ["FOREIGN RECORDS", r.counts.foreignRecords],
     ]);
-    if (total === 0) return `${counts}\nclean`;
-    const more = r.truncated ? `\n(${total - r.findings.length} more not shown: --max-findings)` : "";
-    return `${table(FINDING_HEAD, r.findings.map(findingRow))}\n\n${counts}\n${total} found${more}`;
+    return total === 0 ? counts : `${table(FINDING_HEAD, r.findings.map(findingRow), h)}\n\n${counts}`;
   });
+  s.out.note(total === 0 ? "clean" : `${total} found${r.truncated ? ` (${total - r.findings.length} more not shown: --max-findings)` : ""}`);
   return total === 0 ? EXIT.ok : EXIT.failed;
 }
 
@@ -88,13 +95,12 @@ export async function gc(s: Session, o: { apply?: boolean; olderThan?: string; m
     ...(olderThanMs === undefined ? {} : { olderThanMs }),
     ...(maxActions === undefined ? {} : { maxActions }),
   });
-  s.out.result({ cluster, requestId, ...r }, () => {
-    const what = r.apply
-      ? `${r.actions.filter((a) => a.outcome === "done").length} done`
-      : `${r.actions.length} planned (dry run: nothing touched; --apply to act)`;
-    const age = olderThanMs === undefined ? "" : `, reservations older than ${formatDuration(olderThanMs)}`;
-    const more = r.truncated ? "\nmore left: run it again" : "";
-    const summary = `cluster ${cluster}, request ${requestId}${age}: ${what}${more}`;
-    return r.actions.length === 0 ? `${summary}\nnothing to collect` : `${table(GC_HEAD, r.actions.map(gcRow))}\n${summary}`;
-  });
+  s.out.result({ cluster, requestId, ...r }, (h) => (r.actions.length === 0 ? "" : table(GC_HEAD, r.actions.map(gcRow), h)));
+  const what = r.apply
+    ? `${r.actions.filter((a) => a.outcome === "done").length} done`
+    : `${r.actions.length} planned (dry run: nothing touched; --apply to act)`;
+  const age = olderThanMs === undefined ? "" : `, reservations older than ${formatDuration(olderThanMs)}`;
+  s.out.note(
+    `cluster ${cluster}, request ${requestId}${age}: ${r.actions.length === 0 ? "nothing to collect" : what}${r.truncated ? "; more left: run it again" : ""}`,
+  );
 }

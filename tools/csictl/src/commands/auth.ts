@@ -124,13 +124,15 @@ export async function authInit(s: Session, o: AuthInitOptions): Promise<number> 
   if (nodes.length === 0) throw usageError("--nodes needs at least one node id (comma-separated)");
   const clusters = o.clusters ? commaList(o.clusters) : s.clusters().clusters.map((c) => c.clusterID);
   const result = await writeAuthDir(path.resolve(o.out), { clusters, nodes, nkeys: !!o.nkeys, force: !!o.force });
-  s.out.result(
-    result,
-    () =>
-      `${table(
-        ["USER", "ROLE", "SECRET FILE"],
-        result.users.map((r) => [r.user, r.role, r.credential]),
-      )}\nnats-server: -c ${result.natsConfig} (or include it), then csictl fleet init; redis-server: --aclfile ${result.redisAcl}, then \`csictl redis load-functions\` as admin; services: NATS_ACCOUNTS=1 (docs/security.md)`,
+  s.out.result(result, (h) =>
+    table(
+      ["USER", "ROLE", "SECRET FILE"],
+      result.users.map((r) => [r.user, r.role, r.credential]),
+      h,
+    ),
+  );
+  s.out.note(
+    `nats-server: -c ${result.natsConfig} (or include it), then csictl fleet init; redis-server: --aclfile ${result.redisAcl}, then \`csictl redis load-functions\` as admin; services: NATS_ACCOUNTS=1 (docs/security.md)`,
   );
   return EXIT.ok;
 }

@@ -7,14 +7,28 @@
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
 import { type ServiceStats, Svcm } from "@nats-io/services";
-import { clusterHealth } from "../domain/health.js";
+import { type ClusterHealth, clusterHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";
-import { table } from "../output.js";
+import { type Column, listing } from "../output.js";
 import type { Session } from "../session.js";
 
 /** How long discovery collects answers from replicas. */
 const DISCOVERY_MS = 1000;
 const JOURNAL_SERVICE = /^csi-journal-(.+)$/;
+
+type ClusterRow = ClusterHealth & { journals: { id: string; version: string; started: string; requests: number; errors: number }[] };
+
+const CLUSTER_COLUMNS: Column<ClusterRow>[] = [
+  { head: "CLUSTER", cell: (r) => r.cluster },
+  { head: "REPLICAS", cell: (r) => r.replicas },
+  { head: "LOG SEQ", cell: (r) => r.logSeq },
+  { head: "APPLIED", cell: (r) => r.applied },
+  { head: "LAG", cell: (r) => r.lag },
+  { head: "PROJECTION", cell: (r) => r.projection },
+  { head: "REQUESTS", cell: (r) => r.journals.reduce((n, j) => n + j.requests, 0) },
+  { head: "ERRORS", cell: (r) => r.journals.reduce((n, j) => n + j.errors, 0) },
+  { head: "JOURNALS", cell: (r) => r.journals.map((j) => `${j.id} (${j.version})`).join(","), wide: true },
+];
 
 export async function clusters(s: Session): Promise<number> {
   const [nc, redis] = await Promise.all([s.nats(), s.redis()]);
@@ -52,20 +66,10 @@ export async function clusters(s: Session): Promise<number> {
       return { ...clusterHealth(id, journals.length, info?.last, meta), journals };
     }),
   );
-  s.out.result(rows, () =>
-    table(
-      ["CLUSTER", "REPLICAS", "LOG SEQ", "APPLIED", "LAG", "PROJECTION", "REQUESTS", "ERRORS"],
-      rows.map((r) => [
-        r.cluster,
-        r.replicas,
-        r.logSeq,
-        r.applied,
-        r.lag,
-        r.projection,
-        r.journals.reduce((n, j) => n + j.requests, 0),
-        r.journals.reduce((n, j) => n + j.errors, 0),
-      ]),
-    ),
+  s.out.result(
+    { items: rows },
+    (h) => listing(CLUSTER_COLUMNS, rows, h),
+    () => rows.map((r) => r.cluster),
   );
   return rows.every((r) => r.ok) ? EXIT.ok : EXIT.failed;
 }

@@ -1,15 +1,18 @@
 /**
  * Volumes and snapshots through the CSI endpoint, as any CO would drive them (the controller
- * validates, routes by cluster and answers with CSI codes), and `call` for any CSI RPC.
+ * validates, routes by cluster and answers with CSI codes), and `call` for any CSI RPC. Every
+ * CSI message csictl prints is proto3 JSON (csi-json.ts): lowerCamelCase names, int64 as
+ * strings, RFC 3339 times; a list is `{items: […]}` of the same objects `get` prints.
  */
 import { randomUUID } from "node:crypto";
-import type { AccessMode } from "@csi/contracts";
-import { type ClientResponseOf, type CsiService, methodsOf } from "@csi/runtime";
+import { type AccessMode, DriverError, decomposeVolumeId } from "@csi/contracts";
+import { type CsiClient, type CsiService, methodsOf } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
+import { csiMethodJson } from "../csi-json.js";
 import { formatBytes, parseSize } from "../domain/sizes.js";
 import { csiIdOf } from "../domain/target.js";
 import { usageError } from "../errors.js";
-import { fields, table } from "../output.js";
+import { type Column, fields, listing } from "../output.js";
 import type { Session } from "../session.js";
 
 const csiMode = (mode: string) => mode.toUpperCase().replaceAll("-", "_") as AccessMode;
@@ -26,11 +29,39 @@ export function parseParams(pairs: string[] = []): Record<string, string> {
 }
 
 /** gRPC metadata carrying our request id, so the journal's events and the node's reports name it. */
-function withRequestId(requestId: string | undefined): { requestId: string; md: grpc.Metadata } {
+export function withRequestId(requestId: string | undefined): { requestId: string; md: grpc.Metadata } {
   const id = requestId ?? `csictl-${randomUUID()}`;
   const md = new grpc.Metadata();
   md.set("x-request-id", id);
   return { requestId: id, md };
+}
+
+/** A CSI Volume as proto3 JSON prints it (the fields csictl shows). */
+export interface VolumeJson {
+  volumeId: string;
+  capacityBytes: string;
+  volumeContext: Record<string, string>;
+  contentSource?: { snapshot?: { snapshotId: string }; volume?: { volumeId: string } };
+}
+interface VolumeStatusJson {
+  publishedNodeIds: string[];
+  volumeCondition?: { abnormal: boolean; message: string };
+}
+/** A volume as `volume get` and every item of `volume list` print it: ListVolumesResponse.Entry = ControllerGetVolumeResponse. */
+interface VolumeEntry {
+  volume: VolumeJson;
+  status?: VolumeStatusJson;
+}
+interface SnapshotJson {
+  sizeBytes: string;
+  snapshotId: string;
+  sourceVolumeId: string;
+  creationTime?: string;
+  readyToUse: boolean;
+  groupSnapshotId: string;
+}
+interface SnapshotEntry {
+  snapshot: SnapshotJson;
 }
 
 /** A field CSI says a reply carries: a reply without it is the endpoint's fault. */
@@ -39,17 +70,25 @@ function answered<T>(x: T | null | undefined, what: string): T {
   return x;
 }
 
-type CsiVolume = NonNullable<ClientResponseOf<"Controller", "CreateVolume">["volume"]>;
+/** A Controller answer as proto3 JSON, read as the shape csictl knows it has. */
+const asJson = <T>(method: string, answer: unknown): T => csiMethodJson("Controller", method).response<T>(answer);
 
-const sourceOf = (v: CsiVolume) => v.content_source?.snapshot?.snapshot_id || v.content_source?.volume?.volume_id || undefined;
+const sourceOf = (v: VolumeJson) => v.contentSource?.snapshot?.snapshotId || v.contentSource?.volume?.volumeId || undefined;
 
-function volumeFields(v: CsiVolume, extra: [string, string | undefined][] = []): string {
+/** What the driver said of a volume's condition: nothing (absent), or normal / abnormal with its message. */
+export function conditionOf(status: VolumeStatusJson | undefined, withMessage: boolean): string | undefined {
+  const c = status?.volumeCondition;
+  if (!c) return undefined;
+  return c.abnormal ? (withMessage && c.message ? `abnormal: ${c.message}` : "abnormal") : "normal";
+}
+
+function volumeFields(v: VolumeJson, extra: [string, string | undefined][] = []): string {
   return fields([
-    ["ID", v.volume_id],
-    ["SIZE", `${formatBytes(v.capacity_bytes)} (${v.capacity_bytes} bytes)`],
-    ["CLUSTER", v.volume_context.clusterID],
-    ["POOL", v.volume_context.pool],
-    ["IMAGE", v.volume_context.imageName],
+    ["ID", v.volumeId],
+    ["SIZE", `${formatBytes(v.capacityBytes)} (${v.capacityBytes} bytes)`],
+    ["CLUSTER", v.volumeContext.clusterID],
+    ["POOL", v.volumeContext.pool],
+    ["IMAGE", v.volumeContext.imageName],
     ["SOURCE", sourceOf(v)],
     ...extra,
   ]);
@@ -68,7 +107,8 @@ export interface CreateVolumeOptions {
   requestId?: string;
 }
 
-export async function volumeCreate(s: Session, name: string, o: CreateVolumeOptions): Promise<void> {
+/** The CreateVolumeRequest of `name` with the command's options (checked: a usage error before anything is sent). */
+export function createVolumeRequest(s: Session, name: string, o: CreateVolumeOptions) {
   if (o.block && o.fs) throw usageError("--block and --fs exclude each other (a block volume has no filesystem)");
   if (o.fromSnapshot && o.fromVolume) throw usageError("--from-snapshot and --from-volume exclude each other");
   const parameters = parseParams(o.param);
@@ -80,30 +120,42 @@ export async function volumeCreate(s: Session, name: string, o: CreateVolumeOpti
     : o.fromVolume
       ? { volume: { volume_id: csiIdOf(o.fromVolume) } }
       : undefined;
-  const request = {
+  return {
     name,
     capacity_range: { required_bytes: String(parseSize(o.size)), limit_bytes: o.limit ? String(parseSize(o.limit)) : "0" },
     volume_capabilities: [capability],
     parameters,
     ...(source ? { volume_content_source: source } : {}),
   };
+}
+
+export async function volumeCreate(s: Session, name: string, o: CreateVolumeOptions): Promise<void> {
+  const request = createVolumeRequest(s, name, o);
   const { requestId, md } = withRequestId(o.requestId);
   const res = await s.csi("Controller").CreateVolume(request, md);
-  const v = answered(res.volume, "volume");
-  s.out.result({ requestId, volume: v }, () => volumeFields(v, [["REQUEST", requestId]]));
+  answered(res.volume, "volume");
+  const { volume } = asJson<{ volume: VolumeJson }>("CreateVolume", res);
+  s.out.result(
+    { requestId, volume },
+    () => volumeFields(volume, [["REQUEST", requestId]]),
+    () => [volume.volumeId],
+  );
 }
 
 export async function volumeGet(s: Session, id: string): Promise<void> {
-  const request = { volume_id: csiIdOf(id) };
-  const res = await s.csi("Controller").ControllerGetVolume(request);
-  const v = answered(res.volume, "volume");
-  const nodes = res.status?.published_node_ids ?? [];
-  const condition = res.status?.volume_condition;
-  s.out.result(res, () =>
-    volumeFields(v, [
-      ["PUBLISHED ON", nodes.length ? nodes.join(", ") : "-"],
-      ["CONDITION", condition ? (condition.abnormal ? `abnormal: ${condition.message}` : "normal") : undefined],
-    ]),
+  s.inCluster(id);
+  const res = await s.csi("Controller").ControllerGetVolume({ volume_id: csiIdOf(id) });
+  answered(res.volume, "volume");
+  const entry = asJson<VolumeEntry>("ControllerGetVolume", res);
+  const nodes = entry.status?.publishedNodeIds ?? [];
+  s.out.result(
+    entry,
+    () =>
+      volumeFields(entry.volume, [
+        ["PUBLISHED ON", nodes.length ? nodes.join(", ") : "-"],
+        ["CONDITION", conditionOf(entry.status, true)],
+      ]),
+    () => [entry.volume.volumeId],
   );
 }
 
@@ -130,98 +182,195 @@ const maxEntries = (text: string | undefined) => {
   return n;
 };
 
+/** The cluster a CSI volume or snapshot id names. */
+function clusterOfId(id: string): string | undefined {
+  try {
+    return decomposeVolumeId(id).clusterID;
+  } catch {
+    return undefined;
+  }
+}
+
+export const VOLUME_COLUMNS: Column<VolumeEntry>[] = [
+  { head: "VOLUME ID", cell: (e) => e.volume.volumeId },
+  { head: "SIZE", cell: (e) => formatBytes(e.volume.capacityBytes) },
+  { head: "CLUSTER", cell: (e) => e.volume.volumeContext.clusterID },
+  { head: "POOL", cell: (e) => e.volume.volumeContext.pool },
+  { head: "PUBLISHED ON", cell: (e) => e.status?.publishedNodeIds.join(",") },
+  { head: "CONDITION", cell: (e) => conditionOf(e.status, false) },
+  { head: "IMAGE", cell: (e) => e.volume.volumeContext.imageName, wide: true },
+  { head: "SOURCE", cell: (e) => sourceOf(e.volume), wide: true },
+  { head: "MESSAGE", cell: (e) => e.status?.volumeCondition?.message, wide: true },
+];
+
+/** A page's next token: in the JSON, and as a hint for people on stderr. */
+function moreHint(s: Session, nextToken: string) {
+  if (nextToken) s.out.note(`more: --starting-token ${nextToken}`);
+}
+
 export async function volumeList(s: Session, o: { maxEntries?: string; startingToken?: string }): Promise<void> {
   const max = maxEntries(o.maxEntries);
   const c = s.csi("Controller");
   const { entries, nextToken } = await pages((token) => c.ListVolumes({ max_entries: max ?? 0, starting_token: token }), max, o.startingToken);
-  const rows = entries.map((e) => {
-    const v = answered(e.volume, "volume");
-    const st = e.status;
-    return [
-      v.volume_id,
-      formatBytes(v.capacity_bytes),
-      v.volume_context.clusterID,
-      v.volume_context.pool,
-      st?.published_node_ids?.length ? st.published_node_ids.join(",") : "-",
-      st?.volume_condition?.abnormal ? "abnormal" : "normal",
-    ];
-  });
-  s.out.result({ entries, ...(nextToken ? { nextToken } : {}) }, () => {
-    const t = table(["VOLUME ID", "SIZE", "CLUSTER", "POOL", "PUBLISHED ON", "CONDITION"], rows);
-    return nextToken ? `${t}\nmore: --starting-token ${nextToken}` : t;
-  });
+  const all = asJson<{ entries: VolumeEntry[] }>("ListVolumes", { entries, next_token: "" }).entries;
+  // --cluster: that cluster's volumes (ListVolumes answers for every cluster behind the controller).
+  const items = s.opts.cluster ? all.filter((e) => clusterOfId(e.volume.volumeId) === s.opts.cluster) : all;
+  s.out.result(
+    { items, ...(nextToken ? { nextToken } : {}) },
+    (h) => (items.length === 0 && !h.headers ? "" : listing(VOLUME_COLUMNS, items, h)),
+    () => items.map((e) => e.volume.volumeId),
+  );
+  moreHint(s, nextToken);
 }
 
 export async function volumeExpand(s: Session, id: string, o: { size: string; requestId?: string }): Promise<void> {
+  s.inCluster(id);
   const request = { volume_id: csiIdOf(id), capacity_range: { required_bytes: String(parseSize(o.size)) } };
   const { requestId, md } = withRequestId(o.requestId);
-  const res = await s.csi("Controller").ControllerExpandVolume(request, md);
-  s.out.result({ requestId, ...res }, () =>
-    fields([
-      ["ID", id],
-      ["SIZE", `${formatBytes(res.capacity_bytes)} (${res.capacity_bytes} bytes)`],
-      ["NODE EXPANSION", res.node_expansion_required ? "required" : "not required"],
-      ["REQUEST", requestId],
-    ]),
+  const res = asJson<{ capacityBytes: string; nodeExpansionRequired: boolean }>(
+    "ControllerExpandVolume",
+    await s.csi("Controller").ControllerExpandVolume(request, md),
+  );
+  s.out.result(
+    { requestId, volumeId: id, ...res },
+    () =>
+      fields([
+        ["ID", id],
+        ["SIZE", `${formatBytes(res.capacityBytes)} (${res.capacityBytes} bytes)`],
+        ["NODE EXPANSION", res.nodeExpansionRequired ? "required" : "not required"],
+        ["REQUEST", requestId],
+      ]),
+    () => [id],
   );
 }
 
-export async function volumeDelete(s: Session, id: string, o: { requestId?: string }): Promise<void> {
-  const request = { volume_id: csiIdOf(id) };
-  const { requestId, md } = withRequestId(o.requestId);
-  await s.csi("Controller").DeleteVolume(request, md);
-  s.out.result({ requestId, deleted: id }, () => `deleted ${id} (request ${requestId})`);
+const isNotFound = (err: unknown) => (err as { code?: unknown })?.code === grpc.status.NOT_FOUND;
+
+/**
+ * Whether the controller knows the object: CSI's DeleteVolume and DeleteSnapshot answer OK for
+ * an id they do not know (they must be idempotent), so csictl asks ControllerGetVolume /
+ * GetSnapshot first, as kubectl's delete reports NotFound (docs/csictl.md, "delete").
+ */
+async function exists(get: () => Promise<unknown>): Promise<boolean> {
+  try {
+    await get();
+    return true;
+  } catch (err) {
+    if (isNotFound(err)) return false;
+    throw err;
+  }
 }
 
-type CsiSnapshot = NonNullable<ClientResponseOf<"Controller", "CreateSnapshot">["snapshot"]>;
+interface DeleteOptions {
+  requestId?: string;
+  ignoreNotFound?: boolean;
+}
 
-const createdAt = (t: CsiSnapshot["creation_time"]) => (t ? new Date(Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6)).toISOString() : undefined);
+type Controller = CsiClient<"Controller">;
+
+/** How each kind is looked up and deleted. */
+const DELETES = {
+  volume: {
+    key: "volumeId",
+    idOf: (id: string) => csiIdOf(id),
+    get: (c: Controller, volume_id: string) => c.ControllerGetVolume({ volume_id }),
+    del: (c: Controller, volume_id: string, md: grpc.Metadata) => c.DeleteVolume({ volume_id }, md),
+  },
+  snapshot: {
+    key: "snapshotId",
+    idOf: (id: string) => csiIdOf(id, "snapshot id"),
+    get: (c: Controller, snapshot_id: string) => c.GetSnapshot({ snapshot_id }),
+    del: (c: Controller, snapshot_id: string, md: grpc.Metadata) => c.DeleteSnapshot({ snapshot_id }, md),
+  },
+} as const;
+
+/** Delete what is there; what is not is NotFound (exit 1), or nothing at all with --ignore-not-found. */
+async function deleteKnown(s: Session, what: keyof typeof DELETES, id: string, o: DeleteOptions): Promise<void> {
+  const kind = DELETES[what];
+  s.inCluster(id);
+  const csiId = kind.idOf(id);
+  const c = s.csi("Controller");
+  if (!(await exists(() => kind.get(c, csiId)))) {
+    if (!o.ignoreNotFound) throw new DriverError("NotFound", `${what} ${id} not found (--ignore-not-found to accept that)`);
+    s.out.result(
+      { [kind.key]: id, deleted: false, notFound: true },
+      () => "",
+      () => [],
+    );
+    s.out.note(`${what} ${id} not found: nothing to delete`);
+    return;
+  }
+  const { requestId, md } = withRequestId(o.requestId);
+  await kind.del(c, csiId, md);
+  s.out.result(
+    { [kind.key]: id, deleted: true, requestId },
+    () => `deleted ${what} ${id} (request ${requestId})`,
+    () => [id],
+  );
+}
+
+export const volumeDelete = (s: Session, id: string, o: DeleteOptions) => deleteKnown(s, "volume", id, o);
+
+const SNAPSHOT_COLUMNS: Column<SnapshotEntry>[] = [
+  { head: "SNAPSHOT ID", cell: (e) => e.snapshot.snapshotId },
+  { head: "SOURCE VOLUME", cell: (e) => e.snapshot.sourceVolumeId },
+  { head: "SIZE", cell: (e) => formatBytes(e.snapshot.sizeBytes) },
+  { head: "READY", cell: (e) => (e.snapshot.readyToUse ? "yes" : "no") },
+  { head: "CREATED", cell: (e) => e.snapshot.creationTime },
+  { head: "GROUP", cell: (e) => e.snapshot.groupSnapshotId, wide: true },
+];
 
 export async function snapshotCreate(s: Session, name: string, o: { source: string; param?: string[]; requestId?: string }): Promise<void> {
+  s.inCluster(o.source);
   const request = { name, source_volume_id: csiIdOf(o.source), parameters: parseParams(o.param) };
   const { requestId, md } = withRequestId(o.requestId);
   const res = await s.csi("Controller").CreateSnapshot(request, md);
-  const snap = answered(res.snapshot, "snapshot");
-  s.out.result({ requestId, snapshot: snap }, () =>
-    fields([
-      ["ID", snap.snapshot_id],
-      ["SOURCE", snap.source_volume_id],
-      ["SIZE", formatBytes(snap.size_bytes)],
-      ["READY", snap.ready_to_use],
-      ["CREATED", createdAt(snap.creation_time)],
-      ["REQUEST", requestId],
-    ]),
+  answered(res.snapshot, "snapshot");
+  const { snapshot } = asJson<SnapshotEntry>("CreateSnapshot", res);
+  s.out.result(
+    { requestId, snapshot },
+    () =>
+      fields([
+        ["ID", snapshot.snapshotId],
+        ["SOURCE", snapshot.sourceVolumeId],
+        ["SIZE", formatBytes(snapshot.sizeBytes)],
+        ["READY", snapshot.readyToUse],
+        ["CREATED", snapshot.creationTime],
+        ["REQUEST", requestId],
+      ]),
+    () => [snapshot.snapshotId],
   );
 }
 
 export async function snapshotList(s: Session, o: { source?: string; id?: string; maxEntries?: string; startingToken?: string }): Promise<void> {
   const max = maxEntries(o.maxEntries);
+  for (const id of [o.source, o.id]) if (id) s.inCluster(id);
   const filter = {
     ...(o.source ? { source_volume_id: csiIdOf(o.source) } : {}),
     ...(o.id ? { snapshot_id: csiIdOf(o.id, "snapshot id") } : {}),
   };
   const c = s.csi("Controller");
   const { entries, nextToken } = await pages((token) => c.ListSnapshots({ ...filter, max_entries: max ?? 0, starting_token: token }), max, o.startingToken);
-  const rows = entries.map((e) => {
-    const snap = answered(e.snapshot, "snapshot");
-    return [snap.snapshot_id, snap.source_volume_id, formatBytes(snap.size_bytes), snap.ready_to_use ? "yes" : "no", createdAt(snap.creation_time)];
-  });
-  s.out.result({ entries, ...(nextToken ? { nextToken } : {}) }, () => {
-    const t = table(["SNAPSHOT ID", "SOURCE VOLUME", "SIZE", "READY", "CREATED"], rows);
-    return nextToken ? `${t}\nmore: --starting-token ${nextToken}` : t;
-  });
+  const all = asJson<{ entries: SnapshotEntry[] }>("ListSnapshots", { entries, next_token: "" }).entries;
+  const cluster = s.opts.cluster;
+  const items = cluster ? all.filter((e) => clusterOfId(e.snapshot.snapshotId) === cluster) : all;
+  s.out.result(
+    { items, ...(nextToken ? { nextToken } : {}) },
+    (h) => (items.length === 0 && !h.headers ? "" : listing(SNAPSHOT_COLUMNS, items, h)),
+    () => items.map((e) => e.snapshot.snapshotId),
+  );
+  moreHint(s, nextToken);
 }
 
-export async function snapshotDelete(s: Session, id: string, o: { requestId?: string }): Promise<void> {
-  const request = { snapshot_id: csiIdOf(id, "snapshot id") };
-  const { requestId, md } = withRequestId(o.requestId);
-  await s.csi("Controller").DeleteSnapshot(request, md);
-  s.out.result({ requestId, deleted: id }, () => `deleted ${id} (request ${requestId})`);
-}
+export const snapshotDelete = (s: Session, id: string, o: DeleteOptions) => deleteKnown(s, "snapshot", id, o);
 
 const SERVICES: CsiService[] = ["Identity", "Controller", "Node", "GroupController"];
 
-/** `call Controller.CreateVolume '{…}'`: any CSI RPC with a JSON request; the answer is printed as JSON. */
+/**
+ * `call Controller.CreateVolume '{…}'`: any CSI RPC with a proto3 JSON request (lowerCamelCase
+ * or proto field names; a field the request message does not have, at any depth, is a usage
+ * error and nothing is sent, as grpcurl does); the answer is printed as proto3 JSON (-o yaml: YAML).
+ */
 export async function call(s: Session, target: string, body: string | undefined, o: { requestId?: string }): Promise<void> {
   const [service, method, ...rest] = target.split(".");
   if (!SERVICES.includes(service as CsiService) || !method || rest.length) {
@@ -229,17 +378,21 @@ export async function call(s: Session, target: string, body: string | undefined,
   }
   const methods = methodsOf(service as CsiService) as string[];
   if (!methods.includes(method)) throw usageError(`${service} has no method ${JSON.stringify(method.slice(0, 60))}; it has ${methods.join(", ")}`);
-  let request: unknown = {};
+  if (s.out.format === "name") throw usageError("-o name: call prints no object names (-o json or -o yaml)");
+  let json: unknown = {};
   if (body !== undefined) {
     try {
-      request = JSON.parse(body);
+      json = JSON.parse(body);
     } catch (err) {
       throw usageError(`the request is not JSON: ${(err as Error).message}`);
     }
   }
+  const codec = csiMethodJson(service as CsiService, method);
+  const request = codec.request(json);
   const { md } = withRequestId(o.requestId);
   const client: Record<string, unknown> = s.csi(service as CsiService);
-  const call = client[method];
-  const res = typeof call === "function" ? await (call as (req: unknown, md: grpc.Metadata) => Promise<unknown>)(request, md) : undefined;
-  process.stdout.write(`${JSON.stringify(res, null, 2)}\n`);
+  const f = client[method] as (req: unknown, md: grpc.Metadata) => Promise<unknown>;
+  const answer = codec.response(await f(request, md));
+  // proto3 JSON is the only rendering of an arbitrary answer: a table is the same JSON.
+  s.out.result(answer, () => JSON.stringify(answer, null, 2));
 }

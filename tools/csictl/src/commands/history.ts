@@ -9,6 +9,7 @@ import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
 import { classifyRecord, type EventLog, eventsOf, isForeign, KINDS, uuidSubjects } from "@csi/journal/operator";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { stringify as yamlStringify } from "yaml";
 import { parseTarget, type Target } from "../domain/target.js";
 import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
 import { usageError } from "../errors.js";
@@ -25,6 +26,11 @@ const cells = (r: TimelineRow) => [r.seq, r.time, r.type, r.requestId, r.actor, 
 
 /** An entry's subject and event as --json prints them (and, for a foreign record, why it is one). */
 const entryJson = (e: HistoryEntry) => ({ subject: e.subject, event: e.event, ...(e.foreign ? { foreign: e.foreign } : {}) });
+
+/** One followed event for a program: a JSON object a line (-o json), a YAML document each (-o yaml). */
+function writeLive(s: Session, value: object): void {
+  process.stdout.write(s.out.format === "yaml" ? `---\n${yamlStringify(value, { lineWidth: 0 })}` : `${JSON.stringify(value)}\n`);
+}
 
 /** Every page of one uuid's history from the journal. */
 async function historyOf(s: Session, cluster: string, uuid: string): Promise<HistoryEntry[]> {
@@ -84,18 +90,22 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
   if (found.length > 1 && o.follow) throw usageError(`${JSON.stringify(arg)} is known in several clusters: pass --cluster to follow one`);
   const rows = found.flatMap((f) => f.entries.map((e) => ({ cluster: f.cluster.clusterID, entry: e, row: timelineRow(e) })));
   if (o.follow && s.out.json) {
-    for (const r of rows) process.stdout.write(`${JSON.stringify({ cluster: r.cluster, ...r.row, ...entryJson(r.entry) })}\n`);
+    for (const r of rows) writeLive(s, { cluster: r.cluster, ...r.row, ...entryJson(r.entry) });
   } else if (rows.length > 0 || !o.follow) {
+    const many = found.length > 1;
     s.out.result(
-      found.map((f) => ({
-        cluster: f.cluster.clusterID,
-        uuids: f.uuids,
-        events: f.entries.map((e) => ({ ...timelineRow(e), ...entryJson(e) })),
-      })),
-      () =>
+      {
+        items: found.map((f) => ({
+          cluster: f.cluster.clusterID,
+          uuids: f.uuids,
+          events: f.entries.map((e) => ({ ...timelineRow(e), ...entryJson(e) })),
+        })),
+      },
+      (h) =>
         table(
-          found.length > 1 ? ["CLUSTER", ...HEAD] : HEAD,
-          rows.map((r) => (found.length > 1 ? [r.cluster, ...cells(r.row)] : cells(r.row))),
+          [...(many ? ["CLUSTER"] : []), ...HEAD, ...(h.wide ? ["SUBJECT"] : [])],
+          rows.map((r) => [...(many ? [r.cluster] : []), ...cells(r.row), ...(h.wide ? [r.entry.subject] : [])]),
+          h,
         ),
     );
   }
@@ -121,8 +131,8 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
   const stops: (() => void)[] = [];
   const print = (e: HistoryEntry) => {
     const row = timelineRow(e);
-    if (s.out.json) process.stdout.write(`${JSON.stringify({ cluster: f.cluster.clusterID, ...row, ...entryJson(e) })}\n`);
-    else process.stdout.write(`${table(HEAD, [cells(row)]).split("\n")[1]}\n`);
+    if (s.out.json) writeLive(s, { cluster: f.cluster.clusterID, ...row, ...entryJson(e) });
+    else process.stdout.write(`${table(HEAD, [cells(row)], { headers: false })}\n`);
   };
   const watch = async (subject: string) => {
     if (watching.has(subject)) return;

@@ -1,87 +1,199 @@
 /**
- * `log export` / `log import`: backup and restore of a cluster's event log, the source of truth
- * (docs/operations.md, "Backup and restore"; the journal's adapters/log-backup.ts does the work).
- * An export is written to `<file>.partial` and renamed when complete, so a file under the given
- * name is always a whole backup. An import checks the whole file first, restores only into an
- * empty stream, and writes as the cluster's journal (the role that may append to its log).
+ * `log export` / `log import` / `log restore`: backup and restore of a cluster's event log, the
+ * source of truth (docs/operations.md, "Backup and restore"; the journal's adapters/log-backup.ts
+ * does the work). An export never replaces a file (it is linked to its name once whole; an
+ * existing name is a usage error), or goes to stdout with `-`. It is sealed with the backup key
+ * (`--key-file`, or the file CSICTL_BACKUP_KEY_FILE names): an HMAC-SHA-256, so that an edited file
+ * is refused; without a key, with an unkeyed SHA-256, and says so. An import or restore reads the
+ * file (or stdin, `-`) once, checks the whole of it before anything is written, stages it, and only
+ * then writes the log, as the cluster's journal (the role that may append to its log); `restore`
+ * replaces what the log holds, `import` needs it empty. Both refuse while a journal replica of the
+ * cluster answers.
  * `log purge-foreign` removes foreign records through the journal's audit.purge (docs/operations.md,
  * "Foreign records in the log"): the journal reads each again and removes only what is still foreign.
  */
 import { randomUUID } from "node:crypto";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";
-import { MAX_PURGE_RECORDS, type PurgeAction } from "@csi/contracts";
-import { BackupError, backupFileLines, exportLogToFile, importLog } from "@csi/journal/operator";
+import { DriverError, MAX_PURGE_RECORDS, type PurgeAction, subjects } from "@csi/contracts";
+import { BackupError, type BackupKey, exportLogTo, exportLogToFile, type ImportPhase, importLog, newBackupFile, readBackupKey } from "@csi/journal/operator";
+import { NoRespondersError } from "@nats-io/transport-node";
 import { PURGE_HEAD, purgeRow } from "../domain/audit.js";
 import { CliError, EXIT, type ExitCode, usageError } from "../errors.js";
 import { replicasOption } from "../options.js";
-import { fields, table } from "../output.js";
+import { fields, type Printer, printer, table } from "../output.js";
 import { startProgress } from "../progress.js";
 import type { Session } from "../session.js";
 
-/** A progress bar started on the first report (when the total is known). */
-function lazyProgress(s: Session, label: string) {
-  let bar: ReturnType<typeof startProgress> | undefined;
-  return {
-    update: (seq: number, last: number) => {
-      bar ??= startProgress(s.out.json, label, last);
-      bar.update(seq);
-    },
-    finish: (seq: number) => bar?.finish(seq),
+/** The file name that means stdout (export) or stdin (import, restore). */
+const STDIO = "-";
+/** The environment variable naming the backup key's file (a Kubernetes Secret's mount) when --key-file is not given. */
+export const KEY_FILE_ENV = "CSICTL_BACKUP_KEY_FILE";
+/** How long csictl listens for journal replicas before it takes the cluster's journals as stopped. */
+const DISCOVERY_MS = 1500;
+/** Journal replica ids a refusal names at most. */
+const NAMED_REPLICAS = 5;
+
+/** A progress bar per phase, each started on its first report (when the total is known); `stop` ends the one running (an error too). */
+function phasedProgress(s: Session, label: string) {
+  let bar: { phase: string; p: ReturnType<typeof startProgress>; done: number } | undefined;
+  const stop = () => {
+    bar?.p.finish(bar.done);
+    bar = undefined;
   };
+  return {
+    update: (phase: string, seq: number, last: number) => {
+      if (bar?.phase !== phase) {
+        stop();
+        bar = { phase, p: startProgress(s.out.json, `${label}: ${phase}`, last), done: 0 };
+      }
+      bar.done = seq;
+      bar.p.update(seq);
+    },
+    stop,
+  };
+}
+
+/** The backup key: --key-file, else the file KEY_FILE_ENV names; none given: undefined. */
+async function backupKey(o: { keyFile?: string }): Promise<BackupKey | undefined> {
+  const file = o.keyFile ?? process.env[KEY_FILE_ENV];
+  if (!file) return undefined;
+  return readBackupKey(file).catch((err: unknown) => {
+    throw err instanceof BackupError ? usageError(err.message) : err;
+  });
 }
 
 /** What export and import print: the stream, its messages and last sequence, how long it took, and `more` rows. */
 function printResult(
-  s: Session,
+  out: Printer,
   cluster: string,
   file: string,
   r: { stream: string; messages: number; lastSeq: number },
   started: number,
-  more: [string, string][],
+  more: [string, string | number][],
 ) {
   const ms = Math.round(performance.now() - started);
-  s.out.result({ cluster, file, ...r, ms }, () =>
+  out.result({ cluster, file, ...r, ms }, () =>
     fields([["CLUSTER", cluster], ["STREAM", r.stream], ["MESSAGES", r.messages], ["LAST SEQUENCE", r.lastSeq], ["TOOK", `${ms} ms`], ...more]),
   );
 }
 
-export async function logExport(s: Session, file: string): Promise<void> {
+export async function logExport(s: Session, file: string, o: { keyFile?: string } = {}): Promise<void> {
+  const key = await backupKey(o);
   const cluster = s.cluster().clusterID;
+  const toStdout = file === STDIO;
+  if (!toStdout)
+    await newBackupFile(file).catch((err: unknown) => {
+      throw err instanceof BackupError ? usageError(err.message) : err;
+    });
   const nc = await s.nats();
-  const progress = lazyProgress(s, `export ${cluster}`);
+  // With `-` stdout carries the backup: the result goes to stderr.
+  const out = toStdout ? printer(s.out.json, process.stderr, process.stderr) : s.out;
+  const progress = phasedProgress(s, `export ${cluster}`);
   const started = performance.now();
-  const r = await exportLogToFile(nc, cluster, file, progress.update, s.logApi(cluster)).catch((err: NodeJS.ErrnoException) => {
-    if (err.syscall === "open") throw usageError(`cannot write ${file}.partial: ${err.code ?? err.message}`);
-    throw err;
-  });
-  progress.finish(r.lastSeq);
-  printResult(s, cluster, file, r, started, [["FILE", file]]);
+  const opts = { key, progress: (seq: number, last: number) => progress.update("read", seq, last), apiPrefix: s.logApi(cluster) };
+  try {
+    const r = await (toStdout ? exportLogTo(nc, cluster, process.stdout, opts) : exportLogToFile(nc, cluster, file, opts)).catch((err: unknown) => {
+      if (err instanceof BackupError) throw err.usage ? usageError(err.message) : new CliError(EXIT.failed, err.message);
+      const e = err as NodeJS.ErrnoException;
+      if (e.syscall === "open") throw usageError(`cannot write ${file}: ${e.code ?? e.message}`);
+      throw err;
+    });
+    progress.stop();
+    if (!key)
+      out.note(
+        `not authenticated: the backup is sealed with an unkeyed SHA-256, which anyone who can write the file can recompute; restoring it needs --insecure-no-mac. Give a key (--key-file, or ${KEY_FILE_ENV}) to seal it with an HMAC`,
+      );
+    printResult(out, cluster, file, r, started, [
+      ["FILE", toStdout ? "(stdout)" : file],
+      ["SEAL", r.keyId ? `HMAC-SHA-256, key id ${r.keyId}` : "SHA-256 (unkeyed: not authenticated)"],
+    ]);
+  } finally {
+    progress.stop();
+  }
 }
 
-export async function logImport(s: Session, file: string, o: { replicas?: string }): Promise<void> {
-  const replicas = replicasOption(o.replicas);
-  const cluster = s.cluster().clusterID;
-  await access(file, constants.R_OK).catch((err: NodeJS.ErrnoException) => {
-    throw usageError(`cannot read ${file}: ${err.code ?? err.message}`);
-  });
-  const nc = await s.nats({ kind: "journal", cluster });
-  const progress = lazyProgress(s, `import ${cluster}`);
-  const started = performance.now();
+/**
+ * Refuses (FailedPrecondition) while any journal replica of `cluster` answers NATS service
+ * discovery (`$SRV.PING`, as csictl clusters counts them): nothing may append while a log is restored.
+ */
+async function noJournals(s: Session, cluster: string): Promise<void> {
+  const nc = await s.nats();
+  const ids: string[] = [];
   try {
-    const r = await importLog(nc, cluster, () => backupFileLines(file), { ...(replicas ? { replicas } : {}), progress: progress.update });
-    progress.finish(r.lastSeq);
-    printResult(s, cluster, file, r, started, [
+    const answers = await nc.requestMany(`$SRV.PING.${subjects.journalServiceName(cluster)}`, "", {
+      strategy: "timer",
+      maxWait: Math.min(DISCOVERY_MS, s.timeoutMs),
+    });
+    for await (const m of answers) ids.push(replicaId(m.data));
+  } catch (err) {
+    // Nobody listens on the subject: no replica at all (the server answers for it at once).
+    if (!(err instanceof NoRespondersError || (err as Error).cause instanceof NoRespondersError)) throw err;
+  }
+  if (ids.length > 0)
+    throw new DriverError(
+      "FailedPrecondition",
+      `${ids.length} journal replica(s) of cluster ${cluster} answer (${ids.slice(0, NAMED_REPLICAS).join(", ")}): stop them first (scale to 0) — nothing may append while the log is restored; the log was not touched`,
+    );
+}
+
+/** The id a service discovery answer names (short, printable), or "?". */
+function replicaId(data: Uint8Array): string {
+  try {
+    const id = (JSON.parse(Buffer.from(data).toString("utf8")) as { id?: unknown }).id;
+    return typeof id === "string" && /^[\w.-]{1,40}$/.test(id) ? id : "?";
+  } catch {
+    return "?";
+  }
+}
+
+export interface RestoreOptions {
+  keyFile?: string;
+  insecureNoMac?: boolean;
+  replicas?: string;
+}
+
+/** `log import` (into an empty or absent log) and `log restore` (`replace`: whatever the log holds is replaced). */
+async function restoreLog(s: Session, file: string, o: RestoreOptions, replace: boolean): Promise<void> {
+  const replicas = replicasOption(o.replicas);
+  const key = await backupKey(o);
+  const cluster = s.cluster().clusterID;
+  if (file !== STDIO)
+    await access(file, constants.R_OK).catch((err: NodeJS.ErrnoException) => {
+      throw usageError(`cannot read ${file}: ${err.code ?? err.message}`);
+    });
+  const nc = await s.nats({ kind: "journal", cluster });
+  const progress = phasedProgress(s, `${replace ? "restore" : "import"} ${cluster}`);
+  const started = performance.now();
+  const label = file === STDIO ? "stdin" : file;
+  try {
+    const r = await importLog(nc, cluster, file === STDIO ? process.stdin : file, {
+      key,
+      insecureNoMac: !!o.insecureNoMac,
+      ...(replicas ? { replicas } : {}),
+      replace,
+      progress: (phase: ImportPhase, seq, last) => progress.update(phase, seq, last),
+      noWriters: () => noJournals(s, cluster),
+    });
+    progress.stop();
+    printResult(s.out, cluster, label, r, started, [
+      ...(r.replaced ? ([["REPLACED", `${r.replaced.messages} messages up to sequence ${r.replaced.lastSeq}`]] as [string, string][]) : []),
       ...(r.foreign > 0
         ? ([["FOREIGN RECORDS", `${r.foreign} restored as they were (journals skip them; csictl log purge-foreign removes them)`]] as [string, string][])
         : []),
-      ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log (or run csictl rebuild)"],
+      ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log; then csictl verify"],
     ]);
   } catch (err) {
-    if (err instanceof BackupError) throw new CliError(EXIT.failed, `${file}: ${err.message}; nothing was written`);
+    if (err instanceof BackupError)
+      throw err.usage ? usageError(`${label}: ${err.message}`) : new CliError(EXIT.failed, `${label}: ${err.message}; nothing was written`);
     throw err;
+  } finally {
+    progress.stop();
   }
 }
+
+export const logImport = (s: Session, file: string, o: RestoreOptions) => restoreLog(s, file, o, false);
+export const logRestore = (s: Session, file: string, o: RestoreOptions) => restoreLog(s, file, o, true);
 
 /** `--seq` values: whole stream sequences above 0, no repeats, at most MAX_PURGE_RECORDS. */
 function sequences(texts: string[]): number[] {

@@ -58,10 +58,16 @@ export function formatDuration(ms: number): string {
 
 export const REPLAY_HEAD = ["KIND", "ID", "NAME", "STATUS", "SIZE", "NODES", "SEQ"];
 
-/** One replayed aggregate as a row: its CSI id (cluster + pool + uuid), name, status, size, the nodes holding claims. */
+/** A replayed aggregate's CSI id (cluster + pool + uuid), or its uuid when the record has no pool. */
+export function replayId(clusterID: string, e: ReplayEntry): string {
+  const view = e.volume ?? e.snapshot ?? e.groupSnapshot;
+  return view ? composeVolumeId({ clusterID, poolID: view.poolId, uuid: e.uuid }) : e.uuid;
+}
+
+/** One replayed aggregate as a row: its CSI id, name, status, size, the nodes holding claims. */
 export function replayRow(clusterID: string, e: ReplayEntry): (string | number | undefined)[] {
   const view = e.volume ?? e.snapshot ?? e.groupSnapshot;
-  const id = view ? composeVolumeId({ clusterID, poolID: view.poolId, uuid: e.uuid }) : e.uuid;
+  const id = replayId(clusterID, e);
   const size = e.volume?.sizeBytes ?? e.snapshot?.sizeBytes;
   const nodes = e.volume ? e.volume.claims.map((c) => c.nodeId).join(",") || undefined : undefined;
   return [e.kind, id, view?.name, e.status, size === undefined ? undefined : formatBytes(size), nodes, e.seq];

@@ -95,6 +95,54 @@ describe("timeline", () => {
     ];
     for (const [event, change] of cases) assert.equal(changeOf({ ...meta, ...event }), change, String(event.type));
   });
+  test("whom Kubernetes made it for: the PVC and PV, the VolumeSnapshot and its content, the pod a publish was for", () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [
+        {
+          type: "VolumeReserved",
+          uuid: UUID,
+          name: "pvc-9",
+          pool: "default",
+          sizeBytes: 2 ** 20,
+          imageName: "csi-vol-x",
+          parameters: {},
+          kubernetes: { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-9" },
+        },
+        `name "pvc-9", pvc shop/data-db-0, pv pvc-9, pool default, size 1 MiB, image csi-vol-x`,
+      ],
+      [
+        {
+          type: "SnapshotReserved",
+          uuid: UUID,
+          name: "snapshot-1",
+          sourceUuid: UUID,
+          pool: "default",
+          imageName: "csi-snap-x",
+          kubernetes: { volumeSnapshotNamespace: "shop", volumeSnapshotName: "daily", volumeSnapshotContentName: "snapcontent-1" },
+        },
+        `name "snapshot-1", volumesnapshot shop/daily, content snapcontent-1, of volume ${UUID}, pool default, image csi-snap-x`,
+      ],
+      [
+        {
+          type: "DeviceStateReported",
+          uuid: UUID,
+          nodeId: "n1",
+          state: "published",
+          device: "/dev/loop3",
+          path: "/t",
+          via: "grpc",
+          at: "t",
+          pod: { namespace: "shop", name: "web-0", uid: "0b1c", serviceAccount: "web" },
+        },
+        "published device /dev/loop3 at /t for pod shop/web-0 (uid 0b1c, service account web)",
+      ],
+      [
+        { type: "DeviceStateReported", uuid: UUID, nodeId: "n1", state: "unpublished", path: "/t", via: "grpc", at: "t", pod: { name: "web-0" } },
+        "unpublished at /t for pod web-0",
+      ],
+    ];
+    for (const [event, change] of cases) assert.equal(changeOf({ ...meta, ...event }), change, String(event.type));
+  });
   test("the actor: the node (and how it was asked) for a device report, the service replica otherwise; a report's time is the node's", () => {
     const report = { ...meta, type: "DeviceStateReported", uuid: UUID, nodeId: "n1", state: "attached", via: "healer", at: "2026-01-01T00:00:05.000Z" };
     assert.equal(actorOf(report), "node n1 (healer)");

@@ -3,7 +3,7 @@
  * device-state report, in log order, with when, what, which request, who, and what changed.
  * Pure: events in, rows out.
  */
-import type { ForeignRecordView, JournalEvent } from "@csi/contracts";
+import { type ForeignRecordView, type JournalEvent, namespacedName, type PodInfo } from "@csi/contracts";
 import { foreignDetail } from "./audit.js";
 import { formatBytes } from "./sizes.js";
 
@@ -34,6 +34,20 @@ const kv = (m: unknown) =>
     .map(([k, v]) => `${k}=${str(v)}`)
     .join(",");
 
+/** Whom Kubernetes made it for (its --extra-create-metadata): "pvc shop/data-0, pv pvc-…" and the like. */
+const named = (...parts: [label: string, name: string][]) =>
+  parts
+    .filter(([, n]) => n !== "")
+    .map(([label, n]) => `${label} ${n}`)
+    .join(", ");
+
+/** The pod a node step was for (podInfoOnMount): "for pod shop/web-0 (uid …, service account …)". */
+function forPod(p: PodInfo | undefined): string {
+  if (!p) return "";
+  const more = [p.uid ? `uid ${p.uid}` : "", p.serviceAccount ? `service account ${p.serviceAccount}` : "", p.ephemeral ? "ephemeral" : ""].filter(Boolean);
+  return `for pod ${namespacedName(p.namespace, p.name) || "(unnamed)"}${more.length ? ` (${more.join(", ")})` : ""}`;
+}
+
 /** Who did it: for a device report the node that reported it, else the service replica that appended it. */
 export function actorOf(e: Record<string, unknown>): string {
   if (e.type === "DeviceStateReported") return `node ${str(e.nodeId)} (${str(e.via)})`;
@@ -52,6 +66,7 @@ export function changeOf(raw: Record<string, unknown>): string {
     case "VolumeReserved":
       return [
         `name ${JSON.stringify(e.name)}`,
+        named(["pvc", namespacedName(e.kubernetes?.pvcNamespace, e.kubernetes?.pvcName)], ["pv", e.kubernetes?.pvName ?? ""]),
         `pool ${e.pool}`,
         `size ${formatBytes(e.sizeBytes)}`,
         `image ${e.imageName}`,
@@ -72,10 +87,16 @@ export function changeOf(raw: Record<string, unknown>): string {
     case "VolumeUnclaimed":
       return `claim of node ${e.nodeId} released`;
     case "DeviceStateReported":
-      return [e.state, e.device ? `device ${e.device}` : "", e.path ? `at ${e.path}` : "", e.reason ? `(${e.reason})` : ""].filter(Boolean).join(" ");
+      return [e.state, e.device ? `device ${e.device}` : "", e.path ? `at ${e.path}` : "", forPod(e.pod), e.reason ? `(${e.reason})` : ""]
+        .filter(Boolean)
+        .join(" ");
     case "SnapshotReserved":
       return [
         `name ${JSON.stringify(e.name)}`,
+        named(
+          ["volumesnapshot", namespacedName(e.kubernetes?.volumeSnapshotNamespace, e.kubernetes?.volumeSnapshotName)],
+          ["content", e.kubernetes?.volumeSnapshotContentName ?? ""],
+        ),
         `of volume ${e.sourceUuid}`,
         `pool ${e.pool}`,
         `image ${e.imageName}`,
