@@ -88,7 +88,7 @@ export async function logExport(s: Session, file: string, o: { keyFile?: string 
     });
   const nc = await s.nats();
   // With `-` stdout carries the backup: the result goes to stderr.
-  const out = toStdout ? printer(s.out.json, process.stderr, process.stderr) : s.out;
+  const out = toStdout ? printer(s.out.format, true, process.stderr, process.stderr) : s.out;
   const progress = phasedProgress(s, `export ${cluster}`);
   const started = performance.now();
   const opts = { key, progress: (seq: number, last: number) => progress.update("read", seq, last), apiPrefix: s.logApi(cluster) };
