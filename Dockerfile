@@ -37,10 +37,11 @@ RUN npm run build
 
 FROM node:24-bookworm-slim
 # The node-agent needs the block/filesystem tools (losetup, mkfs.*, resize tools, mount/umount)
-# and must run privileged; the other services ignore them.
+# and must run privileged; the journal needs python3-rbd (Ceph's librbd binding: its RBD pools'
+# helper, docs/backends.md); each service ignores the others' tools.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      ca-certificates util-linux e2fsprogs xfsprogs mount \
+      ca-certificates util-linux e2fsprogs xfsprogs mount python3-rbd \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 ENV NODE_ENV=production

@@ -11,10 +11,10 @@ import { randomUUID } from "node:crypto";
 import { access, readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
-import { JournalEvent, NODES_STREAM, nodeSubjects, type ReplayEntry, subjects } from "@csi/contracts";
+import { JournalEvent, type ReplayEntry, subjects } from "@csi/contracts";
 import { volumeReservedBody } from "@csi/journal/testing";
-import { type JournalTestEnv, journalPerFile } from "@csi/testkit";
-import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { type JournalTestEnv, journalPerFile, registerNode } from "@csi/testkit";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 
 const CLUSTER = "audit";
 const MiB = 1024 * 1024;
@@ -36,20 +36,7 @@ const replay = (at: number | string, more: { uuid?: string } = {}) => j.client.c
 const entryOf = (entries: ReplayEntry[], uuid: string) => entries.find((e) => e.uuid === uuid);
 
 /** A node registration, as a node-agent publishes it (its heartbeat). */
-async function heartbeat(nodeId: string, time: Date) {
-  const jsm = await jetstreamManager(j.nc);
-  await jsm.streams.info(NODES_STREAM).catch(() =>
-    jsm.streams.add({
-      name: NODES_STREAM,
-      subjects: [nodeSubjects.wildcard],
-      storage: StorageType.File,
-      retention: RetentionPolicy.Limits,
-      max_msgs_per_subject: 1,
-    }),
-  );
-  const reg = { nodeId, maxVolumes: 0, topology: {}, capabilities: [], version: "t", time: time.toISOString(), heartbeatMs: 1000 };
-  await jetstream(j.nc).publish(nodeSubjects.registration(nodeId), JSON.stringify(reg));
-}
+const heartbeat = (nodeId: string, time: Date) => registerNode(j.nc, nodeId, time);
 
 /** Every projection key with its value (locks and the meta hash, which a rebuild renews, left out). */
 async function dumpProjection(): Promise<Map<string, unknown>> {

@@ -182,7 +182,7 @@ async function checkState(label: string): Promise<void> {
     const pool = resolveClusters(JSON.parse(readFileSync(stack.clustersFile, "utf8")), path.join(dir, "data"))
       .get(CLUSTER)
       ?.pools.find((p) => p.name === "default");
-    assert.ok(pool, "the default pool");
+    assert.ok(pool?.root, "the default pool, a file pool");
     const files = (await readdir(pool.root)).filter((f) => !f.startsWith(".")).sort();
     // The file pool keeps an image as <name>.img (services/journal/src/adapters/file-pool.ts).
     const expected = [

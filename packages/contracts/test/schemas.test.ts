@@ -309,7 +309,52 @@ describe("resolveClusters", () => {
     );
   });
 
+  const rbd = {
+    name: "ceph",
+    id: 2,
+    kind: "rbd",
+    monitors: ["[v2:10.0.0.1:3300,v1:10.0.0.1:6789]", "10.0.0.2:6789"],
+    user: "csi",
+    keyFile: "/etc/csi/ceph/userKey",
+  };
+
+  test("one cluster mixes file and RBD pools: kind defaults to file, an RBD pool has no root and keeps its Ceph settings", () => {
+    const c = resolveClusters(
+      {
+        clusters: [
+          {
+            clusterID: "mix",
+            pools: [
+              { name: "local", id: 1 },
+              { ...rbd, cephPool: "kube", imageFeatures: ["layering", "deep-flatten"], maxCloneDepth: 4 },
+            ],
+          },
+        ],
+      },
+      dataDir,
+    );
+    const [file, ceph] = c.get("mix")?.pools ?? [];
+    assert.deepEqual([file?.kind, file?.root], ["file", path.resolve(dataDir, "pools", "mix", "local")]);
+    assert.ok(ceph?.kind === "rbd");
+    assert.equal(ceph.root, undefined);
+    assert.deepEqual(
+      [ceph.cephPool, ceph.user, ceph.keyFile, ceph.monitors.length, ceph.imageFeatures, ceph.maxCloneDepth],
+      ["kube", "csi", "/etc/csi/ceph/userKey", 2, ["layering", "deep-flatten"], 4],
+    );
+  });
+
   const bad: Array<[string, unknown, RegExp]> = [
+    ["an RBD pool without a user", { clusters: [{ clusterID: "a", pools: [{ ...rbd, user: undefined }] }] }, /pools\.0\.user: /],
+    ["an RBD pool without monitors", { clusters: [{ clusterID: "a", pools: [{ ...rbd, monitors: [] }] }] }, /pools\.0\.monitors: /],
+    ["a monitor with a space", { clusters: [{ clusterID: "a", pools: [{ ...rbd, monitors: ["10.0.0.1:6789 x"] }] }] }, /pools\.0\.monitors\.0: a monitor is/],
+    ["an RBD pool with its key inline", { clusters: [{ clusterID: "a", pools: [{ ...rbd, key: "AQB..." }] }] }, /pools\.0: .*key/i],
+    ["RBD features without layering", { clusters: [{ clusterID: "a", pools: [{ ...rbd, imageFeatures: ["deep-flatten"] }] }] }, /include layering/],
+    [
+      "fast-diff without object-map",
+      { clusters: [{ clusterID: "a", pools: [{ ...rbd, imageFeatures: ["layering", "fast-diff"] }] }] },
+      /fast-diff needs object-map/,
+    ],
+    ["an unknown pool kind", { clusters: [{ clusterID: "a", pools: [{ name: "p", id: 1, kind: "nfs" }] }] }, /pools\.0\.kind: /],
     [
       "duplicate cluster ids",
       {

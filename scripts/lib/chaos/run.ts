@@ -100,8 +100,8 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     });
     const clusters = loadClusters(clustersFile, dataDir);
     const cluster = clusters.get(clusters.defaultCluster);
-    const pool = cluster?.pools[0];
-    if (!cluster || !pool) throw new Error("the chaos stack has no default cluster/pool");
+    const poolRoot = cluster?.pools[0]?.root;
+    if (!cluster || poolRoot === undefined) throw new Error("the chaos stack has no default cluster with a file pool");
     const keys = keysFor(cluster.clusterID, cluster.instance);
     redis = new SentinelSafeRedis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
     redis.on("error", () => {}); // the injector restarts it
@@ -181,7 +181,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
         nc: nc as NatsConnection,
         cluster: cluster.clusterID,
         keys,
-        poolRoot: pool.root,
+        poolRoot,
         kubeletDir,
         co: co as CoClient,
       };

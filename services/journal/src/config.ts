@@ -43,6 +43,8 @@ export const JournalConfig = z.object({
   freezeAfter: z.string().optional(),
   /** Fault injection for tests: hold every copy (snapshot, clone) this long with its temp file in the pool, so a test can kill the journal mid-copy. */
   testHoldCopyMs: z.coerce.number().int().min(0).default(0),
+  /** Debian's python3, which has python3-rbd (the RBD pools' helper runs on it; a pyenv or venv python3 on the PATH does not have it). */
+  rbdPython: z.string().min(1).default("/usr/bin/python3"),
   /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
   replayBatch: z.coerce.number().int().min(1).max(10_000).default(512),
   /** A Redis command unanswered this long fails, and a connection silent this long with commands pending is dropped (redis-link.ts). */
@@ -70,6 +72,7 @@ export const JOURNAL_SETTINGS = {
   crashAfter: { env: "JOURNAL_CRASH_AFTER", help: "tests only: SIGKILL this process right after appending an event of this type" },
   freezeAfter: { env: "JOURNAL_FREEZE_AFTER", help: "tests only: SIGSTOP this process right after appending an event of this type" },
   testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS", help: "tests only: hold every snapshot/clone copy this long before publishing it (ms)" },
+  rbdPython: { env: "RBD_PYTHON", help: "the python3 with python3-rbd that runs the RBD pools' helper (Debian's)" },
   replayBatch: { env: "JOURNAL_REPLAY_BATCH", help: "events per catch-up batch, aggregates per rebuild chunk (at most 1,000)" },
   redisCommandTimeoutMs: {
     env: "REDIS_COMMAND_TIMEOUT_MS",

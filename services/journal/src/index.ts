@@ -31,6 +31,7 @@ import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability } from "./adapters/gu
 import { restoreUnderWay } from "./adapters/log-backup.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
+import { RbdPool } from "./adapters/rbd-pool.js";
 
 import { Journal } from "./app/journal.js";
 import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
@@ -66,7 +67,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   if (!cluster) throw new DriverError("InvalidArgument", `cluster ${clusterID} is not in the clusters config`);
   const log = logger.child({ cluster: clusterID });
 
-  const pools = await openPools(cluster, cfg);
+  const pools = await openPools(cluster, cfg, log);
 
   const role = { kind: "journal" as const, cluster: clusterID };
   const nc = await connectNats(
@@ -131,7 +132,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     clusters,
     stop: () => {
       reach.stop();
-      return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis });
+      return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis, pools: [...pools.values()] });
     },
   };
 }
@@ -195,7 +196,14 @@ function unavailableWhy(redisLink: RedisLink, reach: LogReachability): string | 
 async function stopJournal(
   cfg: JournalConfig,
   log: Logger,
-  o: { timer: NodeJS.Timeout | undefined; nodeQueueMaker: { stop(): void }; served: Drainable[]; nc: NatsConnection; redis: Redis },
+  o: {
+    timer: NodeJS.Timeout | undefined;
+    nodeQueueMaker: { stop(): void };
+    served: Drainable[];
+    nc: NatsConnection;
+    redis: Redis;
+    pools: { close?(): Promise<void> }[];
+  },
 ): Promise<void> {
   clearInterval(o.timer);
   o.nodeQueueMaker.stop();
@@ -208,18 +216,43 @@ async function stopJournal(
     () => o.redis.quit(),
     () => o.redis.disconnect(),
   );
+  await Promise.all(o.pools.map((p) => p.close?.()));
 }
 
-async function openPools(cluster: ResolvedCluster, cfg: JournalConfig): Promise<Map<string, PoolBackend>> {
-  const pools = new Map<string, PoolBackend>();
+/**
+ * The cluster's pools, each by its kind: a FilePool (a directory) or an RbdPool (a Ceph pool through
+ * its helper). An RBD pool's key file is checked here (a start with a bad one fails, naming it); its
+ * cluster is reached on first use, and looked at once in the background so the log says early
+ * whether it answers (a Ceph cluster that is down fails that pool's calls, not the journal's start).
+ */
+async function openPools(cluster: ResolvedCluster, cfg: JournalConfig, log: Logger): Promise<Map<string, PoolBackend & { close?(): Promise<void> }>> {
+  const pools = new Map<string, PoolBackend & { close?(): Promise<void> }>();
   for (const p of cluster.pools) {
-    const pool = new FilePool({
-      name: p.name,
-      id: p.id,
-      root: p.root,
-      ...(p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {}),
-      ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}),
-    });
+    const max = p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {};
+    if (p.kind === "rbd") {
+      const pool = new RbdPool({
+        name: p.name,
+        id: p.id,
+        cephPool: p.cephPool ?? p.name,
+        monitors: p.monitors,
+        user: p.user,
+        keyFile: p.keyFile,
+        python: cfg.rbdPython,
+        logger: log,
+        ...max,
+        ...(p.imageFeatures ? { imageFeatures: p.imageFeatures } : {}),
+        ...(p.maxCloneDepth ? { maxCloneDepth: p.maxCloneDepth } : {}),
+        ...(p.opTimeoutMs ? { opTimeoutMs: p.opTimeoutMs } : {}),
+      });
+      await pool.init();
+      pool.probe().then(
+        (images) => log.info({ pool: p.name, cephPool: pool.cephPool, images }, "rbd pool reachable"),
+        (err: Error) => log.warn({ pool: p.name, cephPool: pool.cephPool, err: err.message }, "rbd pool not reachable yet"),
+      );
+      pools.set(p.name, pool);
+      continue;
+    }
+    const pool = new FilePool({ name: p.name, id: p.id, root: p.root, ...max, ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}) });
     await pool.init();
     pools.set(p.name, pool);
   }

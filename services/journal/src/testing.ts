@@ -10,6 +10,7 @@ export { AppendError, AppendUncertain, isFenced, isUncertain, SequenceConflict }
 export { createSizedFile, FilePool } from "./adapters/file-pool.js";
 export { MemoryLog } from "./adapters/memory-log.js";
 export { MemoryStore } from "./adapters/memory-store.js";
+export { META_PREFIX, RbdPool, type RbdPoolOptions } from "./adapters/rbd-pool.js";
 export { Journal } from "./app/journal.js";
 export { distrustAfterRedisDrops } from "./app/projector.js";
 export { DEFAULT_LOCK_TTL_MS, JOURNAL_SETTINGS } from "./config.js";
@@ -21,7 +22,7 @@ export { events, GRP, SNAP, T0, VOL, volumeReservedBody } from "./domain/fixture
 export type { ImageKind } from "./domain/kinds.js";
 export { BackupWriter } from "./domain/log-backup.js";
 export type { LogRecord } from "./domain/log-records.js";
-export type { ImageInfo } from "./domain/pool-backend.js";
+export type { ImageInfo, ImageOwner, PoolBackend } from "./domain/pool-backend.js";
 export type { AppendMeta, EventLog as EventLogPort } from "./ports/event-log.js";
 export type { IndexOf, JournalStore, LockResult, StateMap } from "./ports/store.js";
 export { CallKeys } from "./store/redis-store.js";

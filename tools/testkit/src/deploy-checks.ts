@@ -109,7 +109,7 @@ export function checkPoolRoots(clusters: Clusters, poolsDir: string | undefined,
   if (!poolsDir) return void problems.push(`${where}: no pool directory is mounted`);
   for (const c of clusters.clusters)
     for (const p of c.pools)
-      if (!isUnder(p.root, poolsDir))
+      if (p.root !== undefined && !isUnder(p.root, poolsDir))
         problems.push(`${where}: pool ${c.clusterID}/${p.name} root ${p.root} is not under the shared pool directory ${poolsDir}`);
 }
 

@@ -9,6 +9,7 @@
  * `…/testing`). Nothing a service ships imports it.
  */
 export * from "./build.js";
+export * from "./ceph.js";
 export * from "./compose-keys.js";
 export * from "./csictl.js";
 export * from "./deploy-checks.js";

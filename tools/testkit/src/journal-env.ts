@@ -8,7 +8,9 @@
  *   await j.dispose();                                         // in after()
  */
 import { after, before } from "node:test";
+import { NODES_STREAM, nodeSubjects } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
+import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { type ServiceProcess, spawnService, type TestPool, writeClustersFile } from "./processes.js";
@@ -77,4 +79,23 @@ export function journalPerFile(cluster: string, opts: Parameters<typeof journalT
     await env?.dispose();
   });
   return journal;
+}
+
+/**
+ * A node's registration (its heartbeat), as a node-agent publishes it, without a node-agent: the
+ * controller then knows the node (ControllerPublishVolume), the journal its last heartbeat (verify).
+ */
+export async function registerNode(nc: NatsConnection, nodeId: string, time = new Date(), more: { maxVolumes?: number } = {}): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.info(NODES_STREAM).catch(() =>
+    jsm.streams.add({
+      name: NODES_STREAM,
+      subjects: [nodeSubjects.wildcard],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      max_msgs_per_subject: 1,
+    }),
+  );
+  const reg = { nodeId, maxVolumes: more.maxVolumes ?? 0, topology: {}, capabilities: [], version: "t", time: time.toISOString(), heartbeatMs: 1000 };
+  await jetstream(nc).publish(nodeSubjects.registration(nodeId), JSON.stringify(reg));
 }

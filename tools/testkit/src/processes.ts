@@ -219,8 +219,30 @@ export async function endProcess(p: ServiceProcess, graceMs = 5000): Promise<voi
   }
 }
 
-/** A pool of a test clusters file: its name, or its name and the topology segments it is reachable from. */
-export type TestPool = string | { name: string; topology: Record<string, string>[] };
+/**
+ * A pool of a test clusters file: its name, or its name and the topology segments it is reachable
+ * from (file pools, rooted under the file's directory), or an RBD pool (`rbdTestPool`).
+ */
+export type TestPool = string | { name: string; topology: Record<string, string>[] } | RbdTestPool;
+
+export interface RbdTestPool {
+  name: string;
+  kind: "rbd";
+  monitors: string[];
+  cephPool: string;
+  user: string;
+  keyFile: string;
+  maxCloneDepth?: number;
+}
+
+/** An RBD pool of a test cluster (startCeph's), as a clusters file names it. */
+export function rbdTestPool(
+  name: string,
+  ceph: { monitors: string[]; pools: string[]; user: string; keyFile: string },
+  more: Partial<RbdTestPool> = {},
+): RbdTestPool {
+  return { name, kind: "rbd", monitors: ceph.monitors, cephPool: ceph.pools[0] ?? "rbd", user: ceph.user, keyFile: ceph.keyFile, ...more };
+}
 
 /** A clusters file for tests: clusters with one or more pools rooted under `dir` (the first is the default). */
 export async function writeClustersFile(dir: string, clusters: { clusterID: string; pools: TestPool[] }[]): Promise<string> {
@@ -231,7 +253,7 @@ export async function writeClustersFile(dir: string, clusters: { clusterID: stri
       clusterID: c.clusterID,
       pools: c.pools.map((p, i) => {
         const { name, ...more } = typeof p === "string" ? { name: p } : p;
-        return { name, id: i + 1, root: path.join(dir, "pools", c.clusterID, name), ...more };
+        return { name, id: i + 1, ...("kind" in more ? {} : { root: path.join(dir, "pools", c.clusterID, name) }), ...more };
       }),
     })),
   };

@@ -36,12 +36,10 @@ import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink, utimes } 
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
-import { DriverError, IMAGE_NAME_RE, MiB, roundUpToMiB } from "@csi/contracts";
+import { DriverError, MiB } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
 import type { ImageInfo, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
-
-/** Default largest image: 1 TiB (sparse, so it costs nothing until written). */
-export const DEFAULT_MAX_IMAGE_BYTES = 1024 * 1024 * MiB;
+import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
 
 const IMG = ".img";
 
@@ -61,7 +59,6 @@ export function createSizedFile(file: string, size: number, mode: number): bigin
     closeSync(fd);
   }
 }
-const TMP_PREFIX = ".tmp-";
 const IMAGE_MODE = 0o644;
 const SNAPSHOT_MODE = 0o444;
 /** A live builder touches its temp file this often... */
@@ -127,11 +124,14 @@ export class FilePool implements PoolBackend {
     return this.#ready;
   }
 
+  /** Where a node finds an image of this pool: its file. */
+  publishContext(name: string): Record<string, string> {
+    return { imagePath: this.imagePath(name) };
+  }
+
+  /** Absolute path of an image file (node-agent/test use); validated to stay inside the pool root. */
   imagePath(name: string): string {
-    if (!isImageName(name)) {
-      throw new DriverError("InvalidArgument", `invalid image name ${JSON.stringify(String(name).slice(0, 64))}`);
-    }
-    const file = path.resolve(this.root, name + IMG);
+    const file = path.resolve(this.root, checkImageName(name) + IMG);
     if (!file.startsWith(this.#rootPrefix)) {
       throw new DriverError("InvalidArgument", `image name ${JSON.stringify(name)} escapes the pool`);
     }
@@ -190,11 +190,7 @@ export class FilePool implements PoolBackend {
   async snapshotImage(source: string, snapName: string): Promise<ImageInfo> {
     const src = this.imagePath(source);
     const file = this.imagePath(snapName);
-    const isSnapshot = (img: ImageInfo): ImageInfo => {
-      if (!img.readOnly) throw new DriverError("AlreadyExists", `"${snapName}" exists and is not a snapshot`);
-      return img;
-    };
-    return this.#publish(snapName, file, isSnapshot, async (tmp) => {
+    return this.#publish(snapName, file, isSnapshot(snapName), async (tmp) => {
       await this.#source(source, src);
       await this.#copy(source, src, tmp);
       await chmod(tmp, SNAPSHOT_MODE);
@@ -244,14 +240,7 @@ export class FilePool implements PoolBackend {
   // --- internals ---
 
   #checkSize(sizeBytes: number): number {
-    if (!Number.isFinite(sizeBytes) || sizeBytes <= 0) {
-      throw new DriverError("InvalidArgument", `size must be a positive number of bytes, got ${sizeBytes}`);
-    }
-    const size = roundUpToMiB(sizeBytes);
-    if (size > this.maxImageBytes) {
-      throw new DriverError("OutOfRange", `size ${size} exceeds the pool maximum ${this.maxImageBytes}`);
-    }
-    return size;
+    return checkSize(sizeBytes, this.maxImageBytes);
   }
 
   /** Info of an image file; undefined if missing. Only regular files count (lstat: no symlinks). */
@@ -292,7 +281,7 @@ export class FilePool implements PoolBackend {
     await this.#sweep((entry) => tempOf(entry) === name); // earlier, interrupted builds of this image
     const found = await this.#stat(name, file);
     if (found) return onExisting(found);
-    const tmp = path.join(this.root, `${TMP_PREFIX}${name}-${randomBytes(6).toString("hex")}`);
+    const tmp = path.join(this.root, tempName(name, randomBytes(6).toString("hex")));
     this.#building.add(tmp);
     const keepAlive = setInterval(() => {
       const now = new Date();
@@ -343,27 +332,6 @@ export class FilePool implements PoolBackend {
       if (st?.isFile() && st.mtimeMs < before) await unlink(file).catch(() => {});
     }
   }
-}
-
-/** The image name a temp file `.tmp-<name>-<12 hex>` is being built for; undefined for any other file. */
-export function tempOf(entry: string): string | undefined {
-  const m = /^\.tmp-(.+)-[0-9a-f]{12}$/.exec(entry);
-  return m?.[1];
-}
-
-function isImageName(name: string): boolean {
-  return typeof name === "string" && IMAGE_NAME_RE.test(name) && !name.includes("..");
-}
-
-/** onExisting for create/clone: same rounded size and writable → the image; else AlreadyExists. */
-function sameWritable(name: string, size: number) {
-  return (img: ImageInfo): ImageInfo => {
-    if (img.readOnly) throw new DriverError("AlreadyExists", `"${name}" exists as a read-only snapshot`);
-    if (img.sizeBytes !== size) {
-      throw new DriverError("AlreadyExists", `image "${name}" exists with size ${img.sizeBytes}, not ${size}`);
-    }
-    return img;
-  };
 }
 
 function errno(err: unknown): unknown {

@@ -32,10 +32,10 @@ import {
   type ReadPlan,
   type View,
 } from "../domain/decider.js";
-import { type Address, addressOf, endsAggregate, Fold, foldOne, startsAfresh } from "../domain/evolve.js";
+import { type Address, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
 import { KINDS, subjectOf } from "../domain/kinds.js";
 import { eventsOf } from "../domain/log-records.js";
-import type { ImageInfo, PoolBackend } from "../domain/pool-backend.js";
+import type { ImageInfo, ImageOwner, PoolBackend } from "../domain/pool-backend.js";
 import { poolOf } from "../domain/volumes.js";
 import type { EventLog } from "../ports/event-log.js";
 import type { CommandStore, Reading } from "../ports/store.js";
@@ -256,16 +256,25 @@ class Run<R> implements View {
       return;
     }
     const pool = this.#pool(e.pool);
+    const owner = e.op === "resize" ? undefined : this.#owner(e.imageName);
     const made =
       e.op === "create"
-        ? await pool.createImage(e.imageName, e.sizeBytes)
+        ? await pool.createImage(e.imageName, e.sizeBytes, owner)
         : e.op === "clone"
-          ? await pool.cloneImage(e.from, e.imageName, e.sizeBytes)
+          ? await pool.cloneImage(e.from, e.imageName, e.sizeBytes, owner)
           : e.op === "snapshot"
-            ? await pool.snapshotImage(e.from, e.imageName)
+            ? await pool.snapshotImage(e.from, e.imageName, owner)
             : await pool.resizeImage(e.imageName, e.sizeBytes);
     this.#images.set(imageKey(ref), made);
     if (e.op !== "resize") this.#made.push(ref);
+  }
+
+  /** Whose image this is (the aggregate its name says, with the request name of its record): written on the image where the pool can. */
+  #owner(imageName: string): ImageOwner | undefined {
+    const a = imageOwner(imageName);
+    if (!a) return undefined;
+    const name = liveRecord(this.#fold.state(a), a.kind)?.name;
+    return { ...a, clusterID: this.d.cluster.clusterID, ...(name ? { name } : {}) };
   }
 
   /** Append events: those on different subjects together, those on one subject in order; each fenced on the fold's sequence. */

@@ -86,8 +86,8 @@ export interface View {
 export interface PoolInfo {
   poolId: number;
   maxImageBytes: number;
-  /** Where a node finds an image of the pool (the publish context). */
-  imagePath(imageName: string): string;
+  /** Where a node finds an image of the pool (in the publish context): a file's path, or an RBD pool's Ceph pool, monitors and user. */
+  publishContext(imageName: string): Record<string, string>;
 }
 
 export interface Ctx {

@@ -15,6 +15,19 @@ export interface ImageInfo {
   readOnly: boolean;
 }
 
+/**
+ * Whose an image is, for backends that can write it on the image itself (RBD image metadata,
+ * as ceph-csi does): an image can then be traced back to its volume or snapshot without Redis
+ * or the log. The file pool keeps nothing of it.
+ */
+export interface ImageOwner {
+  kind: "volume" | "snapshot";
+  uuid: string;
+  /** The CSI request name (absent for a member of a group snapshot that has none). */
+  name?: string;
+  clusterID: string;
+}
+
 export interface PoolCapacity {
   totalBytes: number;
   freeBytes: number;
@@ -32,7 +45,7 @@ export interface PoolBackend {
    * exists with the same rounded size, return it (idempotent); different size → DriverError
    * AlreadyExists. Size <= 0 → InvalidArgument; size > maxImageBytes → OutOfRange.
    */
-  createImage(name: string, sizeBytes: number): Promise<ImageInfo>;
+  createImage(name: string, sizeBytes: number, owner?: ImageOwner): Promise<ImageInfo>;
   /**
    * Grow to sizeBytes rounded up to MiB; a smaller or equal size is a no-op returning the
    * current info (never shrink). Missing → NotFound. Past max → OutOfRange. Read-only
@@ -45,19 +58,23 @@ export interface PoolBackend {
    */
   deleteImage(name: string, opts?: { copied?: boolean }): Promise<void>;
   /**
-   * Read-only point-in-time copy of `source` named `snapName` (reflink when the filesystem has
-   * it, otherwise a sparse copy). Idempotent if snapName exists. Missing source → NotFound.
+   * Read-only point-in-time copy of `source` named `snapName` (file pool: a reflink or sparse
+   * copy; RBD: a clone of a snapshot of the source, as ceph-csi makes it). Idempotent if snapName
+   * exists as a snapshot; a writable image of that name → AlreadyExists. Missing source → NotFound.
    */
-  snapshotImage(source: string, snapName: string): Promise<ImageInfo>;
+  snapshotImage(source: string, snapName: string, owner?: ImageOwner): Promise<ImageInfo>;
   /**
    * Writable copy of an image or snapshot, grown to sizeBytes if larger than the source (never
    * smaller than source: sizeBytes < source size → OutOfRange). Idempotent if target exists
    * with same size. Missing source → NotFound.
    */
-  cloneImage(source: string, target: string, sizeBytes: number): Promise<ImageInfo>;
+  cloneImage(source: string, target: string, sizeBytes: number, owner?: ImageOwner): Promise<ImageInfo>;
   statImage(name: string): Promise<ImageInfo | undefined>;
   listImages(): Promise<ImageInfo[]>;
   capacity(): Promise<PoolCapacity>;
-  /** Absolute path of an image file (node-agent/test use); validated to stay inside the pool root. */
-  imagePath(name: string): string;
+  /**
+   * What a node needs to find an image of this pool, for the publish context (file pool: the
+   * image's path; RBD: the Ceph pool, monitors and user — never a key). Invalid name → InvalidArgument.
+   */
+  publishContext(name: string): Record<string, string>;
 }

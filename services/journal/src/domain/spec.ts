@@ -40,8 +40,8 @@ export const CLUSTER = resolveClusters(
   "/nonexistent",
 ).get("c1") as ResolvedCluster;
 export const POOLS = new Map<string, PoolInfo>([
-  ["default", { poolId: 1, maxImageBytes: 64 * 1024 ** 3, imagePath: (n) => `/pools/default/${n}` }],
-  ["fast", { poolId: 2, maxImageBytes: 8 * 1024 ** 2, imagePath: (n) => `/pools/fast/${n}` }],
+  ["default", { poolId: 1, maxImageBytes: 64 * 1024 ** 3, publishContext: (n) => ({ imagePath: `/pools/default/${n}` }) }],
+  ["fast", { poolId: 2, maxImageBytes: 8 * 1024 ** 2, publishContext: (n) => ({ imagePath: `/pools/fast/${n}` }) }],
 ]);
 
 /** A command's request as the journal gets it (parsed: defaults filled in). */

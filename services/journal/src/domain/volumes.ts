@@ -224,7 +224,7 @@ export function publishVolume(req: ParsedRequest<"volume.publish">): Command<Com
         pool: r.pool,
         poolId: String(r.poolId),
         imageName: r.imageName,
-        imagePath: pool.imagePath(r.imageName),
+        ...pool.publishContext(r.imageName),
         readOnly: String(readOnly),
         // The I/O limits as of this point of the volume's log (a later modification reaches the node as node work).
         ...limitsToContext(r.mutableParameters, r.seq),

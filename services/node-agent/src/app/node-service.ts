@@ -78,7 +78,7 @@ export class NodeService {
   }
 
   get poolRoots(): string[] {
-    return this.d.clusters.clusters.flatMap((c) => c.pools.map((p) => p.root));
+    return this.d.clusters.clusters.flatMap((c) => c.pools.flatMap((p) => (p.root === undefined ? [] : [p.root])));
   }
 
   /** Run one operation on a volume: one at a time per volume, all of it (the wait for the lock too) within the deadline. */
@@ -119,6 +119,9 @@ export class NodeService {
     const cluster = this.d.clusters.get(parts.clusterID);
     const pool = cluster?.pools.find((p) => p.id === parts.poolID);
     if (!cluster || !pool) throw notFound(`volume ${qid(volumeId)}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
+    // Mapping RBD images (krbd, rbd-nbd, rbd-fuse + loop) is the node side of issue 26, not built yet.
+    if (pool.kind === "rbd")
+      throw new DriverError("FailedPrecondition", `volume ${qid(volumeId)}: pool ${pool.name} is an RBD pool; this node-agent cannot map RBD images yet`);
     const imageName = volumeImageName(parts.uuid);
     const file = safeJoin(pool.root, `${imageName}.img`);
     const imagePath = await realpath(file).catch(() => {

@@ -1,0 +1,232 @@
+/**
+ * The RBD helper: a long-lived Python process over Ceph's own librbd binding (python3-rbd, a
+ * dependency of Debian's ceph-common), one per RBD pool of a journal. docs/backends.md says why
+ * it is a helper and not the rbd CLI or a native addon (measured there).
+ *
+ * Protocol: JSON lines. stdin: first the settings line {user, monHost, keyFile, pool, conf,
+ * workers}, then requests {id, op, args}; stdout: first {ready, version}, then one reply per
+ * request, in any order: {id, ok: true, result} or {id, ok: false, errno, error}. A request runs
+ * on a thread of a pool (librbd releases the GIL while it waits on the cluster). stdin's end
+ * (the journal exited, even by SIGKILL) ends the helper. It never prints the key: librados reads
+ * it from `keyFile` itself (the Secret's file), and error messages are librbd's own.
+ *
+ * The ops are the primitives of the pool backend (adapters/rbd-pool.ts composes them): no
+ * policy here, only librbd calls and what they answer. Kept as a TypeScript string so the
+ * compiled service carries it (the image holds dist/ only); RbdHelper writes it into its
+ * private directory and runs it with Debian's python3.
+ */
+export const RBD_HELPER_SOURCE = String.raw`
+import calendar, json, os, re, sys, threading, traceback
+from concurrent.futures import ThreadPoolExecutor
+import rados, rbd
+
+settings = json.loads(sys.stdin.readline())
+USER_NS = rbd.RBD_SNAP_NAMESPACE_TYPE_USER
+META_PREFIX = settings["metaPrefix"]
+out_lock = threading.Lock()
+conn_lock = threading.Lock()
+state = {"cluster": None, "ioctx": None}
+
+
+def send(obj):
+    line = json.dumps(obj, separators=(",", ":"))
+    with out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def ioctx():
+    with conn_lock:
+        if state["ioctx"] is None:
+            conf = dict(settings["conf"])
+            conf["mon_host"] = settings["monHost"]
+            conf["keyfile"] = settings["keyFile"]
+            cluster = rados.Rados(rados_id=settings["user"], conffile=os.devnull, conf=conf)
+            try:
+                cluster.connect()
+                state["ioctx"] = cluster.open_ioctx(settings["pool"])
+            except Exception:
+                cluster.shutdown()
+                raise
+            state["cluster"] = cluster
+        return state["ioctx"]
+
+
+def describe(img, name):
+    snaps = [s["name"] for s in img.list_snaps() if s.get("namespace", USER_NS) == USER_NS]
+    try:
+        p = img.get_parent_image_spec()
+        parent = {"pool": p["pool_name"], "image": p["image_name"], "snap": p["snap_name"]}
+    except rbd.ImageNotFound:
+        parent = None
+    meta = {k: v for k, v in img.metadata_list() if k.startswith(META_PREFIX)}
+    return {"name": name, "id": img.id(), "size": img.size(), "snaps": snaps, "parent": parent, "meta": meta,
+            "created": calendar.timegm(img.create_timestamp().timetuple())}
+
+
+def set_meta(img, meta):
+    for k, v in meta.items():
+        img.metadata_set(k, v)
+
+
+def op_info(io, a):
+    with rbd.Image(io, a["name"], read_only=True) as img:
+        return describe(img, a["name"])
+
+
+def op_create(io, a):
+    rbd.RBD().create(io, a["name"], a["size"], old_format=False, features=rbd.RBD().features_from_string(a["features"]))
+    with rbd.Image(io, a["name"]) as img:
+        set_meta(img, a["meta"])
+        return describe(img, a["name"])
+
+
+def op_clone(io, a):
+    features = rbd.RBD().features_from_string(a["features"])
+    rbd.RBD().clone(io, a["parent"], a["snap"], io, a["name"], features=features)
+    with rbd.Image(io, a["name"]) as img:
+        set_meta(img, a["meta"])
+        return describe(img, a["name"])
+
+
+def op_resize(io, a):
+    with rbd.Image(io, a["name"]) as img:
+        img.resize(a["size"], allow_shrink=False)
+        return describe(img, a["name"])
+
+
+def op_snap_create(io, a):
+    with rbd.Image(io, a["name"]) as img:
+        img.create_snap(a["snap"])
+    return None
+
+
+def op_snap_remove(io, a):
+    with rbd.Image(io, a["name"]) as img:
+        img.remove_snap(a["snap"])
+    return None
+
+
+def op_rename(io, a):
+    rbd.RBD().rename(io, a["from"], a["to"])
+    return None
+
+
+def op_flatten(io, a):
+    with rbd.Image(io, a["name"]) as img:
+        img.flatten()
+        return describe(img, a["name"])
+
+
+def op_depth(io, a):
+    depth, img = 0, rbd.Image(io, a["name"], read_only=True)
+    try:
+        while depth < 64:
+            try:
+                parent_id = img.parent_id()
+            except rbd.ImageNotFound:
+                return depth
+            img.close()
+            img = rbd.Image(io, image_id=parent_id, read_only=True)
+            depth += 1
+        return depth
+    finally:
+        img.close()
+
+
+def op_remove(io, a):
+    # User snapshots go first (one with clones moves to the trash namespace: clone v2), then the
+    # image to the trash (its name is free at once), marked as ours to purge, then out of the
+    # trash unless clones still need it: it stays there until they are gone (op_trash_purge).
+    # An image someone has open (a node mapped it: a watcher) is refused: EBUSY. A read-only
+    # open registers no watch of its own.
+    with rbd.Image(io, a["name"], read_only=True) as ro:
+        if list(ro.watchers_list()):
+            raise rbd.ImageBusy("the image has watchers (mapped or open somewhere)", errno=16)
+    with rbd.Image(io, a["name"]) as img:
+        image_id = img.id()
+        for s in list(img.list_snaps()):
+            if s.get("namespace", USER_NS) == USER_NS:
+                img.remove_snap(s["name"])
+        img.metadata_set(a["mark"], "1")
+    rbd.RBD().trash_move(io, a["name"], 0)
+    try:
+        rbd.RBD().trash_remove(io, image_id)
+        return {"purged": True}
+    except (rbd.ImageHasSnapshots, rbd.ImageBusy):
+        return {"purged": False}
+
+
+def op_names(io, a):
+    return [i["name"] for i in rbd.RBD().list2(io)]
+
+
+def op_list(io, a):
+    names = [n for n in op_names(io, a) if re.match(a["pattern"], n)]
+    if len(names) > a["max"]:
+        raise rbd.ArgumentOutOfRange("the pool holds more than %d images" % a["max"], errno=34)
+
+    def one(name):
+        try:
+            return op_info(io, {"name": name})
+        except rbd.ImageNotFound:
+            return None
+
+    return [i for i in workers.map(one, names) if i is not None] if names else []
+
+
+def op_trash_purge(io, a):
+    # Only images this driver deleted (op_remove marked them): the pool may hold others' trash.
+    purged, kept = 0, 0
+    for e in list(rbd.RBD().trash_list(io)):
+        if e["source"] != "USER":
+            continue
+        try:
+            with rbd.Image(io, image_id=e["id"], read_only=True) as img:
+                if not any(k == a["mark"] for k, _ in img.metadata_list()):
+                    continue
+            rbd.RBD().trash_remove(io, e["id"])
+            purged += 1
+        except (rbd.ImageHasSnapshots, rbd.ImageBusy, rbd.ImageNotFound):
+            kept += 1
+    return {"purged": purged, "kept": kept}
+
+
+def op_df(io, a):
+    r, out, err = state["cluster"].mon_command(json.dumps({"prefix": "df", "format": "json"}), b"")
+    if r != 0:
+        raise rados.Error(err, errno=-r)
+    df = json.loads(out)
+    pool = next((p for p in df.get("pools", []) if p["name"] == settings["pool"]), None)
+    if pool is None:
+        raise rados.ObjectNotFound("pool %s is not in the cluster's statistics" % settings["pool"], errno=2)
+    return {"total": df["stats"]["total_bytes"], "free": pool["stats"]["max_avail"], "used": pool["stats"]["bytes_used"]}
+
+
+OPS = {k[3:]: v for k, v in globals().items() if k.startswith("op_")}
+
+
+def handle(req):
+    try:
+        op = OPS.get(req.get("op"))
+        if op is None:
+            send({"id": req.get("id"), "ok": False, "errno": 22, "error": "unknown op %r" % req.get("op")})
+            return
+        send({"id": req["id"], "ok": True, "result": op(ioctx(), req.get("args") or {})})
+    except (rbd.Error, rados.Error) as e:
+        send({"id": req["id"], "ok": False, "errno": getattr(e, "errno", None), "error": str(e)})
+    except Exception as e:
+        send({"id": req["id"], "ok": False, "errno": None, "error": "%s: %s" % (type(e).__name__, e)})
+        traceback.print_exc(file=sys.stderr)
+
+
+workers = ThreadPoolExecutor(max_workers=settings["workers"])
+requests = ThreadPoolExecutor(max_workers=settings["workers"])
+send({"ready": True, "version": ".".join(str(x) for x in rbd.RBD().version())})
+for line in sys.stdin:
+    if line.strip():
+        requests.submit(handle, json.loads(line))
+requests.shutdown(wait=True)
+if state["cluster"] is not None:
+    state["cluster"].shutdown()
+`;
