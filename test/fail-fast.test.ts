@@ -86,6 +86,17 @@ async function assertUnavailableFast(ctrl: CsiClient<"Controller">, volumeId: st
   return slowest;
 }
 
+/** Until the journal answers a write itself, saying `what` (at most 60 tries, each bounded by the controller's own deadlines). */
+async function journalRefuses(ctrl: CsiClient<"Controller">, what: RegExp): Promise<void> {
+  let last = "";
+  for (let i = 0; i < 60; i++) {
+    const r = await timed(() => ctrl.CreateVolume({ name: `ff-probe-${i}`, volume_capabilities: [cap], capacity_range: { required_bytes: String(MiB) } }));
+    if (r.code === GrpcCode.UNAVAILABLE && what.test(r.details)) return;
+    last = `${r.code} ${r.details}`;
+  }
+  assert.fail(`the journal never refused a write with ${what}: last answer ${last}`);
+}
+
 describe("Redis killed: every journal command is UNAVAILABLE at once, OK again within 3 s of Redis coming back", () => {
   let env: TestServers;
   let s: Awaited<ReturnType<typeof startServices>>;
@@ -162,8 +173,22 @@ describe("the event log's NATS cluster loses its quorum: UNAVAILABLE at once, no
       );
       assert.equal(down.status, 503, JSON.stringify(down.body));
       assert.equal((await readyzUntil(s.controller.metricsUrl, (r) => r.body.checks.nats === "ok", 60_000)).body.checks.nats, "ok");
+      // Readiness can say "nats ok" while a client is still moving to the node left (its status
+      // events come after the fact): until the journal itself answers a call, a call may meet a
+      // reconnect in progress (the controller's quiet bound, or a 5 s append into the lost
+      // quorum before the journal's probe knew). The journal's own answer is the event waited for;
+      // from then on every call must be refused at once.
+      await journalRefuses(s.ctrl, /event log unavailable/);
       for (const n of [1, 2])
         t.diagnostic(`round ${n}: slowest call ${Math.round(await assertUnavailableFast(s.ctrl, volumeId, n, /event log unavailable/, false))} ms`);
+    } catch (err) {
+      // What each service saw, to tell a journal that never got the call from one that did not answer.
+      for (const [name, p] of [
+        ["journal", s.journal],
+        ["controller", s.controller],
+      ] as const)
+        t.diagnostic(`${name}'s last log lines:\n${p.logs.slice(-25).join("\n")}`);
+      throw err;
     } finally {
       await Promise.all([a?.restart(), b?.restart()]);
     }

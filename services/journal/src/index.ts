@@ -173,7 +173,7 @@ async function openEventLog(
   o.metrics.watchForeign(jetStreamLog, o.log);
   await untilNoRestore(nc, cluster.clusterID, o.log);
   await jetStreamLog.ensureStream();
-  const reach = new LogReachability(() => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS), o.log);
+  const reach = new LogReachability((downSince) => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS, downSince), o.log);
   reach.watch(nc);
   o.ops.readiness.add("log", () => reach.check());
   return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };

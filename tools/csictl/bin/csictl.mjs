@@ -3,12 +3,15 @@
 // install) it runs the TypeScript sources with no build step: tsx's loader, and the workspaces'
 // "source" export condition so that @csi/* resolve to their src/*.ts too (docs/building.md).
 // Where tsx is absent (the image: `npm ci --omit=dev`) it runs what `npm run build` made,
-// dist/main.js, which the image can also run directly.
+// dist/main.js, which the image can also run directly. CSI_RUN_BUILT=1 (set by `npm test` after
+// it has built) runs dist/main.js in a checkout too (docs/building.md, "Tests run built services").
 let tsx;
-try {
-  tsx = await import("tsx/esm/api");
-} catch (err) {
-  if (err?.code !== "ERR_MODULE_NOT_FOUND") throw err;
+if (process.env.CSI_RUN_BUILT !== "1") {
+  try {
+    tsx = await import("tsx/esm/api");
+  } catch (err) {
+    if (err?.code !== "ERR_MODULE_NOT_FOUND") throw err;
+  }
 }
 if (tsx) {
   const { register } = await import("node:module");

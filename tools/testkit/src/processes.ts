@@ -21,6 +21,20 @@ export const ROOT = path.resolve(import.meta.dirname, "../../..");
  */
 export const SOURCE_NODE_ARGS: readonly string[] = ["--conditions=source", "--import", "tsx"];
 
+/**
+ * Where the services the tests spawn run from: their sources through tsx (the default, so a test
+ * file run on its own always runs what it sees), or the JavaScript `npm run build` made when the
+ * environment says `CSI_RUN_BUILT=1`. `npm test` (scripts/test.mjs) builds first and sets it:
+ * tsx's loader costs every spawned process ~0.4 s of CPU, and a run spawns hundreds
+ * (docs/building.md, "Tests run built services").
+ */
+export const RUN_BUILT = process.env.CSI_RUN_BUILT === "1";
+
+/** How node runs a service's main: `[...node options, file]`. */
+export function serviceArgv(service: ServiceName): string[] {
+  return RUN_BUILT ? [serviceMain(service, "dist")] : [...SOURCE_NODE_ARGS, serviceMain(service)];
+}
+
 export interface ServiceProcess {
   child: ChildProcess;
   /** Every log line so far (pino JSON). */
@@ -89,8 +103,7 @@ export async function spawnService(
   const readyFile = env.READY_FILE ?? path.join(own as string, "ready.json");
   rmSync(readyFile, { force: true });
   // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
-  const main =
-    opts.built === undefined ? [...SOURCE_NODE_ARGS, serviceMain(service)] : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
+  const main = opts.built === undefined ? serviceArgv(service) : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
   const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
     cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },

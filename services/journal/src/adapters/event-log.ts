@@ -194,6 +194,27 @@ export function logStreamConfig(name: string, wildcard: string, replicas: number
   return { name, subjects: [wildcard], storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, description };
 }
 
+/** A replica the leader has not heard from in this long is out of touch (Raft heartbeats come every second). */
+export const REPLICA_SILENT_NS = 3_000_000_000;
+
+/**
+ * Why a replicated stream cannot take an append although its leader answers, or undefined: a
+ * leader that lost its quorum (two of three nats-servers gone) still answers reads for seconds
+ * before it steps down, while every append waits for its timeout. The leader counts itself; each
+ * replica counts while current, online and heard from within `silentNs` (REPLICA_SILENT_NS, or
+ * less: see `probe`).
+ */
+export function noQuorum(info: Pick<StreamInfo, "config" | "cluster">, silentNs = REPLICA_SILENT_NS): string | undefined {
+  const replicas = info.config.num_replicas ?? 1;
+  if (replicas <= 1) return undefined;
+  if (!info.cluster?.leader) return "the stream has no leader";
+  const peers = info.cluster.replicas ?? [];
+  const inTouch = 1 + peers.filter((p) => p.current && !p.offline && p.active < silentNs).length;
+  const quorum = Math.floor(replicas / 2) + 1;
+  if (inTouch >= quorum) return undefined;
+  return `the stream's leader is in touch with ${inTouch} of its ${replicas} replicas, below a quorum of ${quorum}`;
+}
+
 /** A stream's info, or undefined when it does not exist. */
 export function streamInfoOrNone(jsm: JetStreamManager, stream: string): Promise<StreamInfo | undefined> {
   return jsm.streams.info(stream).catch((err: unknown) => {
@@ -278,13 +299,23 @@ export class JetStreamLog implements EventLog {
   }
 
   /**
-   * Whether the stream answers within `timeoutMs` (its info, from the stream leader): resolves, or
-   * rejects with Unavailable saying why. The journal's probe while the log is known down.
+   * Whether the stream could take an append now: its leader answers its info within `timeoutMs`
+   * and hears from a quorum of its replicas (`noQuorum`). Resolves, or rejects with Unavailable
+   * saying why. The journal's probe while the log is known down.
+   *
+   * `downSince` (epoch ms): when the journal found the log unreachable. A leader learns that its
+   * replicas are gone only from their silence, a second or more later (Raft heartbeats come every
+   * second), so a probe right after the incident would still find them "in touch": a replica then
+   * counts only if the leader heard from it after `downSince` (its `active` is shorter than the
+   * time since; both are durations, so the clocks of the two machines need not agree).
    */
-  async probe(timeoutMs: number): Promise<void> {
+  async probe(timeoutMs: number, downSince?: number): Promise<void> {
     this.#probeJsm ??= jetstreamManager(this.nc, { timeout: timeoutMs, checkAPI: false, ...(this.opts.apiPrefix ? { apiPrefix: this.opts.apiPrefix } : {}) });
     const jsm = await this.#probeJsm;
-    await reachingNats("event log", () => jsm.streams.info(this.stream));
+    const asked = Date.now();
+    const info = await reachingNats("event log", () => jsm.streams.info(this.stream));
+    const why = noQuorum(info, downSince === undefined ? REPLICA_SILENT_NS : Math.min(REPLICA_SILENT_NS, Math.max(0, asked - downSince) * 1e6));
+    if (why) throw new DriverError("Unavailable", `event log: ${why}`);
   }
 
   async lastSeq(): Promise<number> {

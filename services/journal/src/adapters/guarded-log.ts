@@ -28,12 +28,15 @@ const PROBE_PAUSE_MS = 250;
 
 export class LogReachability {
   #down?: string;
+  /** When the log was last found unreachable (epoch ms): the probe wants signs of life since. */
+  #downSince?: number;
   #probing = false;
   #stopped = false;
   #pause?: { timer: NodeJS.Timeout; done: () => void };
 
   constructor(
-    private readonly probe: () => Promise<unknown>,
+    /** Resolves while the log answers; `downSince`: when it was found unreachable, if it is down. */
+    private readonly probe: (downSince?: number) => Promise<unknown>,
     private readonly logger: Logger,
   ) {}
 
@@ -46,6 +49,7 @@ export class LogReachability {
   failed(why: string): void {
     if (this.#down === undefined) this.logger.warn({ why }, "event log unreachable: commands that need it answer UNAVAILABLE until it answers again");
     this.#down = shortReason(why);
+    this.#downSince = Date.now();
     void this.#probeUntilUp();
   }
 
@@ -91,7 +95,7 @@ export class LogReachability {
       while (this.#down !== undefined && !this.#stopped) {
         const started = Date.now();
         try {
-          await this.probe();
+          await this.probe(this.#downSince);
           this.#down = undefined;
           this.logger.info({ downMs: Date.now() - since }, "event log answers again");
         } catch (err) {
