@@ -56,6 +56,8 @@ export interface CephCluster {
   rbd(args: string[]): Promise<string>;
   /** `rbd <args> --format json` as admin: the parsed JSON (`rbd ls -l`, `info`, `snap ls`, `image-meta list`, `trash ls`). */
   rbdJson(args: string[]): Promise<unknown>;
+  /** `rbd <args> --format json` as the `profile rbd` user (its key file, not admin's keyring): what the driver's user sees. */
+  rbdAsUser(args: string[]): Promise<unknown>;
   /** `ceph <args> --format json` as admin: the parsed JSON. */
   cephJson(args: string[]): Promise<unknown>;
   /** Bytes written into an image of a pool, at an offset (librbd, as admin). */
@@ -376,6 +378,7 @@ export async function startCeph(opts: { pools?: string[]; user?: string } = {}):
       readImage: async (p, image, offset, length, snap) =>
         Buffer.from(await imageIO(env, { op: "read", pool: p, image, offset, length, ...(snap ? { snap } : {}) }), "base64"),
       rbdJson: (args) => json("rbd", args),
+      rbdAsUser: (args) => json("rbd", ["--id", user, "--keyfile", keyFile, ...args]),
       cephJson: (args) => json("ceph", args),
       stop,
     };
