@@ -186,11 +186,13 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     // A temporary of a build that never finished (its owner ended long ago: none here), made by us.
     const tmp = `.tmp-csi-snap-${randomUUID()}-0123456789ab`;
     await ceph.rbd(["create", "--size", "4M", `rbd/${tmp}`]);
-    for (const [k, v] of Object.entries({ kind: "snapshot", uuid: randomUUID(), cluster: CLUSTER })) await ceph.rbd(["image-meta", "set", `rbd/${tmp}`, `${META_PREFIX}${k}`, v]);
+    for (const [k, v] of Object.entries({ kind: "snapshot", uuid: randomUUID(), cluster: CLUSTER }))
+      await ceph.rbd(["image-meta", "set", `rbd/${tmp}`, `${META_PREFIX}${k}`, v]);
     // An image of ours in the trash that nothing needs (a delete cut between the trash move and the purge).
     const trashed = `csi-vol-${randomUUID()}`;
     await ceph.rbd(["create", "--size", "4M", `rbd/${trashed}`]);
-    for (const [k, v] of Object.entries({ kind: "volume", cluster: CLUSTER, deleted: "1" })) await ceph.rbd(["image-meta", "set", `rbd/${trashed}`, `${META_PREFIX}${k}`, v]);
+    for (const [k, v] of Object.entries({ kind: "volume", cluster: CLUSTER, deleted: "1" }))
+      await ceph.rbd(["image-meta", "set", `rbd/${trashed}`, `${META_PREFIX}${k}`, v]);
     await ceph.rbd(["trash", "mv", `rbd/${trashed}`]);
 
     const csictl = csictlOf(() => j, CLUSTER);
@@ -211,10 +213,17 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
       ],
     );
     const leak = found.findings.find((f) => f.type === "leakedImage");
-    assert.deepEqual(leak && "owner" in leak && leak.owner, { kind: "volume", uuid: leakedUuid, name: "pvc-leaked", cluster: CLUSTER }, "traced back without Redis");
+    assert.deepEqual(
+      leak && "owner" in leak && leak.owner,
+      { kind: "volume", uuid: leakedUuid, name: "pvc-leaked", cluster: CLUSTER },
+      "traced back without Redis",
+    );
     assert.match(JSON.stringify(found.findings.find((f) => "imageName" in f && f.imageName === others)), /elsewhere/);
     const human = await csictl("verify", "--older-than", "0");
-    assert.match(human.stdout, new RegExp(`^leakedImage\\s+ceph/${leaked}\\s+4 MiB, of volume ${leakedUuid} "pvc-leaked" in cluster ${CLUSTER}, no reservation owns it$`, "m"));
+    assert.match(
+      human.stdout,
+      new RegExp(`^leakedImage\\s+ceph/${leaked}\\s+4 MiB, of volume ${leakedUuid} "pvc-leaked" in cluster ${CLUSTER}, no reservation owns it$`, "m"),
+    );
 
     const gc = await csictl("--json", "gc", "--apply", "--older-than", "0", "--request-id", "gc-rbd");
     assert.equal(gc.code, 0, gc.stderr);
@@ -249,7 +258,12 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
       const capability = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
       const name = `pvc-crash-${point.made ? "made" : "reserved"}`;
       const createOn = (requestId: string, timeoutMs?: number) =>
-        j.client.call(CLUSTER, "volume.create", { requestId, name, sizeBytes: 4 * MiB, pool: "ceph", capabilities: capability }, timeoutMs ? { timeoutMs } : {});
+        j.client.call(
+          CLUSTER,
+          "volume.create",
+          { requestId, name, sizeBytes: 4 * MiB, pool: "ceph", capabilities: capability },
+          timeoutMs ? { timeoutMs } : {},
+        );
       const ours = async () => ((await ceph.rbdAsUser(["ls", "rbd"])) as string[]).filter((n) => n.startsWith("csi-vol-") || n.startsWith(".tmp-")).sort();
       const before = await ours();
       await journal.whileDown(async (own) => {

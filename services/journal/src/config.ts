@@ -69,8 +69,14 @@ export const JOURNAL_SETTINGS = {
   lockWaitMs: { env: "LOCK_WAIT_MS", help: "how long a command waits for a busy lock before answering Aborted (ms)" },
   catchUpEveryMs: { env: "CATCHUP_EVERY_MS", help: "how often the log tail is replayed into Redis (ms; 0: only at start and on demand)" },
   beatEveryMs: { env: "JOURNAL_BEAT_MS", help: "a command running longer than this sends working beats to its caller this often (ms; 0: none)" },
-  crashAfter: { env: "JOURNAL_CRASH_AFTER", help: "tests only: SIGKILL this process right after appending an event of this type, or after a pool step image:<op> (image:create) returned" },
-  freezeAfter: { env: "JOURNAL_FREEZE_AFTER", help: "tests only: SIGSTOP this process right after appending an event of this type, or after a pool step image:<op> returned" },
+  crashAfter: {
+    env: "JOURNAL_CRASH_AFTER",
+    help: "tests only: SIGKILL this process right after appending an event of this type, or after a pool step image:<op> (image:create) returned",
+  },
+  freezeAfter: {
+    env: "JOURNAL_FREEZE_AFTER",
+    help: "tests only: SIGSTOP this process right after appending an event of this type, or after a pool step image:<op> returned",
+  },
   testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS", help: "tests only: hold every snapshot/clone copy this long before publishing it (ms)" },
   rbdPython: { env: "RBD_PYTHON", help: "the python3 with python3-rbd that runs the RBD pools' helper (Debian's)" },
   replayBatch: { env: "JOURNAL_REPLAY_BATCH", help: "events per catch-up batch, aggregates per rebuild chunk (at most 1,000)" },

@@ -273,15 +273,17 @@ export class RbdPool implements PoolBackend {
       return o ? { owner: o } : {};
     };
     return [
-      ...trash.map((t): Leftover => ({
-        kind: "trash",
-        name: t.name,
-        id: t.id,
-        sizeBytes: t.size,
-        since: t.deleted * 1000,
-        neededByClones: t.snaps > 0,
-        ...owned(t.meta),
-      })),
+      ...trash.map(
+        (t): Leftover => ({
+          kind: "trash",
+          name: t.name,
+          id: t.id,
+          sizeBytes: t.size,
+          since: t.deleted * 1000,
+          neededByClones: t.snaps > 0,
+          ...owned(t.meta),
+        }),
+      ),
       ...temps
         .filter((t) => tempOf(t.name) !== undefined)
         .map((t): Leftover => ({ kind: "temp", name: t.name, id: t.id, sizeBytes: t.size, since: t.created * 1000, ...owned(t.meta) })),

@@ -82,11 +82,10 @@ test("gc: plans only leaked images and orphaned reservations; re-checks refuse l
 
   const o = { now, olderThanMs: 3600_000 };
   const reserved = foldInto(new Map(), [e.volReserved({}, T0)]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
-  assert.equal(mayCollect(reserved, undefined, o), undefined);
-  assert.equal(mayCollect(reserved, img("x"), o), undefined, "made and never recorded (its journal died in between): collected with its image");
-  assert.equal(mayCollect(reserved, undefined, { now, olderThanMs: 3 * 3600_000 }), "it is younger than the threshold");
-  assert.equal(mayCollect(live, undefined, o), "its image was made");
-  assert.equal(mayCollect(undefined, undefined, o), "the reservation is gone");
+  assert.equal(mayCollect(reserved, o), undefined, "never recorded (its image never made, or made by a journal that died before recording it)");
+  assert.equal(mayCollect(reserved, { now, olderThanMs: 3 * 3600_000 }), "it is younger than the threshold");
+  assert.equal(mayCollect(live, o), "its image was made");
+  assert.equal(mayCollect(undefined, o), "the reservation is gone");
 });
 
 test("verify on a pool whose images carry their owner (RBD): foreign images apart, leaked ones traced back, made-but-unrecorded reservations, trash, temporaries", () => {
@@ -111,16 +110,21 @@ test("verify on a pool whose images carry their owner (RBD): foreign images apar
       [
         { kind: "trash" as const, name: "csi-vol-a", id: "t1", sizeBytes: 1, since: young, owner: ours },
         { kind: "trash" as const, name: "csi-vol-b", id: "t2", sizeBytes: 1, since: young, owner: ours, neededByClones: true },
-        { kind: "temp" as const, name: `.tmp-csi-snap-${SNAP}-0123456789ab`, id: "x1", sizeBytes: 1, since: now - 7200_000, owner: { ...ours, kind: "snapshot" as const } },
+        {
+          kind: "temp" as const,
+          name: `.tmp-csi-snap-${SNAP}-0123456789ab`,
+          id: "x1",
+          sizeBytes: 1,
+          since: now - 7200_000,
+          owner: { ...ours, kind: "snapshot" as const },
+        },
         { kind: "temp" as const, name: `.tmp-csi-vol-${VOL}-0123456789ab`, id: "x2", sizeBytes: 1, since: now - 7200_000, owner: { ...ours, uuid: VOL } },
         { kind: "temp" as const, name: ".tmp-csi-vol-c-0123456789ab", id: "x3", sizeBytes: 1, since: young, owner: ours },
       ],
     ],
   ]);
   const found = inspect({
-    states: new Map(
-      [...states].map(([k, s]) => [k, s.kind === "volume" && s.record ? { ...s, record: { ...s.record, pool: "ceph" } } : s]),
-    ) as typeof states,
+    states: new Map([...states].map(([k, s]) => [k, s.kind === "volume" && s.record ? { ...s, record: { ...s.record, pool: "ceph" } } : s])) as typeof states,
     images,
     drift: [],
     heartbeats: new Map(),
@@ -144,7 +148,11 @@ test("verify on a pool whose images carry their owner (RBD): foreign images apar
     "the trash entry clones still need and the young temporary are not findings",
   );
   const leaked = found[0];
-  assert.deepEqual(leaked?.type === "leakedImage" && leaked.owner, { kind: "volume", uuid: SNAP, name: "pvc-gone", cluster: "c1" }, "traced back by its metadata");
+  assert.deepEqual(
+    leaked?.type === "leakedImage" && leaked.owner,
+    { kind: "volume", uuid: SNAP, name: "pvc-gone", cluster: "c1" },
+    "traced back by its metadata",
+  );
   assert.equal(found[1]?.type === "orphanedReservation" && found[1].imageMade, true);
   const plan = gcPlan(found, states);
   assert.deepEqual(

@@ -335,9 +335,10 @@ export function mayRemoveImage(
 
 /**
  * Whether a reservation may still be collected, re-checked under its locks: it lives, its image
- * was never made and is not in the pool, and it is older than the threshold.
+ * was never recorded (never made, or made by a journal that died before recording it: it goes
+ * with the reservation), and it is older than the threshold.
  */
-export function mayCollect(s: RecordState | undefined, image: ImageInfo | undefined, o: { now: number; olderThanMs: number }): string | undefined {
+export function mayCollect(s: RecordState | undefined, o: { now: number; olderThanMs: number }): string | undefined {
   const r = s?.record;
   if (!r) return "the reservation is gone";
   if (!("imageName" in r)) return "not an image reservation";
@@ -391,11 +392,9 @@ export function collectReservation(requestId: string, action: GcAction, o: { now
       const ref = { pool: record.pool, imageName: action.imageName };
       const image = v.image(ref);
       if (image === undefined) return { stat: [ref] };
-      const refused = mayCollect(state, image ?? undefined, o);
+      const refused = mayCollect(state, o);
       if (refused) return { reply: { ...action, outcome: "skipped", reason: refused } };
-      const reason = image
-        ? "its image made and never recorded, past the threshold (audit.gc)"
-        : "reserved without an image past the threshold (audit.gc)";
+      const reason = image ? "its image made and never recorded, past the threshold (audit.gc)" : "reserved without an image past the threshold (audit.gc)";
       const release = nameState(v, kind, record.name)?.uuid === me.uuid ? [shared.nameReleased(kind, record.name, me.uuid)] : [];
       // The image (made and never recorded), and what an interrupted build left of it, go first.
       return {

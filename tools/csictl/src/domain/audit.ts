@@ -2,15 +2,7 @@
  * The pure parts of `replay`, `verify` and `gc`: what a person types for a point of the log and
  * for an age, and the rows the tables show. The journal's audit.* commands do the work.
  */
-import {
-  composeVolumeId,
-  type Finding,
-  type ForeignRecordView,
-  type GcAction,
-  type ImageOwnerView,
-  type PurgeAction,
-  type ReplayEntry,
-} from "@csi/contracts";
+import { composeVolumeId, type Finding, type ForeignRecordView, type GcAction, type ImageOwnerView, type PurgeAction, type ReplayEntry } from "@csi/contracts";
 import { usageError } from "../errors.js";
 import { formatBytes } from "./sizes.js";
 
@@ -105,7 +97,11 @@ export function findingRow(f: Finding): string[] {
     case "foreignImage":
       return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}, not ours: ${f.reason} (gc leaves it)`];
     case "trashedImage":
-      return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, deleted ${f.deletedAt}, still in the trash, nothing needs it`];
+      return [
+        f.type,
+        `${f.pool}/${f.imageName}`,
+        `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, deleted ${f.deletedAt}, still in the trash, nothing needs it`,
+      ];
     case "tempImage":
       return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, made ${f.createdAt} by a build that never finished`];
   }
