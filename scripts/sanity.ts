@@ -3,11 +3,13 @@
  * directory (scripts/lib/sanity.ts). Extra arguments go to csi-sanity:
  *
  *   npm run sanity -- --ginkgo.focus=NodeGetVolumeStats
+ *   npm run sanity -- --ceph --ginkgo.skip=Node     # (or CEPH=1) the default pool an RBD pool on a local Ceph
  *
  * The binary: $CSI_SANITY, else ../shared/tools/csi-sanity. Without one it says so and exits 0.
  * Exits non-zero when csi-sanity fails.
  */
-import { abortOnSignals, runSanity, sanityBinary, summaryLine, whyNoBinary, whyNoDevices } from "./lib/sanity.js";
+import { whyNoCeph } from "@csi/testkit";
+import { abortOnSignals, runSanity, sanityArgs, sanityBinary, summaryLine, whyNoBinary, whyNoDevices } from "./lib/sanity.js";
 
 const binary = sanityBinary();
 const noBinary = whyNoBinary(binary);
@@ -21,11 +23,22 @@ if (noDevices) {
   process.exit(1);
 }
 
+const { ceph, args } = sanityArgs(process.argv.slice(2));
+const noCeph = ceph ? whyNoCeph() : undefined;
+if (noCeph) {
+  console.error(`sanity: cannot run --ceph: ${noCeph}`);
+  process.exit(1);
+}
+
 try {
   const result = await runSanity({
     binary,
-    args: process.argv.slice(2),
-    onStackReady: (s) => console.log(`sanity: stack ready (controller ${s.controllerEndpoint}, node ${s.nodeEndpoint}); running ${binary}`),
+    args,
+    ceph,
+    onStackReady: (s) =>
+      console.log(
+        `sanity: stack ready (controller ${s.controllerEndpoint}, node ${s.nodeEndpoint}${ceph ? ", default pool on a local Ceph" : ""}); running ${binary}`,
+      ),
     onOutput: (chunk) => process.stdout.write(chunk),
     signal: abortOnSignals(),
   });

@@ -18,6 +18,10 @@
  *    cluster with JetStream on every node, a Redis primary + replica behind 3 Sentinels, streams with
  *    3 replicas, 2 journal replicas; their data under <dataDir>/ha (docs/operations.md, "Beyond one
  *    machine").
+ *  - `npm start -- --ceph` (or CEPH=1): a local single-node Ceph (one monitor, manager and OSD,
+ *    testkit's startCeph) with its data under <dataDir>/ceph, started again over that data by the
+ *    next start; the cluster's default pool is an RBD pool on it (`ceph`; the file pool `default`
+ *    beside it). Needs Ceph's Debian packages (docs/backends.md); not tried with --ha or SECURE=1.
  *  - Ctrl-C / SIGTERM stops everything cleanly; the sockets are removed.
  *  - The data and run directories are locked while the stack runs (lib/stack-lock.ts): a second
  *    `npm start` on them exits with status 1 and a message naming the holder, touching nothing.
@@ -36,10 +40,13 @@ const say = (msg: string, extra: Record<string, unknown> = {}) =>
 const dataDir = path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data"));
 const runDir = path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run"));
 let ha: boolean;
+let ceph: boolean;
 try {
-  ha = parseArgs({ options: { ha: { type: "boolean" } }, strict: true }).values.ha === true || process.env.HA === "1";
+  const { values } = parseArgs({ options: { ha: { type: "boolean" }, ceph: { type: "boolean" } }, strict: true });
+  ha = values.ha === true || process.env.HA === "1";
+  ceph = values.ceph === true || process.env.CEPH === "1";
 } catch (err) {
-  process.stderr.write(`npm start: ${(err as Error).message}\nusage: npm start [-- --ha]\n`);
+  process.stderr.write(`npm start: ${(err as Error).message}\nusage: npm start [-- --ha] [-- --ceph]\n`);
   process.exit(2);
 }
 const abort = new AbortController();
@@ -52,6 +59,7 @@ const starting = startStack({
   clusters: process.env.CLUSTERS,
   secure: process.env.SECURE === "1",
   ha,
+  ceph,
   onLine: (line) => process.stdout.write(`${line}\n`),
   onStep: say,
   signal: abort.signal,
@@ -109,6 +117,9 @@ try {
     stackFile,
     secure: !!authDir,
     ha,
+    ...(stack.servers.ceph
+      ? { ceph: { dir: stack.servers.ceph.dir, monitors: stack.servers.ceph.monitors, conf: stack.servers.ceph.conf, pids: stack.servers.ceph.pids() } }
+      : {}),
   });
 } catch (err) {
   if (err instanceof StackInUse) {

@@ -6,21 +6,24 @@
  * ControllerExpandVolume, ControllerPublishVolume (and a node-agent's NodeStageVolume, which
  * refuses RBD volumes until the node side is built), DeleteSnapshot, DeleteVolume — each checked
  * with `rbd ls`, `rbd info`, `rbd snap ls`, `rbd image-meta list`. Then the journal's audit on the
- * RBD pool: `verify` finds a leaked image and `gc` removes it; and the crash test of
- * test/journal.test.ts against the RBD pool: a journal SIGKILLed between reserving and creating
- * an image leaves a reservation that `verify` finds and `gc` collects, and the CO's retry makes
- * exactly one image.
+ * RBD pool through csictl: `verify` traces a leaked image back by its metadata and `gc` removes it,
+ * reports images not ours as foreign and leaves them, purges our trash, removes temporaries; and
+ * the crash test of test/journal.test.ts against the RBD pool, at two points — a journal SIGKILLed
+ * between reserving and creating an image, and between creating it and recording it — leaves
+ * nothing that `csictl verify` does not find and `csictl gc --apply` does not remove (`rbd ls` as
+ * the driver's user shows nothing left), and the CO's retry makes exactly one image.
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type DriverError, decomposeVolumeId, MiB } from "@csi/contracts";
+import { type DriverError, decomposeVolumeId, type Finding, MiB } from "@csi/contracts";
 import { META_PREFIX } from "@csi/journal/testing";
 import { type CsiClient, csiClient } from "@csi/runtime";
 import {
   type CephCluster,
+  csictlOf,
   type JournalTestEnv,
   journalTestEnv,
   rbdTestPool,
@@ -168,61 +171,142 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     assert.ok(Number(c.available_capacity) > 0, JSON.stringify(c));
   });
 
-  test("verify finds a leaked RBD image (one named like ours, no reservation) and gc removes it", async () => {
+  test("verify on RBD: a leaked image traced back by its metadata, gc removes it; images not ours are reported as foreign and left alone; trash and temporaries", async () => {
     const leaked = `csi-vol-${randomUUID()}`;
+    const leakedUuid = leaked.slice("csi-vol-".length);
     await ceph.rbd(["create", "--size", "4M", `rbd/${leaked}`]);
-    const found = await j.client.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
-    assert.equal(found.counts.leakedImages, 1);
+    for (const [k, v] of Object.entries({ kind: "volume", uuid: leakedUuid, name: "pvc-leaked", cluster: CLUSTER }))
+      await ceph.rbd(["image-meta", "set", `rbd/${leaked}`, `${META_PREFIX}${k}`, v]);
+    // Named like ours but without our metadata, and another cluster's: neither is this journal's to remove.
+    const bare = `csi-vol-${randomUUID()}`;
+    const others = `csi-vol-${randomUUID()}`;
+    await ceph.rbd(["create", "--size", "4M", `rbd/${bare}`]);
+    await ceph.rbd(["create", "--size", "4M", `rbd/${others}`]);
+    await ceph.rbd(["image-meta", "set", `rbd/${others}`, `${META_PREFIX}cluster`, "elsewhere"]);
+    // A temporary of a build that never finished (its owner ended long ago: none here), made by us.
+    const tmp = `.tmp-csi-snap-${randomUUID()}-0123456789ab`;
+    await ceph.rbd(["create", "--size", "4M", `rbd/${tmp}`]);
+    for (const [k, v] of Object.entries({ kind: "snapshot", uuid: randomUUID(), cluster: CLUSTER }))
+      await ceph.rbd(["image-meta", "set", `rbd/${tmp}`, `${META_PREFIX}${k}`, v]);
+    // An image of ours in the trash that nothing needs (a delete cut between the trash move and the purge).
+    const trashed = `csi-vol-${randomUUID()}`;
+    await ceph.rbd(["create", "--size", "4M", `rbd/${trashed}`]);
+    for (const [k, v] of Object.entries({ kind: "volume", cluster: CLUSTER, deleted: "1" }))
+      await ceph.rbd(["image-meta", "set", `rbd/${trashed}`, `${META_PREFIX}${k}`, v]);
+    await ceph.rbd(["trash", "mv", `rbd/${trashed}`]);
+
+    const csictl = csictlOf(() => j, CLUSTER);
+    const verify = await csictl("--json", "verify", "--older-than", "0");
+    assert.equal(verify.code, 1, verify.stderr);
+    const found = JSON.parse(verify.stdout) as { counts: Record<string, number>; findings: Finding[] };
+    const rows = found.findings.map((f) => [f.type, "imageName" in f ? f.imageName : ""]);
     assert.deepEqual(
-      found.findings.map((f) => [f.type, "pool" in f ? f.pool : "", "imageName" in f ? f.imageName : ""]),
-      [["leakedImage", "ceph", leaked]],
+      rows.filter(([, n]) => [leaked, bare, others, tmp, trashed].includes(String(n))),
+      [
+        ["leakedImage", leaked],
+        ...[
+          ["foreignImage", bare],
+          ["foreignImage", others],
+        ].sort((a, b) => (String(a[1]) < String(b[1]) ? -1 : 1)),
+        ["tempImage", tmp],
+        ["trashedImage", trashed],
+      ],
     );
-    const gc = await j.client.call(CLUSTER, "audit.gc", { requestId: "gc-rbd", olderThanMs: 0, apply: true });
+    const leak = found.findings.find((f) => f.type === "leakedImage");
     assert.deepEqual(
-      gc.actions.map((a) => [a.type, a.imageName, a.outcome]),
-      [["removeLeakedImage", leaked, "done"]],
+      leak && "owner" in leak && leak.owner,
+      { kind: "volume", uuid: leakedUuid, name: "pvc-leaked", cluster: CLUSTER },
+      "traced back without Redis",
     );
-    assert.ok(!(await ls()).includes(leaked));
-    assert.equal((await j.client.call(CLUSTER, "audit.verify", { olderThanMs: 0 })).counts.leakedImages, 0);
+    assert.match(JSON.stringify(found.findings.find((f) => "imageName" in f && f.imageName === others)), /elsewhere/);
+    const human = await csictl("verify", "--older-than", "0");
+    assert.match(
+      human.stdout,
+      new RegExp(`^leakedImage\\s+ceph/${leaked}\\s+4 MiB, of volume ${leakedUuid} "pvc-leaked" in cluster ${CLUSTER}, no reservation owns it$`, "m"),
+    );
+
+    const gc = await csictl("--json", "gc", "--apply", "--older-than", "0", "--request-id", "gc-rbd");
+    assert.equal(gc.code, 0, gc.stderr);
+    const actions = (JSON.parse(gc.stdout) as { actions: { type: string; imageName: string; outcome: string }[] }).actions;
+    assert.ok(!actions.some((a) => [bare, others].includes(a.imageName)), "never a foreign image");
+    // (The first test's source volume may wait in the trash too: its clones are gone, the pool's sweep has not come by yet.)
+    assert.deepEqual(
+      actions.filter((a) => [leaked, tmp, trashed].includes(a.imageName)).map((a) => [a.type, a.imageName, a.outcome]),
+      [
+        ["removeLeakedImage", leaked, "done"],
+        ["removeTempImage", tmp, "done"],
+        ["purgeTrash", trashed, "done"],
+      ],
+    );
+    const left = (await ceph.rbdAsUser(["ls", "rbd"])) as string[];
+    assert.deepEqual(
+      [leaked, bare, others, tmp].filter((n) => left.includes(n)),
+      [bare, others],
+    );
+    assert.ok(!(await trash()).includes(trashed), "purged from the trash");
+    const after = await csictl("--json", "verify", "--older-than", "0");
+    assert.equal(after.code, 0, `foreign images do not fail verify: ${after.stdout}`);
+    assert.equal((JSON.parse(after.stdout) as { counts: { foreignImages?: number } }).counts.foreignImages, 2);
+    for (const n of [bare, others]) await ceph.rbd(["rm", `rbd/${n}`]);
   });
 
-  test("a journal killed between reserving and creating an RBD image: verify finds it, gc collects it, the retry makes one image", async () => {
-    const capability = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
-    const createOn = (name: string, requestId: string, timeoutMs?: number) =>
-      j.client.call(CLUSTER, "volume.create", { requestId, name, sizeBytes: 4 * MiB, pool: "ceph", capabilities: capability }, timeoutMs ? { timeoutMs } : {});
-    let uuid = "";
-    await journal.whileDown(async (own) => {
-      const crashing = await own({ JOURNAL_CRASH_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
-      const outcome = await createOn("pvc-crash", "crash", 10_000).then(
-        () => "answered",
-        (e: DriverError) => e.code,
+  for (const point of [
+    { crashAfter: "VolumeReserved", what: "between reserving and creating the image", made: false },
+    { crashAfter: "image:create", what: "between creating the image and recording it", made: true },
+  ]) {
+    test(`a journal SIGKILLed ${point.what}: csictl verify finds it, csictl gc --apply removes it, rbd ls shows nothing left, verify is clean`, async () => {
+      const capability = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
+      const name = `pvc-crash-${point.made ? "made" : "reserved"}`;
+      const createOn = (requestId: string, timeoutMs?: number) =>
+        j.client.call(
+          CLUSTER,
+          "volume.create",
+          { requestId, name, sizeBytes: 4 * MiB, pool: "ceph", capabilities: capability },
+          timeoutMs ? { timeoutMs } : {},
+        );
+      const ours = async () => ((await ceph.rbdAsUser(["ls", "rbd"])) as string[]).filter((n) => n.startsWith("csi-vol-") || n.startsWith(".tmp-")).sort();
+      const before = await ours();
+      await journal.whileDown(async (own) => {
+        const crashing = await own({ JOURNAL_CRASH_AFTER: point.crashAfter, LOCK_TTL_MS: "1000" });
+        const outcome = await createOn(`crash-${point.crashAfter}`, 10_000).then(
+          () => "answered",
+          (e: DriverError) => e.code,
+        );
+        assert.equal(outcome, "Unavailable", "the crashing replica never answers");
+        assert.equal(await crashing.exited, null, "killed by signal");
+        await journal.start();
+      });
+      const csictl = csictlOf(() => j, CLUSTER);
+      const verify = await csictl("--json", "verify", "--older-than", "0");
+      assert.equal(verify.code, 1, verify.stderr);
+      const found = JSON.parse(verify.stdout) as { counts: Record<string, number>; findings: Finding[] };
+      const orphan = found.findings.find((f) => f.type === "orphanedReservation");
+      assert.ok(orphan?.type === "orphanedReservation", verify.stdout);
+      assert.deepEqual(
+        [found.counts.orphanedReservations, found.counts.leakedImages, orphan.pool, orphan.name, orphan.imageMade ?? false],
+        [1, 0, "ceph", name, point.made],
       );
-      assert.equal(outcome, "Unavailable", "the crashing replica never answers");
-      assert.equal(await crashing.exited, null, "killed by signal");
-      await journal.start();
+      const image = `csi-vol-${orphan.uuid}`;
+      assert.equal((await ours()).includes(image), point.made, point.made ? "the image was made" : "the image was never made");
+      if (point.made) assert.equal((await meta(image))[`${META_PREFIX}name`], name, "the leftover names its request");
+
+      const gc = await csictl("--json", "gc", "--apply", "--older-than", "0", "--request-id", `gc-${point.crashAfter}`);
+      assert.equal(gc.code, 0, gc.stderr);
+      assert.deepEqual(
+        (JSON.parse(gc.stdout) as { actions: { type: string; outcome: string }[] }).actions.map((a) => [a.type, a.outcome]),
+        [["collectReservation", "done"]],
+      );
+      assert.deepEqual(await ours(), before, "rbd ls (as the driver's user): nothing left");
+      const clean = await csictl("verify", "--older-than", "0");
+      assert.equal(clean.code, 0, `${clean.stdout}${clean.stderr}`);
+      assert.match(clean.stderr, /^clean(;|$)/m);
+
+      // The CO's retry makes exactly one image, afresh.
+      const v = await createOn(`retry-${point.crashAfter}`);
+      assert.notEqual(v.uuid, orphan.uuid);
+      assert.deepEqual(await ours(), [...before, `csi-vol-${v.uuid}`].sort());
+      await j.client.call(CLUSTER, "volume.delete", { requestId: `rm-${point.crashAfter}`, uuid: v.uuid });
+      assert.deepEqual(await ours(), before);
     });
-    const found = await j.client.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
-    const orphan = found.findings.find((f) => f.type === "orphanedReservation");
-    assert.ok(orphan && "imageName" in orphan, JSON.stringify(found.findings));
-    assert.deepEqual([found.counts.orphanedReservations, found.counts.leakedImages, orphan.pool], [1, 0, "ceph"]);
-    uuid = "uuid" in orphan ? String(orphan.uuid) : "";
-    assert.ok(!(await ls()).includes(`csi-vol-${uuid}`), "the image was never made");
-    const gc = await j.client.call(CLUSTER, "audit.gc", { requestId: "gc-crash", olderThanMs: 0, apply: true });
-    assert.deepEqual(
-      gc.actions.map((a) => [a.type, a.outcome]),
-      [["collectReservation", "done"]],
-    );
-    const clean = await j.client.call(CLUSTER, "audit.verify", { olderThanMs: 0 });
-    assert.deepEqual([clean.counts.orphanedReservations, clean.counts.leakedImages], [0, 0]);
-    const v = await createOn("pvc-crash", "retry");
-    assert.notEqual(v.uuid, uuid);
-    const ours = (await ls()).filter((n) => n.startsWith("csi-vol-"));
-    const live = (await j.client.call(CLUSTER, "volume.list", {})).entries.map((x) => x.imageName);
-    assert.deepEqual(
-      ours.filter((n) => !live.includes(n)),
-      [],
-      "no orphan image",
-    );
-    assert.ok(ours.includes(`csi-vol-${v.uuid}`));
-  });
+  }
 });

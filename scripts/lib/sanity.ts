@@ -1,10 +1,12 @@
 /**
  * The CSI conformance suite (csi-sanity, kubernetes-csi/csi-test) against a fresh stack in a
- * temporary directory, so it can run beside `npm start`. Used by `npm run sanity` and by
+ * temporary directory, so it can run beside `npm start`; with `ceph`, a stack whose default pool is
+ * an RBD pool on a single-node Ceph started in that directory. Used by `npm run sanity` and by
  * test/sanity.test.ts. Whatever happens — failure, exception, abort — the stack is stopped and
  * everything under the temporary directory is unmounted, its loop devices are detached and it is
  * removed.
  */
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { mkdir, mkdtemp } from "node:fs/promises";
@@ -70,6 +72,8 @@ export interface SanityOptions {
   onStackReady?: (stack: Stack) => void;
   /** Stops csi-sanity and the stack; runSanity then rejects with the abort reason. */
   signal?: AbortSignal;
+  /** Against a stack whose default pool is an RBD pool on a local single-node Ceph (`npm run sanity -- --ceph`; stack.ts `ceph`), in the temporary directory too. */
+  ceph?: boolean;
 }
 
 export async function runSanity(opts: SanityOptions = {}): Promise<SanityResult> {
@@ -77,7 +81,7 @@ export async function runSanity(opts: SanityOptions = {}): Promise<SanityResult>
   const dir = await mkdtemp(path.join(os.tmpdir(), "csi-sanity-"));
   let stack: Stack | undefined;
   try {
-    stack = await startStack({ dataDir: path.join(dir, "data"), runDir: path.join(dir, "run"), signal: opts.signal });
+    stack = await startStack({ dataDir: path.join(dir, "data"), runDir: path.join(dir, "run"), signal: opts.signal, ...(opts.ceph ? { ceph: true } : {}) });
     opts.onStackReady?.(stack);
     await mkdir(path.join(dir, "sanity"));
     const args = [
@@ -114,6 +118,21 @@ export async function runSanity(opts: SanityOptions = {}): Promise<SanityResult>
     await stack?.stop();
     await cleanupUnder(dir);
   }
+}
+
+/** A test's verdict on a run (test/sanity.test.ts, test/rbd-sanity.test.ts): every spec that ran passed; the summary (and the output, on failure) as diagnostics. */
+export function assertNoFailedSpec(t: { diagnostic(msg: string): void }, result: SanityResult): void {
+  t.diagnostic(summaryLine(result));
+  if (!result.ok) t.diagnostic(`csi-sanity output:\n${result.output}`);
+  assert.ok(result.summary, "csi-sanity printed its summary");
+  assert.ok(result.summary.ran > 0, "csi-sanity ran specs");
+  assert.equal(result.summary.failed, 0, "failed specs");
+  assert.equal(result.exitCode, 0, "csi-sanity's exit code");
+}
+
+/** `npm run sanity` arguments: `--ceph` (or CEPH=1) is ours, the rest go to csi-sanity. */
+export function sanityArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): { ceph: boolean; args: string[] } {
+  return { ceph: argv.includes("--ceph") || env.CEPH === "1", args: argv.filter((a) => a !== "--ceph") };
 }
 
 /** An AbortSignal that fires on SIGINT / SIGTERM, so an interrupted run still cleans up. */

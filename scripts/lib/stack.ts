@@ -15,6 +15,9 @@
  * cluster and a Redis primary + replica behind 3 Sentinels (ha-servers.ts), streams with 3 replicas,
  * and 2 journal replicas per cluster unless `journalReplicas` says otherwise.
  *
+ * `ceph: true` (`npm start -- --ceph`): a single-node Ceph kept under <dataDir>/ceph (started again
+ * over its data by the next start), stopped with the stack; the cluster's default pool is an RBD pool on it.
+ *
  * The data and run directories are locked for the life of the stack (stack-lock.ts): a second
  * stack on them is refused (StackInUse) before it starts or writes anything.
  *
@@ -29,7 +32,18 @@ import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv, natsAccessFrom, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import { DEFAULT_CLUSTERS, inboxPrefix, type NatsRole, resolveClusters, TOPOLOGY_KEY } from "@csi/contracts";
 import { initFleet, natsConnectOptions, type RedisAccess } from "@csi/runtime";
-import { endProcess, isRunning, type LocalServer, loadJournalFunctionsAt, type ServiceProcess, spawnService, startServer } from "@csi/testkit";
+import {
+  type CephCluster,
+  endProcess,
+  isRunning,
+  type LocalServer,
+  loadJournalFunctionsAt,
+  type ServiceProcess,
+  spawnService,
+  startCeph,
+  startServer,
+  whyNoCeph,
+} from "@csi/testkit";
 import { connect } from "@nats-io/transport-node";
 import { prepareDataDir } from "./data-dir.js";
 import { type HaServers, startHaServers } from "./ha-servers.js";
@@ -65,6 +79,13 @@ export interface StackOptions {
   secure?: boolean;
   /** Replicated servers (ha-servers.ts) under <dataDir>/ha: a NATS cluster, Redis with Sentinel; streams with 3 replicas. */
   ha?: boolean;
+  /**
+   * `npm start -- --ceph`: a single-node Ceph (testkit's startCeph: one monitor, manager and OSD)
+   * kept under <dataDir>/ceph, and the cluster's default pool an RBD pool on it (`ceph`, Ceph pool
+   * `rbd`, a `profile rbd` user); the file pool `default` stays beside it. Not with a clusters file
+   * of one's own or several clusters.
+   */
+  ceph?: boolean;
 }
 
 /** One service of the stack, which can be killed and started again with the same environment and arguments. */
@@ -107,8 +128,8 @@ export interface Stack {
   nodeAgent: StackService;
   /** Each running service's ops listener (/metrics, /healthz, /readyz), by service name. */
   metricsUrls(): Record<string, string>;
-  /** The servers this stack started (absent when given by URL); `ha` with `ha: true`. */
-  servers: { nats?: LocalServer; redis?: LocalServer; ha?: HaServers };
+  /** The servers this stack started (absent when given by URL); `ha` with `ha: true`; `ceph` with `ceph: true`. */
+  servers: { nats?: LocalServer; redis?: LocalServer; ha?: HaServers; ceph?: CephCluster };
   /** A locked-down stack's credentials directory (csictl finds it through stack.json). */
   authDir?: string;
   /** Settles with the exit code of the first service that exits by itself (not through kill/stop above). */
@@ -126,6 +147,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
     );
   if (opts.ha && (opts.natsUrl || opts.redisUrl)) throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL");
+  if (opts.ceph && (givenFile || count > 1))
+    throw new Error("--ceph writes its own clusters file (one cluster, its default pool on the local Ceph): not with CLUSTERS_FILE or CLUSTERS");
+  const noCeph = opts.ceph ? whyNoCeph() : undefined;
+  if (noCeph) throw new Error(`--ceph: ${noCeph}`);
   prepareDataDir(opts.dataDir);
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
@@ -135,7 +160,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const stop = () => {
     stopped ??= (async () => {
       await Promise.all(managed.map((s) => s.stop()));
-      await Promise.all([servers.nats, servers.redis, servers.ha].map((s) => s?.stop()));
+      await Promise.all([servers.nats, servers.redis, servers.ha, servers.ceph].map((s) => s?.stop()));
       await lock.release();
     })();
     return stopped;
@@ -170,9 +195,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     opts.signal?.throwIfAborted();
     return h;
   };
+  const startLocalCeph = async () => {
+    const ceph = await startCeph({ dir: path.join(opts.dataDir, "ceph") });
+    servers.ceph = ceph;
+    for (const [name, pid] of Object.entries(ceph.pids())) if (pid) await lock.add(`ceph-${name}`, pid);
+    step("started a local single-node Ceph", { dir: ceph.dir, monitors: ceph.monitors, cephPool: ceph.pools[0], user: ceph.user });
+    opts.signal?.throwIfAborted();
+    return ceph;
+  };
   try {
     const nodeId = opts.nodeId || os.hostname();
-    const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count);
+    const ceph = opts.ceph ? await startLocalCeph() : undefined;
+    const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count, ceph);
     const resolved = resolveClusters(JSON.parse(readFileSync(clustersFile, "utf8")), opts.dataDir);
     const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
     const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
@@ -357,20 +391,41 @@ export function clusterCount(v: string | undefined): number {
  * segment (its files live here, so only this machine's node-agent can attach them). Pool
  * directories default to `<dataDir>/pools/<cluster>/<pool>`: one per cluster.
  */
-export function localClusters(count: number, nodeId: string): typeof DEFAULT_CLUSTERS {
+export function localClusters(count: number, nodeId: string, ceph?: LocalCeph): typeof DEFAULT_CLUSTERS {
   const [builtIn] = DEFAULT_CLUSTERS.clusters;
   if (!builtIn) throw new Error("no built-in cluster");
-  const clusters = Array.from({ length: count }, (_, i) => ({
+  const clusters: typeof DEFAULT_CLUSTERS.clusters = Array.from({ length: count }, (_, i) => ({
     ...builtIn,
     clusterID: i === 0 ? builtIn.clusterID : `${builtIn.clusterID}-${i + 1}`,
     pools: builtIn.pools.map((p) => ({ ...p, topology: [{ [TOPOLOGY_KEY]: nodeId }] })),
   }));
+  const [first] = clusters;
+  if (ceph && first) {
+    // An RBD pool is reached through the Ceph cluster from any node: no topology.
+    const id = Math.max(...first.pools.map((p) => p.id)) + 1;
+    const rbd = {
+      name: CEPH_POOL,
+      id,
+      kind: "rbd" as const,
+      monitors: ceph.monitors,
+      cephPool: ceph.pools[0] ?? "rbd",
+      user: ceph.user,
+      keyFile: ceph.keyFile,
+    };
+    clusters[0] = { ...first, defaultPool: CEPH_POOL, pools: [rbd, ...first.pools] };
+  }
   return { ...DEFAULT_CLUSTERS, clusters };
 }
 
-/** Writes localClusters(count, nodeId) to <runDir>/clusters.json. */
-export function writeLocalClusters(runDir: string, nodeId: string, count = 1): string {
+/** The RBD pool's name in the clusters file `npm start -- --ceph` writes. */
+export const CEPH_POOL = "ceph";
+
+/** What the clusters file needs of the local Ceph. */
+type LocalCeph = Pick<CephCluster, "monitors" | "pools" | "user" | "keyFile">;
+
+/** Writes localClusters(count, nodeId, ceph) to <runDir>/clusters.json. */
+export function writeLocalClusters(runDir: string, nodeId: string, count = 1, ceph?: LocalCeph): string {
   const file = path.join(runDir, "clusters.json");
-  writeFileSync(file, `${JSON.stringify(localClusters(count, nodeId), null, 2)}\n`);
+  writeFileSync(file, `${JSON.stringify(localClusters(count, nodeId, ceph), null, 2)}\n`);
   return file;
 }

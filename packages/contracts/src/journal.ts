@@ -249,10 +249,33 @@ export const AuditVerify = z.object({
   /** At most this many findings in the reply (the counts are complete). */
   maxFindings: z.number().int().min(0).max(MAX_PAGE_ENTRIES).default(100),
 });
+/**
+ * Whose an image says it is, where the pool writes it on the image (RBD image metadata
+ * `<plugin>/{kind,uuid,name,cluster}`): an image traced back without Redis or the log. Each part
+ * only when the image carries it.
+ */
+export const ImageOwnerView = z.object({
+  kind: z.string().max(16).optional(),
+  uuid: z.string().max(64).optional(),
+  /** The CSI request name (a PVC's `pvc-…`). */
+  name: z.string().max(128).optional(),
+  cluster: z.string().max(64).optional(),
+});
+export type ImageOwnerView = z.infer<typeof ImageOwnerView>;
 export const Finding = z.discriminatedUnion("type", [
-  /** An image in a pool that no live reservation owns. */
-  z.object({ type: z.literal("leakedImage"), pool: z.string(), imageName: z.string(), imageId: z.string(), sizeBytes: z.number() }),
-  /** A reservation whose image was never made, older than the threshold. */
+  /** An image in a pool that no live reservation owns (`owner`: what the image says of itself). */
+  z.object({
+    type: z.literal("leakedImage"),
+    pool: z.string(),
+    imageName: z.string(),
+    imageId: z.string(),
+    sizeBytes: z.number(),
+    owner: ImageOwnerView.optional(),
+  }),
+  /**
+   * A reservation never completed, older than the threshold: its image was never made, or made and
+   * never recorded (`imageMade`: a journal that died between the two). gc collects it and removes the image.
+   */
   z.object({
     type: z.literal("orphanedReservation"),
     kind: Kind,
@@ -261,6 +284,42 @@ export const Finding = z.discriminatedUnion("type", [
     pool: z.string(),
     imageName: z.string(),
     reservedAt: z.string(),
+    imageMade: z.boolean().optional(),
+  }),
+  /**
+   * An image of a pool whose images carry their owner (RBD) that is not this cluster's: no owner
+   * metadata of this driver, or another cluster's. Reported, never touched by gc.
+   */
+  z.object({
+    type: z.literal("foreignImage"),
+    pool: z.string(),
+    imageName: z.string(),
+    imageId: z.string(),
+    sizeBytes: z.number(),
+    reason: z.string(),
+  }),
+  /**
+   * An image this driver deleted, still in the pool's trash (RBD) though no clone reads from it any
+   * more (the pool's sweep has not purged it yet). One that clones still need is where it should be: not reported.
+   */
+  z.object({
+    type: z.literal("trashedImage"),
+    pool: z.string(),
+    imageName: z.string(),
+    imageId: z.string(),
+    sizeBytes: z.number(),
+    deletedAt: z.string(),
+    owner: ImageOwnerView.optional(),
+  }),
+  /** A temporary image of an interrupted snapshot or clone build (`.tmp-<name>-<hex>`), older than the threshold. */
+  z.object({
+    type: z.literal("tempImage"),
+    pool: z.string(),
+    imageName: z.string(),
+    imageId: z.string(),
+    sizeBytes: z.number(),
+    createdAt: z.string(),
+    owner: ImageOwnerView.optional(),
   }),
   /** A made volume or snapshot whose image is gone from its pool (gc never touches it: data loss to look at). */
   z.object({ type: z.literal("missingImage"), kind: Kind, uuid: Uuid, name: z.string(), pool: z.string(), imageName: z.string() }),
@@ -280,6 +339,10 @@ export const VerifyCounts = z.object({
   staleClaims: z.number(),
   /** Replies of journals before foreign records were reported lack it. */
   foreignRecords: z.number().default(0),
+  /** Findings of pools that have them (RBD): present when not zero. Foreign images are not this driver's: reported, not a fault. */
+  foreignImages: z.number().optional(),
+  trashedImages: z.number().optional(),
+  tempImages: z.number().optional(),
 });
 export const VerifyResult = z.object({
   /** The log's last sequence the check folded. */
@@ -299,9 +362,16 @@ export const AuditGc = z.object({
   maxActions: z.number().int().min(1).max(MAX_PAGE_ENTRIES).default(1000),
 });
 export const GcAction = z.object({
-  type: z.enum(["removeLeakedImage", "collectReservation"]),
+  /**
+   * removeLeakedImage and collectReservation (its image too, if made) append an event; purgeTrash
+   * (an image this driver deleted, nothing needs it now) and removeTempImage (an interrupted
+   * build's) are the pool's own housekeeping: no event.
+   */
+  type: z.enum(["removeLeakedImage", "collectReservation", "purgeTrash", "removeTempImage"]),
   pool: z.string(),
   imageName: z.string(),
+  /** purgeTrash: the trash entry's id. */
+  imageId: z.string().optional(),
   kind: Kind.optional(),
   uuid: Uuid.optional(),
   /** What happened: planned (dry run), done (its event is in the log), skipped (re-checked under the lock: not garbage). */

@@ -4,7 +4,7 @@
  */
 
 import { setTimeout as sleep } from "node:timers/promises";
-import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
+import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, subjects } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -96,7 +96,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
     metrics.appended(e);
-    await faults(e);
+    await faults(e.event.type);
   });
   const journal = new Journal({
     cluster,
@@ -112,6 +112,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
     unavailable: () => unavailableWhy(redisLink, reach),
+    afterEffect: (e) => faults(`image:${e.op}`),
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
@@ -306,15 +307,16 @@ function serveReports(
 }
 
 /**
- * Fault injection (tests only): right after an event of the given type lands, SIGKILL the
+ * Fault injection (tests only): right after an event of the given type lands, or a pool step
+ * `image:<op>` returned (`image:create`: the image made, its event not yet appended), SIGKILL the
  * process (a crash) or SIGSTOP it (a freeze: its lock renewals stop, so its locks expire while
  * it still means to go on — the case the sequence fences exist for).
  */
-function faultsAfter(faults: Partial<Record<"SIGKILL" | "SIGSTOP", string>>, log: Logger): (e: StoredEvent) => Promise<void> {
+function faultsAfter(faults: Partial<Record<"SIGKILL" | "SIGSTOP", string>>, log: Logger): (point: string) => Promise<void> {
   const armed = Object.entries(faults).filter(([, type]) => type) as ["SIGKILL" | "SIGSTOP", string][];
-  return async (stored) => {
+  return async (point) => {
     for (const [signal, type] of armed) {
-      if (stored.event.type !== type) continue;
+      if (point !== type) continue;
       log.warn({ type, signal }, "fault injection");
       process.kill(process.pid, signal);
       if (signal === "SIGKILL") await new Promise(() => {});

@@ -20,7 +20,7 @@
 import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { existsSync, rmSync, watch } from "node:fs";
-import { chmod, mkdir, open, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, open, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { freePort } from "./local-servers.js";
@@ -56,6 +56,8 @@ export interface CephCluster {
   rbd(args: string[]): Promise<string>;
   /** `rbd <args> --format json` as admin: the parsed JSON (`rbd ls -l`, `info`, `snap ls`, `image-meta list`, `trash ls`). */
   rbdJson(args: string[]): Promise<unknown>;
+  /** `rbd <args> --format json` as the `profile rbd` user (its key file, not admin's keyring): what the driver's user sees. */
+  rbdAsUser(args: string[]): Promise<unknown>;
   /** `ceph <args> --format json` as admin: the parsed JSON. */
   cephJson(args: string[]): Promise<unknown>;
   /** Bytes written into an image of a pool, at an offset (librbd, as admin). */
@@ -168,9 +170,9 @@ bluestore block size = ${OSD_BYTES}
 }
 
 /** Resolves when a line of `file` (read as it grows) matches `re`; rejects when `failed()` names a reason first, or after `timeoutMs`. */
-function untilLine(file: string, re: RegExp, what: string, failed: () => string | undefined, timeoutMs = STEP_TIMEOUT_MS): Promise<void> {
+function untilLine(file: string, re: RegExp, what: string, failed: () => string | undefined, from = 0, timeoutMs = STEP_TIMEOUT_MS): Promise<void> {
   return new Promise((resolve, reject) => {
-    let offset = 0;
+    let offset = from;
     let tail = "";
     let busy = false;
     const done = (err?: Error) => {
@@ -265,6 +267,19 @@ async function prepare(dir: string, env: NodeJS.ProcessEnv, user: string): Promi
   return { monitors: [monAddr], key: client.key };
 }
 
+/** A kept cluster's own record, or undefined when the directory holds no whole cluster yet (then it is made afresh). */
+async function readSaved(dir: string): Promise<Saved | undefined> {
+  const text = await readFile(path.join(dir, SAVED), "utf8").catch(() => undefined);
+  if (text === undefined) {
+    // Half made (a start cut short before the record was written): start from nothing.
+    await rm(dir, { recursive: true, force: true });
+    return undefined;
+  }
+  const s = JSON.parse(text) as Saved;
+  if (!Array.isArray(s.monitors) || typeof s.user !== "string") throw new Error(`ceph: ${path.join(dir, SAVED)} is not a cluster record`);
+  return s;
+}
+
 /** Pools made through the running monitor (one Python process, as admin): size 1 (the defaults), 8 PGs, application rbd. */
 async function makePools(env: NodeJS.ProcessEnv, pools: string[]): Promise<void> {
   const script = `
@@ -308,12 +323,26 @@ process.on("exit", () => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-export async function startCeph(opts: { pools?: string[]; user?: string } = {}): Promise<CephCluster> {
+/** What a kept cluster's directory remembers of itself (`startCeph({ dir })`): no secret, the key is in its own file. */
+interface Saved {
+  monitors: string[];
+  user: string;
+}
+const SAVED = "cluster.json";
+
+/**
+ * `dir`: keep the cluster there (`npm start -- --ceph`: <dataDir>/ceph) — made on the first start,
+ * started again over the same data (the same ports: the monmap holds them) on later ones; stop()
+ * then ends the daemons and leaves the directory. Without it: a temporary directory, removed by stop().
+ */
+export async function startCeph(opts: { pools?: string[]; user?: string; dir?: string } = {}): Promise<CephCluster> {
   const why = whyNoCeph();
   if (why) throw new Error(why);
   const pools = opts.pools ?? ["rbd"];
-  const user = opts.user ?? "csi";
-  const dir = await tempDir("csi-ceph-");
+  const kept = opts.dir !== undefined;
+  const dir = opts.dir ?? (await tempDir("csi-ceph-"));
+  const saved = kept ? await readSaved(dir) : undefined;
+  const user = saved?.user ?? opts.user ?? "csi";
   const conf = path.join(dir, "ceph.conf");
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH ?? "/usr/bin:/usr/sbin:/bin:/sbin", CEPH_CONF: conf };
   const daemons: Daemon[] = [];
@@ -328,16 +357,29 @@ export async function startCeph(opts: { pools?: string[]; user?: string } = {}):
         await gone;
       }),
     );
+    if (kept) return;
     await rm(dir, { recursive: true, force: true });
     dirs.delete(dir);
   };
-  dirs.add(dir);
+  if (!kept) dirs.add(dir);
   try {
-    const { monitors, key } = await prepare(dir, env, user);
     const keyFile = path.join(dir, "secret", "userKey");
-    await mkdir(path.dirname(keyFile), { mode: 0o700 });
-    await writeFile(keyFile, key, { mode: 0o600 });
-    await chmod(keyFile, 0o600);
+    let monitors = saved?.monitors ?? [];
+    if (!saved) {
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      const made = await prepare(dir, env, user);
+      monitors = made.monitors;
+      await mkdir(path.dirname(keyFile), { mode: 0o700 });
+      await writeFile(keyFile, made.key, { mode: 0o600 });
+      await chmod(keyFile, 0o600);
+      // Written last: a directory without it was never a whole cluster, and is made again.
+      if (kept) await writeFile(path.join(dir, SAVED), `${JSON.stringify({ monitors, user } satisfies Saved)}\n`);
+    }
+    const clusterLog = path.join(dir, "log", "cluster.log");
+    const from = await stat(clusterLog).then(
+      (st) => st.size,
+      () => 0,
+    ); // a kept cluster's log holds its earlier starts: only what this one writes counts
     for (const [bin, id] of [
       ["ceph-mon", "a"],
       ["ceph-mgr", "x"],
@@ -348,11 +390,10 @@ export async function startCeph(opts: { pools?: string[]; user?: string } = {}):
       live.add(d);
     }
     const anyDied = () => daemons.map(exitedOf).find(Boolean);
-    const clusterLog = path.join(dir, "log", "cluster.log");
-    const mgrActive = untilLine(clusterLog, /mgrmap e\d+: x\(active, since/, "an active manager", anyDied);
+    const mgrActive = untilLine(clusterLog, /mgrmap e\d+: x\(active, since/, "an active manager", anyDied, from);
     mgrActive.catch(() => {}); // awaited by whoever needs it
-    await untilLine(clusterLog, /osd\.0 \[.*\] boot/, "osd.0 boot", anyDied);
-    await makePools(env, pools);
+    await untilLine(clusterLog, /osd\.0 \[.*\] boot/, "osd.0 boot", anyDied, from);
+    await makePools(env, pools); // pools that exist already are left as they are
     const cli = async (bin: string, args: string[]) => (await run(bin, args, { env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 })).stdout;
     const json = async (bin: string, args: string[]): Promise<unknown> => JSON.parse((await cli(bin, [...args, "--format", "json"])) || "null");
     return {
@@ -376,6 +417,7 @@ export async function startCeph(opts: { pools?: string[]; user?: string } = {}):
       readImage: async (p, image, offset, length, snap) =>
         Buffer.from(await imageIO(env, { op: "read", pool: p, image, offset, length, ...(snap ? { snap } : {}) }), "base64"),
       rbdJson: (args) => json("rbd", args),
+      rbdAsUser: (args) => json("rbd", ["--id", user, "--keyfile", keyFile, ...args]),
       cephJson: (args) => json("ceph", args),
       stop,
     };

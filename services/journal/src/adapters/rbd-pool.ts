@@ -33,7 +33,7 @@ import { readFile, stat } from "node:fs/promises";
 import { DriverError, PLUGIN_NAME } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
-import type { ImageInfo, ImageOwner, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
+import type { ImageInfo, ImageOwner, Leftover, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
 import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
 import { rbdError } from "./rbd/errors.js";
 import { RbdCallError, RbdHelper } from "./rbd/helper.js";
@@ -77,6 +77,16 @@ interface RawInfo {
   created: number;
 }
 
+/** What the helper answers about a marked trash entry: `deleted` in seconds, `snaps` left (in the trash namespace: clones need them). */
+interface RawTrash {
+  name: string;
+  id: string;
+  size: number;
+  meta: Record<string, string>;
+  snaps: number;
+  deleted: number;
+}
+
 /** The mark deleteImage puts on an image before it moves it to the trash: the sweeps purge only marked entries (the pool may hold others' trash). */
 const DELETED_MARK = `${META_PREFIX}deleted`;
 const MAX_LIST = 100_000;
@@ -86,6 +96,8 @@ export class RbdPool implements PoolBackend {
   readonly poolId: number;
   readonly maxImageBytes: number;
   readonly cephPool: string;
+  /** Every image made here carries its owner (image metadata): verify calls one without it foreign. */
+  readonly marksOwners = true;
   readonly #o: Required<Omit<RbdPoolOptions, "logger">> & { logger?: Logger };
   readonly #helper: RbdHelper;
   /** Resizes, and builds of one name (their temporary snapshot on the source is named after the target), one at a time in this process; across processes the journal's lock of the name does it. */
@@ -250,6 +262,52 @@ export class RbdPool implements PoolBackend {
     return { totalBytes: df.total, freeBytes: df.free, maxImageBytes: this.maxImageBytes };
   }
 
+  /** Marked trash entries (images deleted here, waiting or not purged yet) and temporaries of interrupted builds. */
+  async leftovers(): Promise<Leftover[]> {
+    const [trash, temps] = await Promise.all([
+      this.#call<RawTrash[]>("trash_list", { mark: DELETED_MARK }, "list the trash"),
+      this.#call<RawInfo[]>("list", { pattern: "^\\.tmp-", max: MAX_LIST }, "list temporary images"),
+    ]);
+    const owned = (meta: Record<string, string>) => {
+      const o = ownerOf(meta);
+      return o ? { owner: o } : {};
+    };
+    return [
+      ...trash.map(
+        (t): Leftover => ({
+          kind: "trash",
+          name: t.name,
+          id: t.id,
+          sizeBytes: t.size,
+          since: t.deleted * 1000,
+          neededByClones: t.snaps > 0,
+          ...owned(t.meta),
+        }),
+      ),
+      ...temps
+        .filter((t) => tempOf(t.name) !== undefined)
+        .map((t): Leftover => ({ kind: "temp", name: t.name, id: t.id, sizeBytes: t.size, since: t.created * 1000, ...owned(t.meta) })),
+    ];
+  }
+
+  /** A marked trash entry purged (false: clones still need it), or a temporary removed (false: it was gone). */
+  async removeLeftover(l: Pick<Leftover, "kind" | "name" | "id">): Promise<boolean> {
+    if (l.kind === "trash") {
+      const r = await this.#call<{ purged: boolean }>("trash_remove", { id: l.id, mark: DELETED_MARK }, `purge "${l.name}" from the trash`).catch(
+        (err: unknown) => {
+          if (err instanceof DriverError && err.code === "NotFound") return { purged: false };
+          throw err;
+        },
+      );
+      return r.purged;
+    }
+    if (tempOf(l.name) === undefined) throw new DriverError("InvalidArgument", `"${l.name.slice(0, 64)}" is not a temporary image`);
+    const there = await this.#info(l.name);
+    if (!there || there.id !== l.id) return false;
+    await this.#remove(l.name);
+    return true;
+  }
+
   /** The owner metadata and the ids of an image (tests and tools: trace an image back). */
   async imageMeta(name: string): Promise<Record<string, string> | undefined> {
     return (await this.#info(checkImageName(name)))?.meta;
@@ -362,7 +420,24 @@ export class RbdPool implements PoolBackend {
 }
 
 function infoOf(raw: RawInfo): ImageInfo {
-  return { name: raw.name, id: raw.id, sizeBytes: raw.size, readOnly: raw.snaps.includes(raw.name) };
+  const owner = ownerOf(raw.meta);
+  return { name: raw.name, id: raw.id, sizeBytes: raw.size, readOnly: raw.snaps.includes(raw.name), ...(owner ? { owner } : {}) };
+}
+
+/** What an image's metadata says of its owner (each part cut to its bound: anyone with the pool's caps can write metadata), or undefined without any. */
+export function ownerOf(meta: Record<string, string>): Partial<ImageOwner> | undefined {
+  const o: Partial<ImageOwner> = {};
+  const kind = meta[`${META_PREFIX}kind`];
+  if (kind === "volume" || kind === "snapshot") o.kind = kind;
+  for (const [key, field, max] of [
+    ["uuid", "uuid", 64],
+    ["name", "name", 128],
+    ["cluster", "clusterID", 64],
+  ] as const) {
+    const v = meta[`${META_PREFIX}${key}`];
+    if (v !== undefined) o[field] = v.slice(0, max);
+  }
+  return Object.keys(o).length > 0 ? o : undefined;
 }
 
 function metaOf(owner: ImageOwner | undefined): Record<string, string> {

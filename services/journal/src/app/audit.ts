@@ -7,8 +7,11 @@
  *                  or one aggregate (only its subjects are read)
  *   audit.verify   leaked images, orphaned reservations, missing images, projection drift,
  *                  claims of nodes that stopped heartbeating: counts and the first findings
- *   audit.gc       removes leaked images and collects orphaned reservations; a dry run unless
- *                  `apply`; each action re-checked under the normal locks and appended as an event
+ *   audit.gc       removes leaked images and collects orphaned reservations (their image too, if
+ *                  made); a dry run unless `apply`; each action re-checked under the normal locks
+ *                  and appended as an event. On pools that have them (RBD): purges trash entries
+ *                  nothing needs and removes temporaries of interrupted builds (no event); never
+ *                  an image that is not ours (verify: foreignImage)
  *   audit.rebuild  drop the projection and rebuild it from the log (the projector's rules)
  *   audit.purge    remove foreign records from the log (each read again first: only a record that
  *                  is still foreign is removed), then rebuild the projection
@@ -42,7 +45,7 @@ import {
 import type { States } from "../domain/evolve.js";
 import { KINDS, uuidSubjects } from "../domain/kinds.js";
 import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../domain/log-records.js";
-import type { ImageInfo } from "../domain/pool-backend.js";
+import type { ImageInfo, Leftover } from "../domain/pool-backend.js";
 import type { Journal } from "./journal.js";
 
 export type HeartbeatReader = (nodeIds: string[]) => Promise<Map<string, Heartbeat | undefined>>;
@@ -100,10 +103,16 @@ export class Audit {
     return { upTo: r.upTo, entries, ...(nextToken ? { nextToken } : {}) };
   }
 
-  /** The pools' images (listed first), the log folded after that, the projection compared with it. */
+  /** The pools' images and leftovers (listed first), the log folded after that, the projection compared with it. */
   async #observe(withProjection: boolean, olderThanMs: number) {
     const images = new Map<string, ImageInfo[]>();
-    for (const [name, pool] of this.#d.pools) images.set(name, await pool.listImages());
+    const leftovers = new Map<string, Leftover[]>();
+    const marksOwners = new Set<string>();
+    for (const [name, pool] of this.#d.pools) {
+      images.set(name, await pool.listImages());
+      if (pool.leftovers) leftovers.set(name, await pool.leftovers());
+      if (pool.marksOwners) marksOwners.add(name);
+    }
     let states: States = new Map();
     let drift: string[] = [];
     let foreign: ForeignRecord[] = [];
@@ -111,8 +120,9 @@ export class Audit {
     if (withProjection) ({ states, differ: drift, upTo, foreign } = await this.#d.projector.compare());
     else upTo = await this.#d.projector.fold(states);
     const heartbeats = withProjection ? await this.heartbeats(claimedNodes(states)) : new Map();
-    const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs, foreign });
-    return { findings, upTo };
+    const clusterID = this.#d.cluster.clusterID;
+    const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs, foreign, clusterID, marksOwners, leftovers });
+    return { findings, upTo, states };
   }
 
   async verify(req: ParsedRequest<"audit.verify">): Promise<CommandResult<"audit.verify">> {
@@ -123,17 +133,34 @@ export class Audit {
   }
 
   async gc(req: ParsedRequest<"audit.gc">): Promise<CommandResult<"audit.gc">> {
-    const { findings } = await this.#observe(false, req.olderThanMs);
-    const plan = gcPlan(findings);
+    const { findings, states } = await this.#observe(false, req.olderThanMs);
+    const plan = gcPlan(findings, states);
     const chosen = plan.slice(0, req.maxActions);
     const actions: GcAction[] = [];
     for (const action of chosen) {
       if (!req.apply) actions.push(action);
       else if (action.type === "removeLeakedImage") actions.push(await this.j.run(removeLeakedImage(req.requestId, action)));
-      else actions.push(await this.j.run(collectReservation(req.requestId, action, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs })));
+      else if (action.type === "collectReservation")
+        actions.push(await this.j.run(collectReservation(req.requestId, action, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs })));
+      else actions.push(await this.#removeLeftover(action, req.requestId));
     }
     const { taken } = takeWithin(actions, (x) => jsonBytes(x) + 1, replyBudget(this.#d.maxPayload) - 1024, false);
     return { apply: req.apply, actions: taken, truncated: taken.length < plan.length };
+  }
+
+  /**
+   * A trash entry purged or a temporary removed: the pool's own housekeeping, no event (the image's
+   * end is in the log already, or it never had one). The pool checks again: only a marked entry nothing
+   * needs, only the temporary of that id.
+   */
+  async #removeLeftover(action: GcAction, requestId: string): Promise<GcAction> {
+    const pool = this.#d.pools.get(action.pool);
+    if (!pool?.removeLeftover) return { ...action, outcome: "skipped", reason: "the pool keeps no leftovers" };
+    const kind = action.type === "purgeTrash" ? "trash" : "temp";
+    const removed = await pool.removeLeftover({ kind, name: action.imageName, id: action.imageId ?? "" });
+    if (!removed) return { ...action, outcome: "skipped", reason: kind === "trash" ? "clones still need it" : "it is gone" };
+    this.#d.logger.info({ pool: action.pool, image: action.imageName, id: action.imageId, type: action.type, requestId }, "gc removed a leftover");
+    return { ...action, outcome: "done" };
   }
 
   /**

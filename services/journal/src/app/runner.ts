@@ -70,6 +70,8 @@ export interface RunnerDeps {
    * after an image step whose event could not be appended.
    */
   unavailable?: () => string | undefined;
+  /** Told of each pool step once it returned, before the run goes on (fault injection: a crash between an image and its event). */
+  afterEffect?: (e: Effect) => Promise<void>;
 }
 
 /** Runs of one command fenced off before it gives up (see the top). */
@@ -253,6 +255,7 @@ class Run<R> implements View {
       const pools = e.pool === "*" ? [...this.d.pools.values()] : [this.#pool(e.pool)];
       for (const p of pools) await p.deleteImage(e.imageName, e.copied === undefined ? {} : { copied: e.copied });
       this.#images.set(imageKey(ref), null);
+      await this.d.afterEffect?.(e);
       return;
     }
     const pool = this.#pool(e.pool);
@@ -267,6 +270,7 @@ class Run<R> implements View {
             : await pool.resizeImage(e.imageName, e.sizeBytes);
     this.#images.set(imageKey(ref), made);
     if (e.op !== "resize") this.#made.push(ref);
+    await this.d.afterEffect?.(e);
   }
 
   /** Whose image this is (the aggregate its name says, with the request name of its record): written on the image where the pool can. */

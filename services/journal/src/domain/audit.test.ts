@@ -1,7 +1,7 @@
 /** Audit, pure: replay to a point, what verify finds, what gc may do. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { gcPlan, imageOwner, inspect, mayCollect, mayRemoveImage, pointOf, replayAt, replayEntries } from "./audit.js";
+import { foreignWhy, gcPlan, imageOwner, inspect, mayCollect, mayRemoveImage, pointOf, replayAt, replayEntries } from "./audit.js";
 import { addressKey, foldInto, type RecordState } from "./evolve.js";
 import { events, SNAP, T0, VOL } from "./fixtures.js";
 
@@ -82,9 +82,90 @@ test("gc: plans only leaked images and orphaned reservations; re-checks refuse l
 
   const o = { now, olderThanMs: 3600_000 };
   const reserved = foldInto(new Map(), [e.volReserved({}, T0)]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
-  assert.equal(mayCollect(reserved, undefined, o), undefined);
-  assert.equal(mayCollect(reserved, img("x"), o), "its image exists now");
-  assert.equal(mayCollect(reserved, undefined, { now, olderThanMs: 3 * 3600_000 }), "it is younger than the threshold");
-  assert.equal(mayCollect(live, undefined, o), "its image was made");
-  assert.equal(mayCollect(undefined, undefined, o), "the reservation is gone");
+  assert.equal(mayCollect(reserved, o), undefined, "never recorded (its image never made, or made by a journal that died before recording it)");
+  assert.equal(mayCollect(reserved, { now, olderThanMs: 3 * 3600_000 }), "it is younger than the threshold");
+  assert.equal(mayCollect(live, o), "its image was made");
+  assert.equal(mayCollect(undefined, o), "the reservation is gone");
+});
+
+test("verify on a pool whose images carry their owner (RBD): foreign images apart, leaked ones traced back, made-but-unrecorded reservations, trash, temporaries", () => {
+  const e = events();
+  const states = foldInto(new Map(), [e.volReserved({}, "2026-01-01T00:00:00.000Z")]); // reserved 2 h ago, never recorded
+  const ours = { kind: "volume" as const, uuid: SNAP, name: "pvc-gone", clusterID: "c1" };
+  const images = new Map([
+    [
+      "ceph",
+      [
+        { ...img(`csi-vol-${VOL}`) }, // its reservation's image: made, never recorded
+        { ...img(`csi-vol-${SNAP}`), owner: ours }, // ours, no record: leaked
+        img("someone-elses"), // no owner metadata: foreign
+        { ...img("csi-vol-other"), owner: { ...ours, clusterID: "c2" } }, // another cluster's
+      ],
+    ],
+  ]);
+  const young = now - 60_000;
+  const leftovers = new Map([
+    [
+      "ceph",
+      [
+        { kind: "trash" as const, name: "csi-vol-a", id: "t1", sizeBytes: 1, since: young, owner: ours },
+        { kind: "trash" as const, name: "csi-vol-b", id: "t2", sizeBytes: 1, since: young, owner: ours, neededByClones: true },
+        {
+          kind: "temp" as const,
+          name: `.tmp-csi-snap-${SNAP}-0123456789ab`,
+          id: "x1",
+          sizeBytes: 1,
+          since: now - 7200_000,
+          owner: { ...ours, kind: "snapshot" as const },
+        },
+        { kind: "temp" as const, name: `.tmp-csi-vol-${VOL}-0123456789ab`, id: "x2", sizeBytes: 1, since: now - 7200_000, owner: { ...ours, uuid: VOL } },
+        { kind: "temp" as const, name: ".tmp-csi-vol-c-0123456789ab", id: "x3", sizeBytes: 1, since: young, owner: ours },
+      ],
+    ],
+  ]);
+  const found = inspect({
+    states: new Map([...states].map(([k, s]) => [k, s.kind === "volume" && s.record ? { ...s, record: { ...s.record, pool: "ceph" } } : s])) as typeof states,
+    images,
+    drift: [],
+    heartbeats: new Map(),
+    now,
+    olderThanMs: 3600_000,
+    clusterID: "c1",
+    marksOwners: new Set(["ceph"]),
+    leftovers,
+  });
+  assert.deepEqual(
+    found.map((f) => [f.type, "imageName" in f ? f.imageName : ""]),
+    [
+      ["leakedImage", `csi-vol-${SNAP}`],
+      ["orphanedReservation", `csi-vol-${VOL}`],
+      ["foreignImage", "csi-vol-other"],
+      ["foreignImage", "someone-elses"],
+      ["tempImage", `.tmp-csi-snap-${SNAP}-0123456789ab`],
+      ["tempImage", `.tmp-csi-vol-${VOL}-0123456789ab`],
+      ["trashedImage", "csi-vol-a"],
+    ],
+    "the trash entry clones still need and the young temporary are not findings",
+  );
+  const leaked = found[0];
+  assert.deepEqual(
+    leaked?.type === "leakedImage" && leaked.owner,
+    { kind: "volume", uuid: SNAP, name: "pvc-gone", cluster: "c1" },
+    "traced back by its metadata",
+  );
+  assert.equal(found[1]?.type === "orphanedReservation" && found[1].imageMade, true);
+  const plan = gcPlan(found, states);
+  assert.deepEqual(
+    plan.map((a) => [a.type, a.imageName]),
+    [
+      ["removeLeakedImage", `csi-vol-${SNAP}`],
+      ["collectReservation", `csi-vol-${VOL}`],
+      ["removeTempImage", `.tmp-csi-snap-${SNAP}-0123456789ab`],
+      ["purgeTrash", "csi-vol-a"],
+    ],
+    "never a foreign image; a temporary of a reservation still being built goes with that reservation",
+  );
+  assert.equal(foreignWhy(undefined, false, "c1"), undefined, "a pool without owner metadata (files): every image is judged by its name");
+  assert.match(mayRemoveImage(undefined, img("x"), { marksOwners: true, clusterID: "c1" }) ?? "", /not this cluster's/);
+  assert.equal(mayRemoveImage(undefined, { ...img("x"), owner: ours }, { marksOwners: true, clusterID: "c1" }), undefined);
 });

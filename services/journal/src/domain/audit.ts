@@ -3,12 +3,21 @@
  * fold (evolve.ts) alone; what `gc` may act on. No I/O: the app reads the log, the pools and the
  * node registrations, and hands them in.
  */
-import { type Finding, type GcAction, type Kind, type LogPoint, type ReplayEntry, SNAPSHOT_IMAGE_PREFIX, VOLUME_IMAGE_PREFIX } from "@csi/contracts";
+import {
+  type Finding,
+  type GcAction,
+  type ImageOwnerView,
+  type Kind,
+  type LogPoint,
+  type ReplayEntry,
+  SNAPSHOT_IMAGE_PREFIX,
+  VOLUME_IMAGE_PREFIX,
+} from "@csi/contracts";
 import type { Command } from "./decider.js";
-import { type Address, type Aggregate, foldInto, type RecordState, type States, statusOf } from "./evolve.js";
+import { type Address, type Aggregate, addressKey, foldInto, liveRecord, type RecordState, type States, statusOf } from "./evolve.js";
 import { shared } from "./kinds.js";
 import { eventsOf, type ForeignRecord, foreignView, isForeign, type LogRecord } from "./log-records.js";
-import type { ImageInfo } from "./pool-backend.js";
+import type { ImageInfo, ImageOwner, Leftover } from "./pool-backend.js";
 import { groupHead, snapshotView, volumeView } from "./records.js";
 import { nameState } from "./reservation.js";
 
@@ -105,6 +114,12 @@ export interface Observed {
   olderThanMs: number;
   /** The foreign records the fold skipped, in log order. */
   foreign?: ForeignRecord[];
+  /** The cluster verifying: an image another cluster's metadata names is not its to judge. */
+  clusterID?: string;
+  /** Pools whose every image made by this driver carries its owner (RBD): an image there without one is foreign. */
+  marksOwners?: ReadonlySet<string>;
+  /** Trash entries and temporaries per pool (pools that have them), listed with the images. */
+  leftovers?: Map<string, Leftover[]>;
 }
 
 /** The image records of a fold by pool and image name: the images that must exist. */
@@ -119,16 +134,69 @@ function imageOwners(states: States): Map<string, Map<string, RecordState<"volum
   return owners;
 }
 
-/** Every finding, in a stable order: leaked images, orphaned reservations, missing images, drift, stale claims, foreign records (by sequence). */
+/** What an image's owner metadata says, as a finding shows it. */
+const ownerView = (o: Partial<ImageOwner> | undefined): { owner?: ImageOwnerView } =>
+  o
+    ? {
+        owner: {
+          ...(o.kind ? { kind: o.kind } : {}),
+          ...(o.uuid ? { uuid: o.uuid } : {}),
+          ...(o.name ? { name: o.name } : {}),
+          ...(o.clusterID ? { cluster: o.clusterID } : {}),
+        },
+      }
+    : {};
+
+/**
+ * Why an image no record owns is not this cluster's to judge, or undefined: on a pool whose images
+ * carry their owner, one without (made by someone else: never touched) or another cluster's.
+ */
+export function foreignWhy(owner: Partial<ImageOwner> | undefined, marksOwners: boolean, clusterID: string | undefined): string | undefined {
+  if (!marksOwners) return undefined;
+  if (!owner) return "it carries no owner metadata of this driver";
+  if (owner.clusterID && clusterID && owner.clusterID !== clusterID) return `its metadata names cluster ${JSON.stringify(owner.clusterID)}`;
+  return undefined;
+}
+
+/** Trash entries nothing needs (this cluster's, or unnamed) and temporaries older than the threshold; foreign temporaries apart. */
+function leftoverFindings(o: Observed): { left: Finding[]; foreign: Finding[] } {
+  const left: Finding[] = [];
+  const foreign: Finding[] = [];
+  for (const [pool, entries] of o.leftovers ?? []) {
+    for (const l of entries) {
+      const head = { pool, imageName: l.name, imageId: l.id, sizeBytes: l.sizeBytes };
+      const why = foreignWhy(l.owner, o.marksOwners?.has(pool) ?? false, o.clusterID);
+      if (l.kind === "trash") {
+        // Marked by a journal when it deleted the image (another cluster's purges its own); one clones still read from waits for them.
+        if ((!why || !l.owner) && !l.neededByClones) left.push({ type: "trashedImage", ...head, deletedAt: iso(l.since), ...ownerView(l.owner) });
+      } else if (why) foreign.push({ type: "foreignImage", ...head, reason: why });
+      else if (o.now - l.since > o.olderThanMs) left.push({ type: "tempImage", ...head, createdAt: iso(l.since), ...ownerView(l.owner) });
+    }
+  }
+  return { left, foreign };
+}
+
+const iso = (ms: number) => (Number.isFinite(ms) ? new Date(ms).toISOString() : "");
+
+/**
+ * Every finding, in a stable order: leaked images, orphaned reservations, missing images, drift,
+ * stale claims, foreign records (by sequence), then what only some pools have: foreign images,
+ * trash entries, temporaries.
+ */
 export function inspect(o: Observed): Finding[] {
   const owners = imageOwners(o.states);
   const leaked: Finding[] = [];
+  const foreignImages: Finding[] = [];
   const orphaned: Finding[] = [];
   const missing: Finding[] = [];
   for (const [pool, images] of o.images) {
     const mine = owners.get(pool) ?? new Map();
     for (const img of images) {
-      if (!mine.has(img.name)) leaked.push({ type: "leakedImage", pool, imageName: img.name, imageId: img.id, sizeBytes: img.sizeBytes });
+      if (mine.has(img.name)) continue;
+      const head = { pool, imageName: img.name, imageId: img.id, sizeBytes: img.sizeBytes };
+      const why = foreignWhy(img.owner, o.marksOwners?.has(pool) ?? false, o.clusterID);
+      if (why) foreignImages.push({ type: "foreignImage", ...head, reason: why });
+      else leaked.push({ type: "leakedImage", ...head, ...ownerView(img.owner) });
     }
   }
   for (const [pool, recs] of owners) {
@@ -137,10 +205,15 @@ export function inspect(o: Observed): Finding[] {
     const present = new Set(listed.map((i) => i.name));
     for (const s of recs.values()) {
       const r = s.record;
-      if (!r || present.has(r.imageName)) continue;
+      if (!r) continue;
       const head = { kind: s.kind as Kind, uuid: s.uuid, name: r.name, pool, imageName: r.imageName };
-      if (r.imageId) missing.push({ type: "missingImage", ...head });
-      else if (isOld(r.createdAt, o)) orphaned.push({ type: "orphanedReservation", ...head, reservedAt: r.createdAt });
+      const made = present.has(r.imageName);
+      if (r.imageId) {
+        if (!made) missing.push({ type: "missingImage", ...head });
+      } else if (isOld(r.createdAt, o)) {
+        // Never completed: the image never made, or made and never recorded (its journal died in between).
+        orphaned.push({ type: "orphanedReservation", ...head, reservedAt: r.createdAt, ...(made ? { imageMade: true } : {}) });
+      }
     }
   }
   const stale: Finding[] = [];
@@ -157,7 +230,17 @@ export function inspect(o: Observed): Finding[] {
   const sorted = (l: Finding[]) => l.sort((a, b) => (byKey(a) < byKey(b) ? -1 : byKey(a) > byKey(b) ? 1 : 0));
   const drift = o.drift.map((key): Finding => ({ type: "projectionDrift", key }));
   const foreign = (o.foreign ?? []).map((r): Finding => ({ type: "foreignRecord", ...foreignView(r) }));
-  return [...sorted(leaked), ...sorted(orphaned), ...sorted(missing), ...drift, ...sorted(stale), ...foreign];
+  const left = leftoverFindings(o);
+  return [
+    ...sorted(leaked),
+    ...sorted(orphaned),
+    ...sorted(missing),
+    ...drift,
+    ...sorted(stale),
+    ...foreign,
+    ...sorted([...foreignImages, ...left.foreign]),
+    ...sorted(left.left),
+  ];
 }
 
 /** A reservation made before the threshold (an unreadable time counts as old: it cannot be younger). */
@@ -175,6 +258,10 @@ export function countFindings(findings: Finding[]) {
     projectionDrift: n("projectionDrift"),
     staleClaims: n("staleClaim"),
     foreignRecords: n("foreignRecord"),
+    // Only pools with owner metadata, a trash or temporaries have these: counted when there are any.
+    ...(n("foreignImage") ? { foreignImages: n("foreignImage") } : {}),
+    ...(n("trashedImage") ? { trashedImages: n("trashedImage") } : {}),
+    ...(n("tempImage") ? { tempImages: n("tempImage") } : {}),
   };
 }
 
@@ -199,39 +286,63 @@ export function imageOwner(imageName: string): { kind: "volume" | "snapshot"; uu
   return undefined;
 }
 
-/** What gc would do about the findings (leaked images and orphaned reservations; never anything else). */
-export function gcPlan(findings: Finding[]): GcAction[] {
+/**
+ * What gc would do about the findings: leaked images, orphaned reservations, trash entries nothing
+ * needs, temporaries whose build cannot be running (its aggregate ended or made: a reservation not
+ * made yet is collected instead, with its temporaries). Never anything else: no foreign image.
+ */
+export function gcPlan(findings: Finding[], states: States = new Map()): GcAction[] {
   return findings.flatMap((f): GcAction[] => {
-    if (f.type === "leakedImage") {
-      const owner = imageOwner(f.imageName);
-      return [{ type: "removeLeakedImage", pool: f.pool, imageName: f.imageName, ...(owner ?? {}), outcome: "planned" }];
+    switch (f.type) {
+      case "leakedImage":
+        return [{ type: "removeLeakedImage", pool: f.pool, imageName: f.imageName, ...(imageOwner(f.imageName) ?? {}), outcome: "planned" }];
+      case "orphanedReservation":
+        return [{ type: "collectReservation", pool: f.pool, imageName: f.imageName, kind: f.kind, uuid: f.uuid, outcome: "planned" }];
+      case "trashedImage":
+        return [{ type: "purgeTrash", pool: f.pool, imageName: f.imageName, imageId: f.imageId, outcome: "planned" }];
+      case "tempImage": {
+        const kind = (["volume", "snapshot"] as const).find((k) => k === f.owner?.kind);
+        const owner = kind && f.owner?.uuid ? { kind, uuid: f.owner.uuid } : undefined;
+        if (owner && buildMayRun(states, owner)) return [];
+        return [{ type: "removeTempImage", pool: f.pool, imageName: f.imageName, imageId: f.imageId, ...(owner ?? {}), outcome: "planned" }];
+      }
+      default:
+        return [];
     }
-    if (f.type === "orphanedReservation")
-      return [{ type: "collectReservation", pool: f.pool, imageName: f.imageName, kind: f.kind, uuid: f.uuid, outcome: "planned" }];
-    return [];
   });
+}
+
+/** A build of this aggregate's image may still run (or resume): it is reserved and not made. */
+function buildMayRun(states: States, a: { kind: "volume" | "snapshot"; uuid: string }): boolean {
+  const r = liveRecord(states.get(addressKey(a)), a.kind);
+  return r !== undefined && !r.imageId;
 }
 
 /**
  * Whether a leaked image may still be removed, re-checked under its locks: its aggregate (if the
  * image is named after one) must not live, and so holds no claims; and the image must still be there.
  */
-export function mayRemoveImage(owner: Aggregate | undefined, image: ImageInfo | undefined): string | undefined {
+export function mayRemoveImage(
+  owner: Aggregate | undefined,
+  image: ImageInfo | undefined,
+  foreign: { marksOwners: boolean; clusterID: string } = { marksOwners: false, clusterID: "" },
+): string | undefined {
   if (!image) return "the image is gone";
   if (owner && owner.kind !== "name" && owner.record) return `${owner.kind} ${owner.uuid} owns it now`;
-  return undefined;
+  const why = foreignWhy(image.owner, foreign.marksOwners, foreign.clusterID);
+  return why && `not this cluster's: ${why}`;
 }
 
 /**
  * Whether a reservation may still be collected, re-checked under its locks: it lives, its image
- * was never made and is not in the pool, and it is older than the threshold.
+ * was never recorded (never made, or made by a journal that died before recording it: it goes
+ * with the reservation), and it is older than the threshold.
  */
-export function mayCollect(s: RecordState | undefined, image: ImageInfo | undefined, o: { now: number; olderThanMs: number }): string | undefined {
+export function mayCollect(s: RecordState | undefined, o: { now: number; olderThanMs: number }): string | undefined {
   const r = s?.record;
   if (!r) return "the reservation is gone";
   if (!("imageName" in r)) return "not an image reservation";
   if (r.imageId) return "its image was made";
-  if (image) return "its image exists now";
   if ("claims" in r && r.claims.length > 0) return "it has claims";
   if (!isOld(r.createdAt, o)) return "it is younger than the threshold";
   return undefined;
@@ -244,12 +355,13 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
   return {
     requestId,
     first: { locks: [{ kind: "image", ...ref }, ...(owner ? [owner] : [])], ...(owner ? { fromLog: [owner] } : {}) },
-    decide: (v) => {
+    decide: (v, ctx) => {
       const [done] = v.appended;
       if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
       const image = v.image(ref);
       if (image === undefined) return { stat: [ref] };
-      const refused = mayRemoveImage(owner ? v.state(owner) : undefined, image ?? undefined);
+      const foreign = { marksOwners: ctx.pools.get(action.pool)?.marksOwners ?? false, clusterID: ctx.cluster.clusterID };
+      const refused = mayRemoveImage(owner ? v.state(owner) : undefined, image ?? undefined, foreign);
       if (refused || !image) return { reply: { ...action, outcome: "skipped", reason: refused } };
       const reason = "in the pool without a reservation (audit.gc)";
       return {
@@ -280,11 +392,14 @@ export function collectReservation(requestId: string, action: GcAction, o: { now
       const ref = { pool: record.pool, imageName: action.imageName };
       const image = v.image(ref);
       if (image === undefined) return { stat: [ref] };
-      const refused = mayCollect(state, image ?? undefined, o);
+      const refused = mayCollect(state, o);
       if (refused) return { reply: { ...action, outcome: "skipped", reason: refused } };
-      const reason = "reserved without an image past the threshold (audit.gc)";
+      const reason = image ? "its image made and never recorded, past the threshold (audit.gc)" : "reserved without an image past the threshold (audit.gc)";
       const release = nameState(v, kind, record.name)?.uuid === me.uuid ? [shared.nameReleased(kind, record.name, me.uuid)] : [];
-      return { act: { events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] } };
+      // The image (made and never recorded), and what an interrupted build left of it, go first.
+      return {
+        act: { effects: [{ op: "delete", ...ref }], events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] },
+      };
     },
   };
 }

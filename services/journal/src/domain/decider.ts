@@ -88,6 +88,8 @@ export interface PoolInfo {
   maxImageBytes: number;
   /** Where a node finds an image of the pool (in the publish context): a file's path, or an RBD pool's Ceph pool, monitors and user. */
   publishContext(imageName: string): Record<string, string>;
+  /** Its images carry their owner (RBD): one without is not ours (gc leaves it). */
+  readonly marksOwners?: boolean;
 }
 
 export interface Ctx {

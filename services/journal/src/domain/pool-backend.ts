@@ -13,6 +13,26 @@ export interface ImageInfo {
   sizeBytes: number;
   /** Snapshots are read-only; images and clones are writable. */
   readOnly: boolean;
+  /** What the image says of its owner, on backends that write it (RBD image metadata): absent where it carries none. */
+  owner?: Partial<ImageOwner>;
+}
+
+/**
+ * What a pool holds besides its images (RBD): an image this driver deleted that waits in the trash
+ * (clones still read from it, or a purge was cut short), or a temporary of an interrupted build.
+ */
+export interface Leftover {
+  kind: "trash" | "temp";
+  /** The image's name (a trash entry: the name it had). */
+  name: string;
+  /** The image id (a trash entry is removed by it). */
+  id: string;
+  sizeBytes: number;
+  /** A temporary: when it was made; a trash entry: when it was deleted (ms since the epoch). */
+  since: number;
+  owner?: Partial<ImageOwner>;
+  /** A trash entry that clones still read from: not purgeable yet. */
+  neededByClones?: boolean;
 }
 
 /**
@@ -72,6 +92,12 @@ export interface PoolBackend {
   statImage(name: string): Promise<ImageInfo | undefined>;
   listImages(): Promise<ImageInfo[]>;
   capacity(): Promise<PoolCapacity>;
+  /** True where every image this driver makes carries its owner (RBD): an image without one is not ours, and verify/gc leave it alone. */
+  readonly marksOwners?: boolean;
+  /** Trash entries this driver made and temporaries of interrupted builds (pools that have them). */
+  leftovers?(): Promise<Leftover[]>;
+  /** Remove one leftover: a trash entry only if marked ours and nothing needs it (false: kept), a temporary by its name. */
+  removeLeftover?(l: Pick<Leftover, "kind" | "name" | "id">): Promise<boolean>;
   /**
    * What a node needs to find an image of this pool, for the publish context (file pool: the
    * image's path; RBD: the Ceph pool, monitors and user — never a key). Invalid name → InvalidArgument.

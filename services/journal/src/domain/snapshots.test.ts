@@ -267,8 +267,23 @@ describe("audit.gc, re-checked under the locks", () => {
       .when(collectReservation("r", orphan, { now: at + 120_000, olderThanMs: 60_000 }))
       .then({
         act: {
+          // The delete takes what an interrupted build may have left (temporaries) too.
+          effects: [{ op: "delete", pool: "default", imageName: ref.imageName }],
           events: [
             { type: "ReservationCollected", kind: "volume", uuid: V1, reason: "reserved without an image past the threshold (audit.gc)" },
+            { type: "NameReleased", kind: "volume", name: `pvc-${V1.slice(0, 4)}`, uuid: V1 },
+          ],
+        },
+      });
+    // A journal killed between making the image and recording it: collected with its image.
+    given(...log)
+      .images([ref, image(ref.imageName, MiB, "z")])
+      .when(collectReservation("r", orphan, { now: at + 120_000, olderThanMs: 60_000 }))
+      .then({
+        act: {
+          effects: [{ op: "delete", pool: "default", imageName: ref.imageName }],
+          events: [
+            { type: "ReservationCollected", kind: "volume", uuid: V1, reason: "its image made and never recorded, past the threshold (audit.gc)" },
             { type: "NameReleased", kind: "volume", name: `pvc-${V1.slice(0, 4)}`, uuid: V1 },
           ],
         },

@@ -66,8 +66,10 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
     ...(olderThanMs === undefined ? {} : { olderThanMs }),
     ...(maxFindings === undefined ? {} : { maxFindings }),
   });
-  const total = Object.values(r.counts).reduce((a, b) => a + b, 0);
-  s.out.result({ cluster, ok: total === 0, ...r }, (h) => {
+  const total = Object.values(r.counts).reduce((a: number, b) => a + (b ?? 0), 0);
+  // Foreign images (someone else's, in a shared RBD pool) are listed, not faults: they do not fail verify.
+  const faults = total - (r.counts.foreignImages ?? 0);
+  s.out.result({ cluster, ok: faults === 0, ...r }, (h) => {
     const counts = fields([
       ["CLUSTER", cluster],
       ["LOG UP TO", `sequence ${r.upTo}`],
@@ -77,11 +79,18 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
       ["PROJECTION DRIFT", r.counts.projectionDrift],
       ["STALE CLAIMS", r.counts.staleClaims],
       ["FOREIGN RECORDS", r.counts.foreignRecords],
+      // What only RBD pools have: shown when there are any.
+      ...([
+        ["FOREIGN IMAGES (not ours, left alone)", r.counts.foreignImages],
+        ["TRASHED IMAGES", r.counts.trashedImages],
+        ["TEMPORARY IMAGES", r.counts.tempImages],
+      ].filter(([, n]) => n) as [string, number][]),
     ]);
     return total === 0 ? counts : `${table(FINDING_HEAD, r.findings.map(findingRow), h)}\n\n${counts}`;
   });
-  s.out.note(total === 0 ? "clean" : `${total} found${r.truncated ? ` (${total - r.findings.length} more not shown: --max-findings)` : ""}`);
-  return total === 0 ? EXIT.ok : EXIT.failed;
+  const foreign = r.counts.foreignImages ? `; ${r.counts.foreignImages} foreign image(s) left alone` : "";
+  s.out.note(`${faults === 0 ? "clean" : `${faults} found`}${foreign}${r.truncated ? ` (${total - r.findings.length} more not shown: --max-findings)` : ""}`);
+  return faults === 0 ? EXIT.ok : EXIT.failed;
 }
 
 export async function gc(s: Session, o: { apply?: boolean; olderThan?: string; maxActions?: string; requestId?: string }): Promise<void> {

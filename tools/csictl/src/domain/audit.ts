@@ -2,7 +2,7 @@
  * The pure parts of `replay`, `verify` and `gc`: what a person types for a point of the log and
  * for an age, and the rows the tables show. The journal's audit.* commands do the work.
  */
-import { composeVolumeId, type Finding, type ForeignRecordView, type GcAction, type PurgeAction, type ReplayEntry } from "@csi/contracts";
+import { composeVolumeId, type Finding, type ForeignRecordView, type GcAction, type ImageOwnerView, type PurgeAction, type ReplayEntry } from "@csi/contracts";
 import { usageError } from "../errors.js";
 import { formatBytes } from "./sizes.js";
 
@@ -79,9 +79,13 @@ export const FINDING_HEAD = ["FINDING", "WHAT", "DETAIL"];
 export function findingRow(f: Finding): string[] {
   switch (f.type) {
     case "leakedImage":
-      return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}, no reservation owns it`];
+      return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, no reservation owns it`];
     case "orphanedReservation":
-      return [f.type, `${f.pool}/${f.imageName}`, `${f.kind} ${f.uuid} "${f.name}" reserved ${f.reservedAt}, no image`];
+      return [
+        f.type,
+        `${f.pool}/${f.imageName}`,
+        `${f.kind} ${f.uuid} "${f.name}" reserved ${f.reservedAt}, ${f.imageMade ? "its image made and never recorded" : "no image"}`,
+      ];
     case "missingImage":
       return [f.type, `${f.pool}/${f.imageName}`, `${f.kind} ${f.uuid} "${f.name}" is made but its image is gone (gc leaves it)`];
     case "projectionDrift":
@@ -90,7 +94,23 @@ export function findingRow(f: Finding): string[] {
       return [f.type, f.uuid, `claimed by ${f.nodeId}, last heartbeat ${f.lastHeartbeat ?? "never"}`];
     case "foreignRecord":
       return [f.type, `sequence ${f.seq} on ${f.subject}`, foreignDetail(f)];
+    case "foreignImage":
+      return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}, not ours: ${f.reason} (gc leaves it)`];
+    case "trashedImage":
+      return [
+        f.type,
+        `${f.pool}/${f.imageName}`,
+        `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, deleted ${f.deletedAt}, still in the trash, nothing needs it`,
+      ];
+    case "tempImage":
+      return [f.type, `${f.pool}/${f.imageName}`, `${formatBytes(f.sizeBytes)}${ownedBy(f.owner)}, made ${f.createdAt} by a build that never finished`];
   }
+}
+
+/** ", of volume <uuid> "<name>"": what an image's metadata says of its owner (RBD). */
+function ownedBy(o: ImageOwnerView | undefined): string {
+  if (!o?.uuid) return "";
+  return `, of ${o.kind ?? "aggregate"} ${o.uuid}${o.name ? ` ${JSON.stringify(o.name)}` : ""}${o.cluster ? ` in cluster ${o.cluster}` : ""}`;
 }
 
 /** What is wrong with a foreign record, its size and the start of its body (sanitised, quoted): a verify or history cell. */

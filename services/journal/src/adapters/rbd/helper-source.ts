@@ -192,6 +192,37 @@ def op_trash_purge(io, a):
     return {"purged": purged, "kept": kept}
 
 
+def op_trash_list(io, a):
+    # The trash entries this driver deleted (marked): their owner metadata, and whether clones still
+    # read from them (snapshots left in the trash namespace: clone v2 keeps them while clones need them).
+    found = []
+    for e in list(rbd.RBD().trash_list(io)):
+        if e["source"] != "USER":
+            continue
+        try:
+            with rbd.Image(io, image_id=e["id"], read_only=True) as img:
+                meta = {k: v for k, v in img.metadata_list() if k.startswith(META_PREFIX)}
+                if a["mark"] not in meta:
+                    continue
+                found.append({"name": e["name"], "id": e["id"], "size": img.size(), "meta": meta, "snaps": len(list(img.list_snaps())),
+                              "deleted": calendar.timegm(e["deletion_time"].timetuple())})
+        except rbd.ImageNotFound:
+            continue
+    return found
+
+
+def op_trash_remove(io, a):
+    # One entry, only if this driver marked it; kept (not an error) while clones need it.
+    with rbd.Image(io, image_id=a["id"], read_only=True) as img:
+        if not any(k == a["mark"] for k, _ in img.metadata_list()):
+            raise rbd.InvalidArgument("trash entry %s was not deleted by this driver" % a["id"], errno=22)
+    try:
+        rbd.RBD().trash_remove(io, a["id"])
+        return {"purged": True}
+    except (rbd.ImageHasSnapshots, rbd.ImageBusy):
+        return {"purged": False}
+
+
 def op_df(io, a):
     r, out, err = state["cluster"].mon_command(json.dumps({"prefix": "df", "format": "json"}), b"")
     if r != 0:
