@@ -43,18 +43,6 @@ let stack: NodeStack;
 const imageOf = (v: PublishedVolume) => `csi-vol-${v.uuid}`;
 const fuseDirOf = (v: PublishedVolume) => path.join(stack.root, "node-state", "rbd", `c1-1-${imageOf(v)}`);
 const watchers = async (v: PublishedVolume) => ((await ceph.rbdJson(["status", `rbd/${imageOf(v)}`])) as { watchers: unknown[] }).watchers.length;
-/**
- * Waits until the image has no watcher. A killed rbd-fuse's watch stays until the OSD times it out
- * (osd_client_watch_timeout, 30 s): until then a DeleteVolume is refused (FAILED_PRECONDITION).
- */
-async function noWatchers(v: PublishedVolume, timeoutMs = 90_000): Promise<number> {
-  const start = Date.now();
-  while ((await watchers(v)) > 0) {
-    if (Date.now() - start > timeoutMs) assert.fail(`image ${imageOf(v)} still watched after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
-  return Date.now() - start;
-}
 const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
 
 async function stage(v: PublishedVolume, staging: string): Promise<void> {
@@ -92,12 +80,13 @@ async function publishedWithData(name: string) {
   return { v, staging, target, hash: await writeData(target) };
 }
 
-/** Waits (polling the volume's history, up to `timeoutMs`) until a healer report after `since` says `state`. */
-async function healerReport(v: PublishedVolume, state: string, since: string, timeoutMs = 90_000): Promise<void> {
+/** Waits (polling the volume's history, up to `timeoutMs`) until a healer report after `since` says `state`; the ms from `since` to that report. */
+async function healerReport(v: PublishedVolume, state: string, since: string, timeoutMs = 90_000): Promise<number> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const reports = await stack.deviceReports(v.uuid, () => true);
-    if (reports.some((r) => r.via === "healer" && r.state === state && r.at > since)) return;
+    const found = reports.find((r) => r.via === "healer" && r.state === state && r.at > since);
+    if (found) return Date.parse(found.at) - Date.parse(since);
     if (Date.now() > end) {
       const log = stack.agent.logs.filter((l) => /heal|fuse|mapping|"level":[45]0/.test(l)).slice(-20);
       assert.fail(`no "${state}" report from the healer: ${JSON.stringify(reports.map((r) => [r.state, r.via, r.reason]))}\n${log.join("\n")}`);
@@ -190,7 +179,8 @@ describe("RBD volumes on a node: rbd-fuse + loop", { skip }, () => {
     assert.ok(fuse);
     const killedAt = new Date().toISOString();
     process.kill(fuse.pid, "SIGKILL");
-    await healerReport(v, "published", killedAt); // the last step of the repair: the target bound again
+    const healMs = await healerReport(v, "published", killedAt); // the last step of the repair: the target bound again
+    console.log(`# rbd-fuse SIGKILLed → the target bound again on a new mapping by the running agent: ${healMs} ms (checks every 5 s)`);
     const now = await rbdFuseProcesses(stack.root);
     assert.equal(now.length, 1);
     assert.notEqual(now[0]?.pid, fuse.pid, "a new rbd-fuse");
@@ -201,7 +191,7 @@ describe("RBD volumes on a node: rbd-fuse + loop", { skip }, () => {
     await unpublishUnstage(v, staging, target);
     assert.deepEqual(await mountsLeftUnder(stack.root), []);
     assert.deepEqual(await rbdFuseProcesses(stack.root), []);
-    console.log(`# the killed rbd-fuse's watch on the image lasted ${await noWatchers(v)} ms more after the unstage`);
+    // The killed rbd-fuse's watch on the image stays until the OSD times it out (~30 s; docs/backends.md): not waited for here.
   });
 
   test("node-agent SIGKILLed: rbd-fuse lives on and the restarted agent leaves it; rbd-fuse killed while the agent is down: the healer at start replaces it", async () => {
@@ -219,7 +209,9 @@ describe("RBD volumes on a node: rbd-fuse + loop", { skip }, () => {
         for (const p of await rbdFuseProcesses(stack.root)) process.kill(p.pid, "SIGKILL");
       },
     });
-    await healerReport(v, "published", killedAt);
+    console.log(
+      `# rbd-fuse killed while the agent was down → target bound again by the healer at start: ${await healerReport(v, "published", killedAt)} ms after the kill (agent start included)`,
+    );
     assert.equal(await readData(target), hash, "the data, through the mapping the healer made at start");
     await unpublishUnstage(v, staging, target);
     assert.deepEqual(await mountsLeftUnder(stack.root), []);

@@ -8,6 +8,7 @@
  * outlives a node-agent that is killed or restarted, and is nobody's zombie). It exits when its
  * mount is unmounted, closing the image (its watcher is gone at once).
  */
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -63,7 +64,7 @@ export async function mountImage(rbdDir: string, img: FuseImage): Promise<string
   if (health === "dead") await unmountDir(dir);
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const conf = confPath(rbdDir, img);
-  const tmp = `${conf}.tmp-${process.pid}`;
+  const tmp = `${conf}.tmp-${randomBytes(6).toString("hex")}`; // images of one pool may be staged at once
   await writeFile(tmp, rbdFuseConf(img), { mode: 0o600 });
   await rename(tmp, conf);
   await run("rbd-fuse", rbdFuseArgs(conf, dir, img), { timeoutMs: (MOUNT_TIMEOUT_S + 15) * 1000 }).catch((err: unknown) => {
