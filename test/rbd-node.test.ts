@@ -4,7 +4,7 @@
  * an RBD pool, through the controller, staged and published through the node-agent's CSI socket —
  * mapped by rbd-fuse + a loop device (this machine has no rbd or nbd module) — written,
  * unpublished and unstaged (no mount, loop device, rbd-fuse process or watcher left), staged and
- * published again with its data, grown online (xfs), deleted. Then the failures: rbd-fuse
+ * published again with its data, grown online (xfs), deleted; the same for a block volume. Then the failures: rbd-fuse
  * SIGKILLed under a published volume (the running agent's healer replaces the mapping), the
  * node-agent SIGKILLed (rbd-fuse lives on) and rbd-fuse killed while the agent is down (the
  * healer at start replaces it). `after` takes down every mount, loop device and rbd-fuse under
@@ -14,11 +14,12 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { readFile, writeFile } from "node:fs/promises";
+import { open, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { RBD_MAPPING_KEY, TOPOLOGY_KEY } from "@csi/contracts";
 import {
+  blockCap,
   type CephCluster,
   codeOf,
   FS_MIN_BYTES,
@@ -155,6 +156,41 @@ describe("RBD volumes on a node: rbd-fuse + loop", { skip }, () => {
     await stack.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: stack.nodeId });
     await stack.ctrl.DeleteVolume({ volume_id: v.id });
     assert.ok(!((await ceph.rbdJson(["ls", "rbd"])) as string[]).includes(imageOf(v)), "deleted: no watcher of this node was in the way");
+  });
+
+  test("a block volume: its loop device published at a file, written, unpublished, unstaged; staged and published again with its bytes", async () => {
+    const v = await stack.createAndPublish("pvc-rbd-block", blockCap(), 16 * MiB);
+    const staging = stack.kubelet("stage-block");
+    const target = stack.kubelet("pods", "block", "dev");
+    const data = randomBytes(MiB);
+    const once = async (body: () => Promise<void>) => {
+      await stack.node.NodeStageVolume({ volume_id: v.id, staging_target_path: staging, volume_capability: blockCap(), publish_context: v.ctx });
+      await stack.node.NodePublishVolume({
+        volume_id: v.id,
+        staging_target_path: staging,
+        target_path: target,
+        volume_capability: blockCap(),
+        readonly: false,
+      });
+      await body();
+      await unpublishUnstage(v, staging, target);
+    };
+    await once(async () => {
+      const fh = await open(target, "r+");
+      await fh.write(data, 0, data.length, 4 * MiB);
+      await fh.sync();
+      await fh.close();
+    });
+    assert.deepEqual(await rbdFuseProcesses(stack.root), []);
+    await once(async () => {
+      const fh = await open(target, "r");
+      const back = Buffer.alloc(MiB);
+      await fh.read(back, 0, MiB, 4 * MiB);
+      await fh.close();
+      assert.equal(sha(back), sha(data));
+    });
+    await stack.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: stack.nodeId });
+    await stack.ctrl.DeleteVolume({ volume_id: v.id });
   });
 
   test("a publish context naming another image or Ceph pool is refused, and a volume without an image is NotFound: nothing is left mounted", async () => {

@@ -61,6 +61,8 @@ export interface NodeServiceDeps {
 }
 
 export const DEFAULT_OP_TIMEOUT_MS = 120_000;
+/** The running agent's repairs of a volume's mapping that fail are tried again after 10 s, 20 s, ... at most 5 min apart. */
+const HEAL_BACKOFF = { firstMs: 10_000, maxMs: 300_000 };
 
 /** One healer action and whether it worked (a failure is logged and reported as a "failed" device step). */
 export interface HealResult {
@@ -79,6 +81,8 @@ export class NodeService {
   readonly #timeoutMs: number;
   /** Where the agent mounts rbd-fuse (one directory per staged RBD image) and keeps their ceph.conf files: its own, under its state directory. */
   #rbdDir: string;
+  /** Volumes whose last mapping repair failed: when to try again, and the wait before that try. */
+  readonly #healBackoff = new Map<string, { at: number; ms: number }>();
 
   constructor(private readonly d: NodeServiceDeps) {
     const own = [...this.poolRoots, path.dirname(d.stateFile.file)].map((p) => path.resolve(p));
@@ -514,12 +518,19 @@ export class NodeService {
     const health = await rbdFuse.probe(fuse.map(dirOf));
     const results: HealResult[] = [];
     for (const { volumeId } of fuse.filter((v) => health.get(dirOf(v)) !== "up")) {
-      results.push(
-        ...(await this.#op(volumeId, "heal", async () => {
-          const v = this.#state.volumes[volumeId];
-          return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], []) : [];
-        })),
-      );
+      // A repair that failed (Ceph unreachable, a pod holding the broken mount) is tried again later and later, not every check.
+      const last = this.#healBackoff.get(volumeId);
+      if (last && Date.now() < last.at) continue;
+      const done = await this.#op(volumeId, "heal", async () => {
+        const v = this.#state.volumes[volumeId];
+        return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], []) : [];
+      });
+      if (done.every((r) => r.ok)) this.#healBackoff.delete(volumeId);
+      else {
+        const ms = Math.min(last ? last.ms * 2 : HEAL_BACKOFF.firstMs, HEAL_BACKOFF.maxMs);
+        this.#healBackoff.set(volumeId, { at: Date.now() + ms, ms });
+      }
+      results.push(...done);
     }
     return results;
   }
