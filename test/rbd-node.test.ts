@@ -230,6 +230,23 @@ describe("RBD volumes on a node: rbd-fuse + loop", { skip }, () => {
     // The killed rbd-fuse's watch on the image stays until the OSD times it out (~30 s; docs/backends.md): not waited for here.
   });
 
+  test("rbd-fuse SIGKILLed while a process holds a file open on the volume: the repair waits (reported failed) until it lets go", async () => {
+    const { v, target, staging, hash } = await publishedWithData("busy");
+    const held = await open(path.join(target, "data"), "r");
+    const [fuse] = await rbdFuseProcesses(stack.root);
+    assert.ok(fuse);
+    const killedAt = new Date().toISOString();
+    process.kill(fuse.pid, "SIGKILL");
+    await healerReport(v, "failed", killedAt); // the target cannot be unmounted: busy; never unmounted lazily
+    assert.equal((await stack.deviceReports(v.uuid, () => true)).filter((r) => r.via === "healer" && r.at > killedAt && r.state === "published").length, 0);
+    await held.close();
+    const healMs = await healerReport(v, "published", killedAt);
+    console.log(`# rbd-fuse SIGKILLed under an open file: repaired ${healMs} ms after the kill (the first retry comes 10 s after the failed repair)`);
+    assert.equal(await readData(target), hash);
+    await unpublishUnstage(v, staging, target);
+    assert.deepEqual(await mountsLeftUnder(stack.root), []);
+  });
+
   test("node-agent SIGKILLed: rbd-fuse lives on and the restarted agent leaves it; rbd-fuse killed while the agent is down: the healer at start replaces it", async () => {
     const { v, staging, target, hash } = await publishedWithData("agent");
     const [before] = await rbdFuseProcesses(stack.root);

@@ -565,14 +565,22 @@ export class NodeService {
     const deadMappings = fuseDirs.filter((d) => health.get(d) === "dead");
     const plan = planHeal(state, { loops, mounts: await mnt.readMounts(), deadMappings, fuseMounts }, roots);
     const results: HealResult[] = [];
+    /** Volumes whose stale device could not be taken down (busy): the rest of their repair waits for the next run. */
+    const waiting = new Set<string>();
     for (const a of plan) {
+      const volumeId = "volumeId" in a ? a.volumeId : undefined;
+      if (volumeId !== undefined && waiting.has(volumeId)) {
+        results.push({ action: a, ok: false });
+        continue;
+      }
       try {
         await withDeadline(this.#timeoutMs, `heal ${a.kind}`, () => this.#apply(a, origin));
         results.push({ action: a, ok: true });
       } catch (err) {
+        if (volumeId !== undefined && (a.kind === "unmount" || a.kind === "detach")) waiting.add(volumeId);
         results.push({ action: a, ok: false });
         this.d.log.error({ err: String(err), action: a }, "heal action failed");
-        const v = "volumeId" in a ? this.#state.volumes[a.volumeId] : undefined;
+        const v = volumeId === undefined ? undefined : this.#state.volumes[volumeId];
         if (v) this.#report(v, "failed", origin, { reason: `heal ${a.kind}: ${(err as Error).message}` });
       }
     }

@@ -112,6 +112,11 @@ test("heal: rbd-fuse died → every mount of the stale loop device unmounted (la
     plan.every((a) => !("remountFrom" in a) && !("replace" in a)),
     "nothing is left to replace: the stale mounts are gone first",
   );
+  assert.deepEqual(
+    plan.slice(0, 3).map((a) => ("volumeId" in a ? a.volumeId : undefined)),
+    ["r1", "r1", "r1"],
+    "the teardown names the volume whose repair waits for it",
+  );
 });
 
 test("heal: rbd-fuse mount gone (after a reboot) → attach (which starts rbd-fuse), mount, publish", () => {

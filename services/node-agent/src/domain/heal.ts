@@ -40,8 +40,9 @@ export type HealAction =
   /** `replace`: the old device whose bind is at the target (to be replaced by one of the current device). */
   | { kind: "publish"; volumeId: string; target: string; replace?: string }
   | { kind: "conflict"; volumeId: string; path: string; reason: string }
-  | { kind: "unmount"; path: string; reason: string }
-  | { kind: "detach"; device: string; backingFile: string; reason: string }
+  /** `volumeId`: the volume whose stale device this takes down (its repair depends on it: if this fails, the rest of it waits). */
+  | { kind: "unmount"; path: string; reason: string; volumeId?: string }
+  | { kind: "detach"; device: string; backingFile: string; reason: string; volumeId?: string }
   /** Take down an rbd-fuse mount of ours (no volume wants it). */
   | { kind: "unmap"; path: string; reason: string };
 
@@ -50,7 +51,7 @@ const inside = (root: string, p: string) => p.startsWith(root.endsWith(path.sep)
 /** `poolRoots`: where the images of this node's pools lie (file pools' roots, the rbd-fuse directory): loop devices there that no volume wants are leftovers. */
 export function planHeal(state: NodeState, observed: Observed, poolRoots: string[]): HealAction[] {
   const actions: HealAction[] = [];
-  const seen = withoutStale(observed, actions);
+  const seen = withoutStale(state, observed, actions);
   const deviceOf = new Map(seen.loops.map((l) => [l.backingFile, l.device]));
   const mountAt = new Map(seen.mounts.map((m) => [m.mountPoint, m]));
   const wanted = new Set<string>();
@@ -98,15 +99,18 @@ export function planHeal(state: NodeState, observed: Observed, poolRoots: string
  * The loop devices on files in dead rbd-fuse mounts are stale: plan to unmount everything
  * mounted from them (latest first) and detach them, and return what is seen without them.
  */
-function withoutStale(seen: Observed, actions: HealAction[]): Observed {
+function withoutStale(state: NodeState, seen: Observed, actions: HealAction[]): Observed {
   const dead = seen.deadMappings ?? [];
   const stale = seen.loops.filter((l) => dead.some((d) => inside(d, l.backingFile)));
   if (stale.length === 0) return seen;
   const staleMount = (m: MountEntry) => stale.some((l) => isMountOfDevice(m, l.device));
+  const volumeOf = new Map(Object.values(state.volumes).map((v) => [v.imagePath, v.volumeId]));
   for (const l of stale) {
+    const volumeId = volumeOf.get(l.backingFile);
+    const of = volumeId === undefined ? {} : { volumeId };
     for (const m of seen.mounts.filter((m) => isMountOfDevice(m, l.device)).reverse())
-      actions.push({ kind: "unmount", path: m.mountPoint, reason: `mount of ${l.device}, whose rbd-fuse process is gone` });
-    actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "its rbd-fuse process is gone" });
+      actions.push({ kind: "unmount", path: m.mountPoint, reason: `mount of ${l.device}, whose rbd-fuse process is gone`, ...of });
+    actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "its rbd-fuse process is gone", ...of });
   }
   return { ...seen, loops: seen.loops.filter((l) => !stale.includes(l)), mounts: seen.mounts.filter((m) => !staleMount(m)) };
 }
