@@ -61,7 +61,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const rbdMapping = await detectRbdMapping(clusters, log);
   const topology = nodeTopology(cfg.nodeId, rbdMapping);
   const svc = await openNodeService(cfg, clusters, reporter, metrics, log, rbdMapping);
-  const mappingWatch = svc.watchMappings(MAPPING_CHECK_MS);
+  const mappingWatch = svc.watchMappings(MAPPING_CHECK_MS, (results) => metrics.healed(results));
 
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);

@@ -535,13 +535,14 @@ export class NodeService {
     return results;
   }
 
-  /** Run `healMappings` every `everyMs` (while any volume is mapped by rbd-fuse); stop() ends it. */
-  watchMappings(everyMs: number): { stop(): void } {
+  /** Run `healMappings` every `everyMs` (while any volume is mapped by rbd-fuse), each run's results to `onHealed`; stop() ends it. */
+  watchMappings(everyMs: number, onHealed: (results: HealResult[]) => void = () => {}): { stop(): void } {
     let running = false;
     const timer = setInterval(() => {
       if (running) return;
       running = true;
       this.healMappings()
+        .then(onHealed)
         .catch((err) => this.d.log.warn({ err: String(err) }, "checking rbd-fuse mappings failed"))
         .finally(() => {
           running = false;
