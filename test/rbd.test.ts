@@ -3,8 +3,8 @@
  * cannot be installed): a storage cluster mixing an RBD pool (`ceph`) and a file pool
  * (`default`), its journal and the controller as processes, driven through the controller's CSI
  * socket — CreateVolume, CreateSnapshot, CreateVolume from a snapshot and from a volume,
- * ControllerExpandVolume, ControllerPublishVolume (and a node-agent's NodeStageVolume, which
- * refuses RBD volumes until the node side is built), DeleteSnapshot, DeleteVolume — each checked
+ * ControllerExpandVolume, ControllerPublishVolume (and a node-agent's NodeStageVolume with a
+ * publish context naming another image, refused), DeleteSnapshot, DeleteVolume — each checked
  * with `rbd ls`, `rbd info`, `rbd snap ls`, `rbd image-meta list`. Then the journal's audit on the
  * RBD pool through csictl: `verify` traces a leaked image back by its metadata and `gc` removes it,
  * reports images not ours as foreign and leaves them, purges our trash, removes temporaries; and
@@ -141,16 +141,17 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
       ["rbd", "rbd", volImage, ceph.monitors.join(","), ceph.user],
     );
     assert.ok(!JSON.stringify(pub.publish_context).includes(key), "never the key");
-    // The node side (mapping RBD images) is not built yet: a node-agent says so, and touches nothing.
+    // The node takes the image from the volume id: a publish context naming another image is refused before anything is mapped
+    // (staging and publishing RBD volumes: test/rbd-node.test.ts).
     const staging = path.join(j.servers.dir, "kubelet", "stage");
     await mkdir(path.dirname(staging), { recursive: true });
     const stage = node.NodeStageVolume({
       volume_id: vol.volume_id,
       staging_target_path: staging,
       volume_capability: cap,
-      publish_context: pub.publish_context ?? {},
+      publish_context: { ...pub.publish_context, imageName: snapImage },
     });
-    await assert.rejects(stage, (e: { code: number; details: string }) => e.code === 9 && /RBD pool/.test(e.details));
+    await assert.rejects(stage, (e: { code: number; details: string }) => e.code === 3 && /not the image of volume/.test(e.details));
     await ctrl.ControllerUnpublishVolume({ volume_id: vol.volume_id, node_id: "node-r" });
 
     // The source goes first: its snapshot and clone outlive it (it waits in the trash for them).

@@ -65,6 +65,12 @@ export type DeviceState = z.infer<typeof DeviceState>;
 /** Where a node step came from: kubelet's gRPC call, NATS node work, or the node's healer. */
 export const Via = z.enum(["grpc", "nats", "healer"]);
 export type Via = z.infer<typeof Via>;
+/** How a node maps an RBD image: the kernel's rbd driver, rbd-nbd, or rbd-fuse + a loop device. */
+export const RbdMapping = z.enum(["krbd", "rbd-nbd", "fuse"]);
+export type RbdMapping = z.infer<typeof RbdMapping>;
+/** How a volume's image became a block device on a node: a loop device on a file pool's file ("loop"), or an RBD mapping. */
+export const MappingKind = z.enum(["loop", ...RbdMapping.options]);
+export type MappingKind = z.infer<typeof MappingKind>;
 export const DeviceStateReported = ev("DeviceStateReported", {
   uuid: Uuid,
   nodeId: z.string(),
@@ -74,6 +80,8 @@ export const DeviceStateReported = ev("DeviceStateReported", {
   path: z.string().optional(),
   /** Why a step failed, or what a heal action did. */
   reason: z.string().optional(),
+  /** How the image is mapped ("attached" reports): loop (file pool), krbd, rbd-nbd, fuse (rbd-fuse + loop). */
+  mapping: MappingKind.optional(),
   /** Where the step came from. */
   via: Via,
   /** When the node did it (the event's own time is when the journal appended it). */

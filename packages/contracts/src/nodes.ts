@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { Capability, Uuid } from "./common.js";
-import { DeviceState, Via } from "./events.js";
+import { DeviceState, MappingKind, Via } from "./events.js";
 import { PodInfo } from "./kubernetes.js";
 import { MutableParameters } from "./mutable-parameters.js";
 import { nameToken, subjects } from "./subjects.js";
@@ -35,6 +35,12 @@ export type NodeRegistration = z.infer<typeof NodeRegistration>;
 export const NODES_STREAM = "CSI_NODES";
 /** The topology segment key every node reports (one segment per node: its id). */
 export const TOPOLOGY_KEY = "topology.nats.csi/node";
+/**
+ * The topology segment key by which a node whose clusters file has an RBD pool says how it maps
+ * RBD images (`RbdMapping`, or "none"): a pool's `topology` may require it, so that the controller
+ * publishes RBD volumes only to nodes that can map them. Nodes without RBD pools leave it out.
+ */
+export const RBD_MAPPING_KEY = "topology.nats.csi/rbd-mapping";
 export const nodeSubjects = {
   /** Node ids are often host names with dots: base64url keeps them one token. */
   registration: (nodeId: string) => `csi.nodes.${nameToken(nodeId)}`,
@@ -102,6 +108,8 @@ export const DeviceReport = z.object({
   device: z.string().max(4096).optional(),
   path: z.string().max(4096).optional(),
   reason: z.string().max(4096).optional(),
+  /** How the image is mapped (in the "attached" report). */
+  mapping: MappingKind.optional(),
   via: Via,
   at: z.string(),
   /** The pod a publish was for (NodePublishVolume's volume_context), or the one an unpublished target was published for. */

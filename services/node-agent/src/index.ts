@@ -4,7 +4,7 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { type Clusters, inboxPrefix, NodeQueueMessage, nodeQueues, TOPOLOGY_KEY } from "@csi/contracts";
+import { type Clusters, inboxPrefix, NodeQueueMessage, nodeQueues } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -25,6 +25,7 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { stallOnceBefore } from "./adapters/exec.js";
+import { readMappingFacts } from "./adapters/rbd-mapping.js";
 import { startHeartbeat } from "./adapters/registration.js";
 import { StateFile } from "./adapters/state-file.js";
 import { IoLimiter } from "./app/io-limiter.js";
@@ -33,6 +34,7 @@ import { Reporter } from "./app/reporter.js";
 import type { NodeAgentConfig } from "./config.js";
 import { LimitsState } from "./domain/io-limits.js";
 import { NodeState } from "./domain/node-state.js";
+import { chooseMapping, type MappingChoice, nodeTopology } from "./domain/rbd-mapping.js";
 import { NodeMetrics } from "./metrics.js";
 import { NODE_CAPABILITIES, nodeHandlers, runWork, type Work } from "./rpc/node.js";
 
@@ -56,12 +58,15 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   metrics.countSteps(reporter);
   if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
-  const svc = await openNodeService(cfg, clusters, reporter, metrics, log);
+  const rbdMapping = await detectRbdMapping(clusters, log);
+  const topology = nodeTopology(cfg.nodeId, rbdMapping);
+  const svc = await openNodeService(cfg, clusters, reporter, metrics, log, rbdMapping);
+  const mappingWatch = svc.watchMappings(MAPPING_CHECK_MS, (results) => metrics.healed(results));
 
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
-  const heartbeat = register(nc, fleet, cfg, log);
+  const heartbeat = register(nc, fleet, cfg, topology, log);
   await heartbeat.beat();
 
   // Made by the node itself where it may, else by a journal once it sees the registration above, or
@@ -82,7 +87,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
       // sidecar, docs/deploy.md "Probes"), which would not bring a registration back and would stop
       // the Node RPCs until NATS answers again. An unreadable registration is /readyz's (and logged).
       Identity: csiIdentity({ version: NODE_AGENT_VERSION, ready: async () => !nc.isClosed() }),
-      Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes }),
+      Node: nodeHandlers(svc, { nodeId: cfg.nodeId, maxVolumes: cfg.maxVolumes, topology }),
     },
   });
   metrics.ready({ registered: heartbeat.registered, listening: () => server.listening });
@@ -97,6 +102,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
      */
     stop: async () => {
       heartbeat.stop();
+      mappingWatch.stop();
       await drainAll(log, cfg.shutdownGraceMs, [work, server]);
       await closeWithin(
         () => reporter.flush(),
@@ -111,8 +117,30 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   };
 }
 
+/** How often the running agent looks for dead rbd-fuse mounts of its volumes (one `stat` for all of them) and heals them. */
+const MAPPING_CHECK_MS = 5_000;
+
+/**
+ * How this node maps RBD images, when its clusters file has an RBD pool (else undefined: it says
+ * nothing about RBD). Detected once, at start; logged with what the machine offers.
+ */
+async function detectRbdMapping(clusters: Clusters, log: Logger): Promise<MappingChoice | undefined> {
+  if (!clusters.clusters.some((c) => c.pools.some((p) => p.kind === "rbd"))) return undefined;
+  const choice = chooseMapping(await readMappingFacts());
+  if (choice.kind) log.info({ rbdMapping: choice.kind, available: choice.available }, choice.why);
+  else log.warn({ available: choice.available }, `this node ${choice.why}: RBD volumes cannot be staged here`);
+  return choice;
+}
+
 /** The node's service with its state loaded, healed (before serving: put back what should be there) and its I/O limits in force. */
-async function openNodeService(cfg: NodeAgentConfig, clusters: Clusters, reporter: Reporter, metrics: NodeMetrics, log: Logger): Promise<NodeService> {
+async function openNodeService(
+  cfg: NodeAgentConfig,
+  clusters: Clusters,
+  reporter: Reporter,
+  metrics: NodeMetrics,
+  log: Logger,
+  rbdMapping: MappingChoice | undefined,
+): Promise<NodeService> {
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
   await ioLimits.load();
@@ -125,6 +153,7 @@ async function openNodeService(cfg: NodeAgentConfig, clusters: Clusters, reporte
     ioLimits,
     forbiddenRoots: cfg.forbiddenRoots,
     opTimeoutMs: cfg.opTimeoutMs,
+    ...(rbdMapping ? { rbdMapping } : {}),
   });
   metrics.countOperations(svc);
   await svc.load();
@@ -137,14 +166,14 @@ async function openNodeService(cfg: NodeAgentConfig, clusters: Clusters, reporte
 }
 
 /** The node's registration in the fleet, renewed by its heartbeat. */
-function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, log: Logger) {
+function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, topology: Record<string, string>, log: Logger) {
   return startHeartbeat(
     nc,
     fleet,
     () => ({
       nodeId: cfg.nodeId,
       maxVolumes: cfg.maxVolumes,
-      topology: { [TOPOLOGY_KEY]: cfg.nodeId },
+      topology,
       capabilities: [...NODE_CAPABILITIES],
       version: NODE_AGENT_VERSION,
       time: new Date().toISOString(),

@@ -21,6 +21,7 @@ export * from "./metrics.js";
 export * from "./node-stack.js";
 export * from "./npm-start.js";
 export * from "./processes.js";
+export * from "./rbd-node.js";
 export * from "./redis-functions.js";
 export * from "./servers.js";
 export * from "./shared-process.js";

@@ -45,14 +45,24 @@ export async function mountsLeftUnder(dir: string): Promise<MountEntry[]> {
   return mountsUnder(await readMounts(), dir);
 }
 
-/** Unmounts every mount under `dir` (deepest first) and detaches every loop device whose backing file is under it; removes nothing. */
+/**
+ * Unmounts every mount under `dir` (deepest first) and detaches every loop device whose backing
+ * file is under it; removes nothing. A mount that is busy because a loop device holds a file in it
+ * (an rbd-fuse mount) is unmounted in the next round, once its loop devices are detached; only the
+ * last round unmounts lazily.
+ */
 export async function releaseUnder(dir: string): Promise<void> {
+  const detach = async () => {
+    for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
+  };
   for (let round = 0; round < 3; round++) {
     const mounts = await mountsLeftUnder(dir);
     if (mounts.length === 0) break;
-    for (const m of mounts) await run("umount", [m.mountPoint]).catch(() => run("umount", ["--lazy", m.mountPoint]).catch(() => {}));
+    const last = round === 2;
+    for (const m of mounts) await run("umount", [m.mountPoint]).catch(() => (last ? run("umount", ["--lazy", m.mountPoint]).catch(() => {}) : undefined));
+    await detach();
   }
-  for (const d of await loopsUnder(dir)) await run("losetup", ["--detach", d.device]).catch(() => {});
+  await detach();
 }
 
 export async function cleanupUnder(dir: string): Promise<void> {

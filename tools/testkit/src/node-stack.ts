@@ -13,7 +13,7 @@ import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { cleanupUnder, hasXfs } from "./machine.js";
-import { type ServiceProcess, spawnService, writeClustersFile } from "./processes.js";
+import { type ServiceProcess, spawnService, type TestPool, writeClustersFile } from "./processes.js";
 import { startTestServers, type TestServers } from "./servers.js";
 
 export const MiB = 1024 * 1024;
@@ -82,15 +82,15 @@ export class NodeStack {
     return { journal: this.procs[0]?.metricsUrl, controller: this.procs[1]?.metricsUrl, agent: this.agent.metricsUrl };
   }
 
-  /** `agentEnv`: more environment for the node-agent (e.g. LOG_LEVEL, NODE_OP_TIMEOUT_MS). */
-  static async start(opts: { nodeId?: string; agentEnv?: Record<string, string> } = {}): Promise<NodeStack> {
+  /** `agentEnv`: more environment for the node-agent (e.g. LOG_LEVEL, NODE_OP_TIMEOUT_MS); `pools`: cluster c1's pools (default: one file pool, "default"; the first is the default pool). */
+  static async start(opts: { nodeId?: string; agentEnv?: Record<string, string>; pools?: TestPool[] } = {}): Promise<NodeStack> {
     const env = await startTestServers();
     const root = await realpath(env.dir);
     const nodeId = opts.nodeId ?? "node-a";
     const procs: ServiceProcess[] = [];
     let nc: NatsConnection | undefined;
     try {
-      const clustersFile = await writeClustersFile(root, [{ clusterID: CLUSTER, pools: ["default"] }]);
+      const clustersFile = await writeClustersFile(root, [{ clusterID: CLUSTER, pools: opts.pools ?? ["default"] }]);
       const base = { NATS_URL: env.nats.url, REDIS_URL: env.redis.url, CLUSTERS_FILE: clustersFile, DATA_DIR: root };
       procs.push(await spawnService("journal", { ...base, CLUSTER_ID: CLUSTER }));
       const ctrlSock = `unix://${path.join(root, "controller.sock")}`;

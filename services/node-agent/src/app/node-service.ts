@@ -1,12 +1,13 @@
 /**
  * The node's volume operations (ceph-csi's rbd node server + Nomad's csimanager in one):
- * attach an image to a loop device, make a filesystem on first stage, mount it at the staging
+ * attach an image to a loop device (a file pool's file, or an RBD image's file in the rbd-fuse
+ * mount the agent starts for it), make a filesystem on first stage, mount it at the staging
  * path, bind-mount it at each target; the reverse on unpublish/unstage; grow; report usage.
  * Each step is idempotent, persisted in the state file, and reported to the journal. The same
  * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
  */
 import { randomUUID } from "node:crypto";
-import { realpath } from "node:fs/promises";
+import { mkdir, realpath } from "node:fs/promises";
 import path from "node:path";
 import {
   type Capability,
@@ -16,6 +17,7 @@ import {
   DriverError,
   decomposeVolumeId,
   invalidArgument,
+  type MappingKind,
   type MutableParameters,
   notFound,
   type PodInfo,
@@ -30,12 +32,15 @@ import * as fsx from "../adapters/filesystem.js";
 import * as loop from "../adapters/loop.js";
 import * as mnt from "../adapters/mount.js";
 import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks, safeJoin } from "../adapters/paths.js";
+import * as rbdFuse from "../adapters/rbd-fuse.js";
 import type { StateFile } from "../adapters/state-file.js";
 import { type HealAction, planHeal } from "../domain/heal.js";
 import { isMountOfDevice, type MountEntry, PSEUDO_FS } from "../domain/mountinfo.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
 import { DEFAULT_FORBIDDEN_ROOTS, validateCoPath } from "../domain/paths.js";
 import { type PathSeen, placeMount, planUnpublish } from "../domain/placement.js";
+import { type FuseImage, fuseImagePath, RBD_FUSE_FS } from "../domain/rbd-fuse.js";
+import type { MappingChoice } from "../domain/rbd-mapping.js";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
 
@@ -51,9 +56,13 @@ export interface NodeServiceDeps {
   forbiddenRoots?: readonly string[];
   /** The deadline of each operation, waiting for the volume's lock included (NODE_OP_TIMEOUT_MS). */
   opTimeoutMs?: number;
+  /** How this node maps RBD images (chosen at start, domain/rbd-mapping.ts); absent = it does not. */
+  rbdMapping?: MappingChoice;
 }
 
 export const DEFAULT_OP_TIMEOUT_MS = 120_000;
+/** The running agent's repairs of a volume's mapping that fail are tried again after 10 s, 20 s, ... at most 5 min apart. */
+const HEAL_BACKOFF = { firstMs: 10_000, maxMs: 300_000 };
 
 /** One healer action and whether it worked (a failure is logged and reported as a "failed" device step). */
 export interface HealResult {
@@ -70,11 +79,16 @@ export class NodeService {
 
   readonly #forbidden: readonly string[];
   readonly #timeoutMs: number;
+  /** Where the agent mounts rbd-fuse (one directory per staged RBD image) and keeps their ceph.conf files: its own, under its state directory. */
+  #rbdDir: string;
+  /** Volumes whose last mapping repair failed: when to try again, and the wait before that try. */
+  readonly #healBackoff = new Map<string, { at: number; ms: number }>();
 
   constructor(private readonly d: NodeServiceDeps) {
     const own = [...this.poolRoots, path.dirname(d.stateFile.file)].map((p) => path.resolve(p));
     this.#forbidden = [...(d.forbiddenRoots ?? DEFAULT_FORBIDDEN_ROOTS), ...own];
     this.#timeoutMs = d.opTimeoutMs ?? DEFAULT_OP_TIMEOUT_MS;
+    this.#rbdDir = path.resolve(path.dirname(d.stateFile.file), "rbd");
   }
 
   get poolRoots(): string[] {
@@ -93,6 +107,10 @@ export class NodeService {
 
   async load(): Promise<void> {
     this.#state = (await this.d.stateFile.load()) ?? emptyState();
+    if (this.d.clusters.clusters.some((c) => c.pools.some((p) => p.kind === "rbd"))) {
+      await mkdir(this.#rbdDir, { recursive: true, mode: 0o700 });
+      this.#rbdDir = await realpath(this.#rbdDir); // as mountinfo and losetup name it
+    }
   }
 
   async #save(): Promise<void> {
@@ -103,7 +121,7 @@ export class NodeService {
     v: Pick<VolumeState, "clusterID" | "uuid">,
     state: DeviceState,
     origin: Origin,
-    more: { device?: string; path?: string; reason?: string; pod?: PodInfo } = {},
+    more: { device?: string; path?: string; reason?: string; pod?: PodInfo; mapping?: MappingKind } = {},
   ): void {
     this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
@@ -114,26 +132,81 @@ export class NodeService {
    * `<image>.img`. The publish context's imageName is never used to pick the image: when it is
    * given and names another one, the call is refused.
    */
-  async #locate(volumeId: string, publishContext: Record<string, string>): Promise<Pick<VolumeState, "clusterID" | "uuid" | "imagePath">> {
+  async #locate(volumeId: string, publishContext: Record<string, string>): Promise<Pick<VolumeState, "clusterID" | "uuid" | "imagePath" | "mapping">> {
     const parts = decomposeVolumeId(volumeId); // malformed → NotFound
     const cluster = this.d.clusters.get(parts.clusterID);
     const pool = cluster?.pools.find((p) => p.id === parts.poolID);
     if (!cluster || !pool) throw notFound(`volume ${qid(volumeId)}: cluster ${parts.clusterID} pool ${parts.poolID} is not configured on this node`);
-    // Mapping RBD images (krbd, rbd-nbd, rbd-fuse + loop) is the node side of issue 26, not built yet.
-    if (pool.kind === "rbd")
-      throw new DriverError("FailedPrecondition", `volume ${qid(volumeId)}: pool ${pool.name} is an RBD pool; this node-agent cannot map RBD images yet`);
     const imageName = volumeImageName(parts.uuid);
+    /** The publish context's imageName, when given, must be the volume's own (checked once the image is known to exist: NotFound first). */
+    const sameImage = () => {
+      const given = publishContext.imageName;
+      if (given !== undefined && given !== imageName)
+        throw invalidArgument(
+          `publish_context imageName ${quote(given)} is not the image of volume ${qid(volumeId)}; the node takes the image from the volume id`,
+        );
+    };
+    if (pool.kind === "rbd") {
+      sameImage(); // an RBD image is known to exist only once it is mapped
+      return { clusterID: cluster.clusterID, uuid: parts.uuid, ...this.#rbdImage(volumeId, publishContext) };
+    }
     const file = safeJoin(pool.root, `${imageName}.img`);
     const imagePath = await realpath(file).catch(() => {
       throw notFound(`volume ${qid(volumeId)}: image ${imageName} does not exist in pool ${pool.name}`);
     });
     if (!imagePath.startsWith(`${await realpath(pool.root)}/`)) throw new DriverError("InvalidArgument", `image ${imageName} resolves outside its pool`);
-    const given = publishContext.imageName;
-    if (given !== undefined && given !== imageName)
-      throw invalidArgument(
-        `publish_context imageName ${quote(given)} is not the image of volume ${qid(volumeId)}; the node takes the image from the volume id`,
-      );
+    sameImage();
     return { clusterID: cluster.clusterID, uuid: parts.uuid, imagePath };
+  }
+
+  /**
+   * An RBD volume: its image (named after the uuid, as in a file pool) is mapped by this node's
+   * kind, through rbd-fuse in a directory of the agent's own. Whether the image exists is known
+   * only once rbd-fuse runs (stage: NotFound then). A publish context naming another Ceph pool
+   * is refused, as one naming another image.
+   */
+  #rbdImage(volumeId: string, publishContext: Record<string, string>): Pick<VolumeState, "imagePath" | "mapping"> {
+    const img = this.#fuseImage(volumeId);
+    for (const [key, want] of [
+      ["poolKind", "rbd"],
+      ["cephPool", img.cephPool],
+    ] as const) {
+      const given = publishContext[key];
+      if (given !== undefined && given !== want)
+        throw invalidArgument(
+          `publish_context ${key} ${quote(given)} is not that of volume ${qid(volumeId)} (${want}); the node takes it from its clusters file`,
+        );
+    }
+    const kind = this.d.rbdMapping?.kind;
+    if (kind !== "fuse")
+      throw new DriverError(
+        "FailedPrecondition",
+        kind
+          ? `this node-agent does not build the ${kind} mapping of RBD images`
+          : `volume ${qid(volumeId)} is an RBD volume and this node ${this.d.rbdMapping?.why ?? "cannot map RBD images"}`,
+      );
+    return { imagePath: fuseImagePath(this.#rbdDir, img), mapping: "fuse" };
+  }
+
+  /** What rbd-fuse needs for a volume of an RBD pool, from this node's clusters file (never from a caller). */
+  #fuseImage(volumeId: string): FuseImage {
+    const parts = decomposeVolumeId(volumeId);
+    const pool = this.d.clusters.get(parts.clusterID)?.pools.find((p) => p.id === parts.poolID);
+    if (pool?.kind !== "rbd") throw new DriverError("FailedPrecondition", `volume ${qid(volumeId)}: its RBD pool is no longer in this node's clusters file`);
+    return {
+      clusterID: parts.clusterID,
+      poolID: parts.poolID,
+      cephPool: pool.cephPool ?? pool.name,
+      user: pool.user,
+      monitors: pool.monitors,
+      keyFile: pool.keyFile,
+      imageName: volumeImageName(parts.uuid),
+    };
+  }
+
+  /** Take down a volume's rbd-fuse mount (its loop device detached first), if it has one. */
+  async #unmap(v: VolumeState): Promise<void> {
+    if (v.mapping === "fuse") await rbdFuse.unmountDir(path.dirname(v.imagePath));
   }
 
   /** What is at a (checked) path now, with the mounts there. */
@@ -145,8 +218,9 @@ export class NodeService {
   async #ensureAttached(v: VolumeState, origin: Origin): Promise<string> {
     let device = await loop.findByBackingFile(v.imagePath);
     if (!device) {
+      if (v.mapping === "fuse") await rbdFuse.mountImage(this.#rbdDir, this.#fuseImage(v.volumeId));
       device = await loop.attach(v.imagePath, { readOnly: v.readOnly });
-      this.#report(v, "attached", origin, { device });
+      this.#report(v, "attached", origin, { device, mapping: v.mapping ?? "loop" });
     }
     v.device = device;
     return device;
@@ -248,6 +322,7 @@ export class NodeService {
         // Leave nothing half done: a device this call attached for a new volume goes again.
         if (!known) {
           if (v.device && !attached) await outsideDeadline(() => loop.detach(v.device as string, { backingFile: v.imagePath })).catch(() => {});
+          if (!attached) await outsideDeadline(() => this.#unmap(v)).catch(() => {});
           this.#report(v, "failed", req.origin, { path: req.stagingPath, reason: (err as Error).message });
         }
         throw err;
@@ -314,6 +389,7 @@ export class NodeService {
         await loop.detach(device, { backingFile: v.imagePath });
         this.#report(v, "detached", req.origin, { device });
       }
+      await this.#unmap(v); // rbd-fuse exits with its mount, closing the image: nothing of this node holds it any more
       delete this.#state.volumes[req.volumeId];
       await this.#save();
     });
@@ -410,7 +486,14 @@ export class NodeService {
     const v = this.#volumeAt(req.volumeId, req.volumePath);
     const device = await loop.findByBackingFile(v.imagePath);
     const mounted = await mnt.isMountPoint(req.volumePath);
-    const abnormal = !device ? "the volume's loop device is gone" : !mounted ? `${req.volumePath} is not mounted` : undefined;
+    const mapping = v.mapping === "fuse" ? (await rbdFuse.probe([path.dirname(v.imagePath)])).get(path.dirname(v.imagePath)) : "up";
+    const abnormal = !device
+      ? "the volume's loop device is gone"
+      : mapping !== "up"
+        ? "the rbd-fuse process mapping the volume's image is gone (the healer replaces the mapping)"
+        : !mounted
+          ? `${req.volumePath} is not mounted`
+          : undefined;
     const usage = await fsx.stats(device && v.staging?.capability.accessType === "block" && !mounted ? device : req.volumePath).catch(() => undefined);
     return { usage, condition: { abnormal: !!abnormal, message: abnormal ?? "volume is attached and mounted" } };
   }
@@ -419,18 +502,86 @@ export class NodeService {
 
   /** Compare the state file with the machine and repair; each action is reported, with one request id per run. Returns each action and whether it worked. */
   async heal(): Promise<HealResult[]> {
+    const roots = await Promise.all([...this.poolRoots, this.#rbdDir].map((r) => realpath(r).catch(() => r)));
+    return this.#heal(this.#state, roots, await this.#fuseMountsOfOurs());
+  }
+
+  /**
+   * The running agent's repair of RBD mappings: the volumes whose rbd-fuse mount is dead or gone
+   * (its process was killed, or it exited) are healed, each under its lock, by the same plan as
+   * at start restricted to that volume (nothing else is touched: no leftovers are looked for).
+   */
+  async healMappings(): Promise<HealResult[]> {
+    const dirOf = (v: VolumeState) => path.dirname(v.imagePath);
+    const fuse = this.volumes().filter((v) => v.mapping === "fuse");
+    if (fuse.length === 0) return [];
+    const health = await rbdFuse.probe(fuse.map(dirOf));
+    const results: HealResult[] = [];
+    for (const { volumeId } of fuse.filter((v) => health.get(dirOf(v)) !== "up")) {
+      // A repair that failed (Ceph unreachable, a pod holding the broken mount) is tried again later and later, not every check.
+      const last = this.#healBackoff.get(volumeId);
+      if (last && Date.now() < last.at) continue;
+      const done = await this.#op(volumeId, "heal", async () => {
+        const v = this.#state.volumes[volumeId];
+        return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], []) : [];
+      });
+      if (done.every((r) => r.ok)) this.#healBackoff.delete(volumeId);
+      else {
+        const ms = Math.min(last ? last.ms * 2 : HEAL_BACKOFF.firstMs, HEAL_BACKOFF.maxMs);
+        this.#healBackoff.set(volumeId, { at: Date.now() + ms, ms });
+      }
+      results.push(...done);
+    }
+    return results;
+  }
+
+  /** Run `healMappings` every `everyMs` (while any volume is mapped by rbd-fuse), each run's results to `onHealed`; stop() ends it. */
+  watchMappings(everyMs: number, onHealed: (results: HealResult[]) => void = () => {}): { stop(): void } {
+    let running = false;
+    const timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      this.healMappings()
+        .then(onHealed)
+        .catch((err) => this.d.log.warn({ err: String(err) }, "checking rbd-fuse mappings failed"))
+        .finally(() => {
+          running = false;
+        });
+    }, everyMs);
+    timer.unref();
+    return { stop: () => clearInterval(timer) };
+  }
+
+  /** The rbd-fuse mounts in the agent's rbd directory (canonical paths). */
+  async #fuseMountsOfOurs(): Promise<string[]> {
+    const under = `${this.#rbdDir}/`;
+    return [...new Set((await mnt.readMounts()).filter((m) => m.fsType === RBD_FUSE_FS && m.mountPoint.startsWith(under)).map((m) => m.mountPoint))];
+  }
+
+  async #heal(state: NodeState, roots: string[], fuseMounts: string[]): Promise<HealResult[]> {
     const origin: Origin = { via: "healer", requestId: randomUUID() };
     const loops = (await loop.list()).flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
-    const plan = planHeal(this.#state, { loops, mounts: await mnt.readMounts() }, await Promise.all(this.poolRoots.map((r) => realpath(r).catch(() => r))));
+    const fuseDirs = [...new Set([...fuseMounts, ...Object.values(state.volumes).flatMap((v) => (v.mapping === "fuse" ? [path.dirname(v.imagePath)] : []))])];
+    const health = await rbdFuse.probe(fuseDirs);
+    const deadMappings = fuseDirs.filter((d) => health.get(d) === "dead");
+    const plan = planHeal(state, { loops, mounts: await mnt.readMounts(), deadMappings, fuseMounts }, roots);
     const results: HealResult[] = [];
+    /** Volumes whose stale device could not be taken down (busy): the rest of their repair waits for the next run. */
+    const waiting = new Set<string>();
     for (const a of plan) {
+      const volumeId = "volumeId" in a ? a.volumeId : undefined;
+      if (volumeId !== undefined && waiting.has(volumeId)) {
+        results.push({ action: a, ok: false });
+        continue;
+      }
       try {
         await withDeadline(this.#timeoutMs, `heal ${a.kind}`, () => this.#apply(a, origin));
         results.push({ action: a, ok: true });
       } catch (err) {
+        if (volumeId !== undefined && (a.kind === "unmount" || a.kind === "detach")) waiting.add(volumeId);
         results.push({ action: a, ok: false });
         this.d.log.error({ err: String(err), action: a }, "heal action failed");
-        const v = "volumeId" in a ? this.#state.volumes[a.volumeId] : undefined;
+        const v = volumeId === undefined ? undefined : this.#state.volumes[volumeId];
         if (v) this.#report(v, "failed", origin, { reason: `heal ${a.kind}: ${(err as Error).message}` });
       }
     }
@@ -444,6 +595,7 @@ export class NodeService {
   async #apply(a: HealAction, origin: Origin): Promise<void> {
     if (a.kind === "unmount") return mnt.unmount(a.path);
     if (a.kind === "detach") return loop.detach(a.device, { backingFile: a.backingFile });
+    if (a.kind === "unmap") return a.path.startsWith(`${this.#rbdDir}/`) ? rbdFuse.unmountDir(a.path) : undefined;
     const v = this.#state.volumes[a.volumeId] as VolumeState;
     if (a.kind === "conflict") throw new DriverError("FailedPrecondition", `${a.reason}; left alone`);
     if (a.kind === "attach") {

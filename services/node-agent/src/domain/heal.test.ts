@@ -81,3 +81,56 @@ test("heal: a target still bound to the volume's old device is re-published in p
     { kind: "publish", volumeId: "v1", target: "/pub/v1/a", replace: "/dev/loop1" },
   ]);
 });
+
+const fuseVol = (id: string, more: Partial<VolumeState> = {}) => vol(id, { imagePath: `/rbd/c-2-${id}/${id}`, mapping: "fuse", device: "/dev/loop1", ...more });
+
+test("heal: rbd-fuse alive and everything mounted → nothing to do", () => {
+  const seen = {
+    loops: [{ device: "/dev/loop1", backingFile: "/rbd/c-2-r1/r1" }],
+    mounts: [mnt("/stage/r1", "/dev/loop1"), mnt("/pub/r1/a", "/dev/loop1")],
+    fuseMounts: ["/rbd/c-2-r1"],
+  };
+  assert.deepEqual(planHeal(state(fuseVol("r1")), seen, ["/rbd"]), []);
+});
+
+test("heal: rbd-fuse died → every mount of the stale loop device unmounted (latest first), the device detached, then attach, mount, publish anew", () => {
+  const seen = {
+    loops: [
+      { device: "/dev/loop1", backingFile: "/rbd/c-2-r1/r1" },
+      { device: "/dev/loop2", backingFile: "/rbd/c-2-r2/r2" },
+    ],
+    mounts: [mnt("/stage/r1", "/dev/loop1"), mnt("/stage/r2", "/dev/loop2"), mnt("/pub/r1/a", "/dev/loop1"), mnt("/pub/r2/a", "/dev/loop2")],
+    deadMappings: ["/rbd/c-2-r1"],
+    fuseMounts: ["/rbd/c-2-r1", "/rbd/c-2-r2"],
+  };
+  const plan = planHeal(state(fuseVol("r1"), fuseVol("r2", { device: "/dev/loop2" })), seen, ["/rbd"]);
+  assert.deepEqual(
+    plan.map((a) => `${a.kind} ${"path" in a ? a.path : "device" in a ? a.device : "target" in a ? a.target : a.volumeId}`),
+    ["unmount /pub/r1/a", "unmount /stage/r1", "detach /dev/loop1", "attach r1", "mount-staging r1", "publish /pub/r1/a"],
+  );
+  assert.ok(
+    plan.every((a) => !("remountFrom" in a) && !("replace" in a)),
+    "nothing is left to replace: the stale mounts are gone first",
+  );
+  assert.deepEqual(
+    plan.slice(0, 3).map((a) => ("volumeId" in a ? a.volumeId : undefined)),
+    ["r1", "r1", "r1"],
+    "the teardown names the volume whose repair waits for it",
+  );
+});
+
+test("heal: rbd-fuse mount gone (after a reboot) → attach (which starts rbd-fuse), mount, publish", () => {
+  assert.deepEqual(
+    planHeal(state(fuseVol("r1")), { loops: [], mounts: [] }, ["/rbd"]).map((a) => a.kind),
+    ["attach", "mount-staging", "publish"],
+  );
+});
+
+test("heal: an rbd-fuse mount of ours no volume wants → its loop device detached, then unmapped", () => {
+  const seen = { loops: [{ device: "/dev/loop3", backingFile: "/rbd/c-2-old/old" }], mounts: [mnt("/stage/old", "/dev/loop3")], fuseMounts: ["/rbd/c-2-old"] };
+  assert.deepEqual(planHeal(state(), seen, ["/rbd"]), [
+    { kind: "unmount", path: "/stage/old", reason: "leftover mount of /dev/loop3" },
+    { kind: "detach", device: "/dev/loop3", backingFile: "/rbd/c-2-old/old", reason: "no volume on this node wants it" },
+    { kind: "unmap", path: "/rbd/c-2-old", reason: "no volume on this node wants this rbd-fuse mount" },
+  ]);
+});

@@ -10,6 +10,16 @@
  *   - a staging path or target covered by a mount that is not the volume's → conflict: reported,
  *     never unmounted (the agent only undoes what it did)
  *   - a loop device of one of our pools that no volume wants → unmount its mounts, detach it
+ *
+ * RBD images mapped by rbd-fuse (`mapping: "fuse"`): the image's file lies in the node's own
+ * rbd-fuse mount. When that mount is dead (its rbd-fuse process died: ENOTCONN), the loop device
+ * on the file cannot be revived (it holds the dead FUSE connection's file; the kernel rebinds a
+ * loop device to another file only read-only), so it is replaced, as a file pool's device that is
+ * gone: first every mount of the stale device is unmounted (targets, then staging: all of them,
+ * because xfs refuses to mount a second device holding a filesystem whose UUID is still mounted)
+ * and the device detached; then `attach` starts a new rbd-fuse and attaches the file anew, and
+ * staging and targets are mounted again. An rbd-fuse mount of ours that no volume wants is
+ * unmounted (`unmap`) once its loop devices are gone.
  */
 import path from "node:path";
 import { isMountOfDevice, type MountEntry } from "./mountinfo.js";
@@ -18,6 +28,10 @@ import type { NodeState } from "./node-state.js";
 export interface Observed {
   loops: { device: string; backingFile: string }[];
   mounts: MountEntry[];
+  /** The rbd-fuse mount directories of ours whose process is gone. */
+  deadMappings?: readonly string[];
+  /** Every rbd-fuse mount directory of ours (alive or dead). */
+  fuseMounts?: readonly string[];
 }
 
 export type HealAction =
@@ -26,13 +40,18 @@ export type HealAction =
   /** `replace`: the old device whose bind is at the target (to be replaced by one of the current device). */
   | { kind: "publish"; volumeId: string; target: string; replace?: string }
   | { kind: "conflict"; volumeId: string; path: string; reason: string }
-  | { kind: "unmount"; path: string; reason: string }
-  | { kind: "detach"; device: string; backingFile: string; reason: string };
+  /** `volumeId`: the volume whose stale device this takes down (its repair depends on it: if this fails, the rest of it waits). */
+  | { kind: "unmount"; path: string; reason: string; volumeId?: string }
+  | { kind: "detach"; device: string; backingFile: string; reason: string; volumeId?: string }
+  /** Take down an rbd-fuse mount of ours (no volume wants it). */
+  | { kind: "unmap"; path: string; reason: string };
 
 const inside = (root: string, p: string) => p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
 
-export function planHeal(state: NodeState, seen: Observed, poolRoots: string[]): HealAction[] {
+/** `poolRoots`: where the images of this node's pools lie (file pools' roots, the rbd-fuse directory): loop devices there that no volume wants are leftovers. */
+export function planHeal(state: NodeState, observed: Observed, poolRoots: string[]): HealAction[] {
   const actions: HealAction[] = [];
+  const seen = withoutStale(state, observed, actions);
   const deviceOf = new Map(seen.loops.map((l) => [l.backingFile, l.device]));
   const mountAt = new Map(seen.mounts.map((m) => [m.mountPoint, m]));
   const wanted = new Set<string>();
@@ -68,5 +87,30 @@ export function planHeal(state: NodeState, seen: Observed, poolRoots: string[]):
     }
     actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "no volume on this node wants it" });
   }
+
+  const mappedAt = new Set(Object.values(state.volumes).flatMap((v) => (v.mapping === "fuse" ? [path.dirname(v.imagePath)] : [])));
+  for (const dir of observed.fuseMounts ?? []) {
+    if (!mappedAt.has(dir)) actions.push({ kind: "unmap", path: dir, reason: "no volume on this node wants this rbd-fuse mount" });
+  }
   return actions;
+}
+
+/**
+ * The loop devices on files in dead rbd-fuse mounts are stale: plan to unmount everything
+ * mounted from them (latest first) and detach them, and return what is seen without them.
+ */
+function withoutStale(state: NodeState, seen: Observed, actions: HealAction[]): Observed {
+  const dead = seen.deadMappings ?? [];
+  const stale = seen.loops.filter((l) => dead.some((d) => inside(d, l.backingFile)));
+  if (stale.length === 0) return seen;
+  const staleMount = (m: MountEntry) => stale.some((l) => isMountOfDevice(m, l.device));
+  const volumeOf = new Map(Object.values(state.volumes).map((v) => [v.imagePath, v.volumeId]));
+  for (const l of stale) {
+    const volumeId = volumeOf.get(l.backingFile);
+    const of = volumeId === undefined ? {} : { volumeId };
+    for (const m of seen.mounts.filter((m) => isMountOfDevice(m, l.device)).reverse())
+      actions.push({ kind: "unmount", path: m.mountPoint, reason: `mount of ${l.device}, whose rbd-fuse process is gone`, ...of });
+    actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "its rbd-fuse process is gone", ...of });
+  }
+  return { ...seen, loops: seen.loops.filter((l) => !stale.includes(l)), mounts: seen.mounts.filter((m) => !staleMount(m)) };
 }

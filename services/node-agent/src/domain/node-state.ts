@@ -4,7 +4,7 @@
  * (Nomad's: stage once per volume, unstage only when the last publish is gone) and the
  * compatibility rules of repeated stage/publish calls.
  */
-import { Capability, type ErrorName, PodInfo, quote } from "@csi/contracts";
+import { Capability, type ErrorName, MappingKind, PodInfo, quote } from "@csi/contracts";
 import { z } from "zod";
 
 export const Publish = z.object({
@@ -21,7 +21,10 @@ export const VolumeState = z.object({
   volumeId: z.string(),
   clusterID: z.string(),
   uuid: z.string(),
+  /** The file a loop device maps: a file pool's image, or an RBD image's file in its rbd-fuse mount. */
   imagePath: z.string(),
+  /** How the image is mapped: absent or "loop" for a file pool's image, "fuse" for an RBD image through rbd-fuse. */
+  mapping: MappingKind.optional(),
   /** Attached read-only (reader-only access mode or a read-only publish context). */
   readOnly: z.boolean(),
   /** The loop device it was last attached to (devices can change across restarts). */

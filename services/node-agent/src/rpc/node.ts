@@ -15,17 +15,7 @@
  * So NodeGetVolumeStats of an unknown volume at "some/path" is NOT_FOUND (the volume is not
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
-import {
-  type Capability,
-  DriverError,
-  invalidArgument,
-  type NodeQueueMessage,
-  type PodInfo,
-  podInfoOf,
-  readerOnly,
-  TOPOLOGY_KEY,
-  unsupported,
-} from "@csi/contracts";
+import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, type PodInfo, podInfoOf, readerOnly, unsupported } from "@csi/contracts";
 import { type CallContext, type Handlers, toCapability, type VolumeCapabilityMsg } from "@csi/runtime";
 import type { z } from "zod";
 import type { NodeService } from "../app/node-service.js";
@@ -174,7 +164,8 @@ const argsOf = (req: NodeRequest): NodeArgs => ({
   volumeContext: req.volume_context,
 });
 
-export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number }): Handlers<"Node"> {
+/** `topology`: the node's segments (domain/rbd-mapping.ts, nodeTopology), the same as in its registration. */
+export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolumes: number; topology: Record<string, string> }): Handlers<"Node"> {
   const check = <R extends NodeRpc>(rpc: R, req: NodeRequest) => checkNodeCall(rpc, argsOf(req), CSI_FIELDS, svc);
   /** The step's reports carry the call's request id (x-request-id, or the one the server made). */
   const grpc = (ctx: CallContext): Origin => ({ via: "grpc", requestId: ctx.requestId });
@@ -182,7 +173,7 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
     NodeGetInfo: async () => ({
       node_id: info.nodeId,
       max_volumes_per_node: String(info.maxVolumes),
-      accessible_topology: { segments: { [TOPOLOGY_KEY]: info.nodeId } },
+      accessible_topology: { segments: info.topology },
     }),
     NodeGetCapabilities: async () => ({ capabilities: NODE_CAPABILITIES.map((type) => ({ rpc: { type } })) }),
 
