@@ -37,11 +37,14 @@ RUN npm run build
 
 FROM node:24-bookworm-slim
 # The node-agent needs the block/filesystem tools (losetup, mkfs.*, resize tools, mount/umount)
-# and must run privileged; the journal needs python3-rbd (Ceph's librbd binding: its RBD pools'
-# helper, docs/backends.md); each service ignores the others' tools.
+# and rbd-fuse (it maps RBD images through rbd-fuse + a loop device), and must run privileged;
+# the journal needs python3-rbd (Ceph's librbd binding: its RBD pools' helper,
+# docs/backends.md); each service ignores the others' tools. rbd-fuse daemonizes and is then
+# reparented to the container's PID 1: the deployments give the node-agent's container a reaping
+# PID 1 (Kubernetes shareProcessNamespace, Compose and Nomad `init`; docs/deploy.md).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      ca-certificates util-linux e2fsprogs xfsprogs mount python3-rbd \
+      ca-certificates util-linux e2fsprogs xfsprogs mount python3-rbd rbd-fuse \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 ENV NODE_ENV=production

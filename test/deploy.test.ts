@@ -425,6 +425,10 @@ describe("each check fails on a broken copy", () => {
       /must be privileged/,
     );
     fails(
+      k8s((d) => delete byName(d, "DaemonSet", "csi-event-driver-node").spec.template.spec.shareProcessNamespace),
+      /shareProcessNamespace must be true: a PID 1 that reaps orphans \(rbd-fuse daemonizes\)/,
+    );
+    fails(
       k8s((d) => delete node(d).volumeMounts.find((m: { name: string }) => m.name === "kubelet-dir").mountPropagation),
       /mountPropagation Bidirectional/,
     );
@@ -607,6 +611,10 @@ describe("each check fails on a broken copy", () => {
       /no host directory is mounted at \/var\/lib\/csi\/pools/,
     );
     fails(
+      nomad((j) => delete task(j, "csi-event-driver-node").Config.init),
+      /task node-agent: init must be true: a PID 1 that reaps orphans/,
+    );
+    fails(
       nomad((j) => (task(j, "csi-event-driver-controller").Config.image = "csi-event-driver:latest")),
       /is not csi-event-driver:/,
     );
@@ -680,6 +688,14 @@ describe("each check fails on a broken copy", () => {
         read,
       ),
       /env REDIS_PASS is not a setting/,
+    );
+    fails(
+      checkCompose(
+        changed(c, (x) => delete (x.services["node-agent"] as { init?: boolean }).init),
+        "deploy/clusters.json",
+        read,
+      ),
+      /service node-agent: init must be true: a PID 1 that reaps orphans/,
     );
     fails(
       checkCompose(

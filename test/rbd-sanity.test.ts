@@ -1,9 +1,9 @@
 /**
- * csi-sanity against a stack whose default pool is an RBD pool on a local single-node Ceph
- * (`npm run sanity -- --ceph`, scripts/lib/sanity.ts). The node side of RBD volumes (staging an
- * RBD image) is built apart (issue 26, node side): until it is, this runs the Controller and
- * Identity specs only (`--ginkgo.skip=Node`); every spec that runs must pass. Skipped, saying why,
- * without the binary (set CSI_SANITY), without root, or without Ceph's packages.
+ * csi-sanity, the whole suite (Identity, Controller, Node), against a stack whose default pool is
+ * an RBD pool on a local single-node Ceph (`npm run sanity -- --ceph`, scripts/lib/sanity.ts): the
+ * node-agent stages and publishes its volumes through rbd-fuse + a loop device. Every spec that
+ * runs must pass. Skipped, saying why, without the binary (set CSI_SANITY), without root, or
+ * without Ceph's packages.
  */
 import { test } from "node:test";
 import { whyNoCeph } from "@csi/testkit";
@@ -11,9 +11,9 @@ import { abortOnSignals, assertNoFailedSpec, runSanity, sanityBinary, whyNoBinar
 
 const binary = sanityBinary();
 
-test("csi-sanity's controller specs against an RBD-backed stack: no failed spec", async (t) => {
+test("csi-sanity against an RBD-backed stack: no failed spec", async (t) => {
   const noDevices = whyNoDevices();
   const why = whyNoBinary(binary) ?? (noDevices && `csi-sanity ${noDevices}`) ?? whyNoCeph();
   if (why) return t.skip(why);
-  assertNoFailedSpec(t, await runSanity({ binary, ceph: true, args: ["--ginkgo.skip=Node"], signal: abortOnSignals() }));
+  assertNoFailedSpec(t, await runSanity({ binary, ceph: true, signal: abortOnSignals() }));
 });

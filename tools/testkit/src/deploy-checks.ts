@@ -195,6 +195,7 @@ export interface Volume {
 }
 export interface PodSpec {
   serviceAccountName?: string;
+  shareProcessNamespace?: boolean;
   terminationGracePeriodSeconds?: number;
   initContainers?: Container[];
   containers: Container[];
@@ -446,10 +447,17 @@ function checkPodLoader(pod: Pod, c: Container, docs: K8sObject[], problems: str
   );
 }
 
-/** The node-agent's host access: privileged, host /dev, the kubelet directory with Bidirectional propagation, NODE_ID = node name. */
+/**
+ * Why the node-agent's container needs a PID 1 that reaps orphans: the rbd-fuse processes it
+ * starts daemonize, and node, as PID 1, would leave them as zombies when they exit.
+ */
+const REAPER = "a PID 1 that reaps orphans (rbd-fuse daemonizes)";
+
+/** The node-agent's host access: privileged, host /dev, the kubelet directory with Bidirectional propagation, NODE_ID = node name; a reaping PID 1. */
 function checkNodeHost(pod: Pod, c: Container, volumes: Map<string, Volume>, problems: string[]): void {
   const where = `${pod.where} container ${c.name}`;
   if (!c.securityContext?.privileged) problems.push(`${where}: must be privileged (losetup, mkfs, mount)`);
+  if (pod.spec.shareProcessNamespace !== true) problems.push(`${pod.where}: shareProcessNamespace must be true: ${REAPER}`);
   const hostMount = (mountPath: string) => {
     const m = c.volumeMounts?.find((v) => v.mountPath === mountPath);
     return m && { m, host: volumes.get(m.name)?.hostPath?.path };
@@ -632,7 +640,7 @@ export function checkKustomization(dir: string, k: Kustomization, exists: (p: st
 interface NomadTask {
   Name: string;
   Lifecycle?: { Hook: string; Sidecar?: boolean };
-  Config: { image?: string; command?: string; args?: string[]; volumes?: string[]; privileged?: boolean; ports?: string[] };
+  Config: { image?: string; command?: string; args?: string[]; volumes?: string[]; privileged?: boolean; init?: boolean; ports?: string[] };
   Env?: Record<string, string>;
   Templates?: { DestPath: string; EmbeddedTmpl: string; Envvars?: boolean }[];
   CSIPluginConfig?: { ID: string; Type: string; MountDir: string };
@@ -724,6 +732,7 @@ export function checkNomad(jobs: NomadJob[], referenceClusters: string, image: s
             problems.push(`${where}: endpoint ${cfg.endpoint} is not <mount_dir>/csi.sock`);
         }
         if (s.service === "node-agent" && !task.Config.privileged) problems.push(`${where}: the node plugin must be privileged`);
+        if (s.service === "node-agent" && task.Config.init !== true) problems.push(`${where}: init must be true: ${REAPER}`);
 
         // Metrics port (not on the container's loopback: the mapped port reaches its interface), checks, graceful stop.
         const bind = bindHost(cfg.metricsAddr);
@@ -769,6 +778,7 @@ interface ComposeService {
   environment?: Record<string, string> | string[];
   volumes?: (string | { source: string; target: string })[];
   stop_grace_period?: string;
+  init?: boolean;
 }
 export interface Compose {
   services: Record<string, ComposeService>;
@@ -798,6 +808,7 @@ export function checkCompose(compose: Compose, referenceClustersPath: string, re
     const env = Object.fromEntries(envList.map(([k, v]) => [k, composeValue(v)]));
     const cfg = checkServiceRun({ where, service: s.service, args: s.args, env }, problems);
     if (!cfg) continue;
+    if (s.service === "node-agent" && svc.init !== true) problems.push(`${where}: init must be true: ${REAPER}`);
     if (composeSeconds(svc.stop_grace_period) <= cfg.shutdownGraceMs / 1000)
       problems.push(`${where}: stop_grace_period ${svc.stop_grace_period ?? "10s (default)"} is not above SHUTDOWN_GRACE_MS ${cfg.shutdownGraceMs} ms`);
     const mounts = (svc.volumes ?? []).map((v) => (typeof v === "string" ? { source: v.split(":")[0] as string, target: v.split(":")[1] as string } : v));
