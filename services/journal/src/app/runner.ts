@@ -32,7 +32,7 @@ import {
   type ReadPlan,
   type View,
 } from "../domain/decider.js";
-import { type Address, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
+import { type Address, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
 import { KINDS, subjectOf } from "../domain/kinds.js";
 import { eventsOf } from "../domain/log-records.js";
 import type { ImageInfo, ImageOwner, PoolBackend } from "../domain/pool-backend.js";
@@ -112,6 +112,8 @@ class Run<R> implements View {
   /** Images this run made: an orphan if another writer ended their aggregate meanwhile. */
   readonly #made: ImageRef[] = [];
   readonly #held: LockOn[] = [];
+  /** Aggregates read from their own subject of the log in this run (View.fromLog). */
+  readonly #logged = new Set<string>();
   readonly #claims = new Map<string, number>();
   readonly #ids: string[] = [];
   readonly #ctx: Ctx;
@@ -131,6 +133,9 @@ class Run<R> implements View {
   }
   has(a: Address) {
     return this.#fold.has(a);
+  }
+  fromLog(a: Address) {
+    return this.#logged.has(addressKey(a));
   }
   image(ref: ImageRef) {
     const key = imageKey(ref);
@@ -161,7 +166,7 @@ class Run<R> implements View {
   #failed(err: unknown): void {
     const error = err instanceof Error ? err : new Error(String(err));
     const step = (err as { step?: Failure["step"] }).step ?? "append";
-    this.failed = { step, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err) };
+    this.failed = { step, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err), uncertain: isUncertain(err) };
   }
 
   // ---------------------------------------------------------------- reads
@@ -172,7 +177,10 @@ class Run<R> implements View {
       for (const [key, s] of read.states) this.#fold.know(key, s);
       for (const [node, n] of read.nodeClaims) this.#claims.set(node, n);
     }
-    for (const a of plan.fromLog ?? []) this.#fold.know(a, foldOne(a, undefined, await this.d.log.history([this.#subject(a)])), true);
+    for (const a of plan.fromLog ?? []) {
+      this.#fold.know(a, foldOne(a, undefined, await this.d.log.history([this.#subject(a)])), true);
+      this.#logged.add(addressKey(a));
+    }
   }
 
   #subject(a: Address): string {

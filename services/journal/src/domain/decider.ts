@@ -51,6 +51,12 @@ export interface Failure {
   error: DriverError | Error;
   /** The append failed on its fence: another writer changed an aggregate first. */
   fenced: boolean;
+  /**
+   * The append got no answer (its ack lost, the log gone): what it sent may have landed, or may
+   * land yet. An undo must then end what it sent as well, fenced, so that nothing it sent can
+   * outlive the undo (docs/operations.md, "The extra snapshot").
+   */
+  uncertain?: boolean;
 }
 
 export interface Act {
@@ -73,6 +79,8 @@ export interface View {
   state(a: Address): Aggregate | undefined;
   /** Whether `a` was read (from the projection or the log), so `state(a)` is its real state. */
   has(a: Address): boolean;
+  /** Whether `a` was read from its own subject of the log in this run (`ReadPlan.fromLog`): its state is the log's, not the projection's. */
+  fromLog(a: Address): boolean;
   /** An image looked at (stat) or made by this run: its info, null when absent, undefined when not looked at. */
   image(ref: ImageRef): ImageInfo | null | undefined;
   /** Volumes the node holds claims on (read with `nodeClaims`). */

@@ -15,7 +15,7 @@
 import { createHash } from "node:crypto";
 import { alreadyExists, type Capability, type ContentSource, DriverError, type EventBody, type Kind } from "@csi/contracts";
 import type { Act, Ctx, Decision, Effect, ImageRef, View } from "./decider.js";
-import { liveRecord, type NameState } from "./evolve.js";
+import { isEnded, liveRecord, type NameState } from "./evolve.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
 import type { SnapshotRecord, VolumeRecord } from "./records.js";
@@ -134,9 +134,11 @@ export function nextToken(uuids: string[], maxEntries: number): string | undefin
  * both kinds; group snapshots: group.ts). Each round looks at the request name, the record it
  * points at and that record's image, and takes the next step:
  *
- *   the name points nowhere                  reserve: NameReserved + *Reserved (a new uuid, ids(0))
+ *   the name points nowhere                  reserve the name: NameReserved (a new uuid, ids(0))
+ *   the name is ours, no record yet          reserve the record: *Reserved
  *   our own reservation, image not made yet  build the image (create, clone or snapshot)
  *   our own reservation, image made          *Created
+ *   anyone's, no record in the projection    read the record from the log
  *   anyone's, image not looked at            stat it
  *   otherwise                                the verdict (reservation state machine above):
  *                                            reuse → reply; complete → *Created; stale → undo
@@ -144,6 +146,13 @@ export function nextToken(uuids: string[], maxEntries: number): string | undefin
  *                                            after which the name points nowhere; conflict → AlreadyExists
  *
  * A failed step of our own reservation undoes it (failed below).
+ *
+ * One rule keeps a name to one live record (docs/operations.md, "The extra snapshot"): a record is
+ * reserved only once its name points at it (the name first, the record in the next round), and
+ * the name is released only together with the end of the record it pointed at — a record the run
+ * has not seen live included, ended on the fence of what the run saw (none: sequence 0), so that a
+ * record stored without its writer hearing of it, or still on its way to the log, is either seen
+ * (the fence fails, the run catches up and decides again) or refused when it arrives.
  */
 export interface ImageCreate<K extends ImageKind, V> {
   kind: K;
@@ -158,9 +167,14 @@ export interface ImageCreate<K extends ImageKind, V> {
 
 export function decideImageCreate<K extends ImageKind, V>(v: View, ctx: Ctx, c: ImageCreate<K, V>): Decision<V> {
   const dirUuid = nameState(v, c.kind, c.name)?.uuid;
-  const record = dirUuid ? liveRecord(v.state({ kind: c.kind, uuid: dirUuid }), c.kind) : undefined;
+  const pointed = dirUuid ? { kind: c.kind, uuid: dirUuid } : undefined;
+  const state = pointed && v.state(pointed);
+  const record = liveRecord(state, c.kind);
   const ours = ctx.ids(0);
   if (v.failed) return failed(v, c.kind, c.name, ours, record && { pool: record.pool, imageName: record.imageName });
+  if (dirUuid === ours && !state) return { act: { events: [c.reserve(ours)] } };
+  // The name points at a record the projection does not have: the log says whether it lives.
+  if (pointed && !state && !v.fromLog(pointed)) return { read: { fromLog: [pointed] } };
   const ref = record && { pool: record.pool, imageName: record.imageName };
   const image = ref && v.image(ref);
   if (record && ref && dirUuid === ours && !record.imageId) {
@@ -180,7 +194,8 @@ export function decideImageCreate<K extends ImageKind, V>(v: View, ctx: Ctx, c: 
     case "stale":
       return { act: undoStale(v, c.kind, c.name, verdict.uuid, verdict.reason) };
     case "new":
-      return { act: { events: [shared.nameReserved(c.kind, c.name, ours), c.reserve(ours)] } };
+      c.reserve(ours); // what refuses the reservation (its source, pool, size) refuses it before the name is taken
+      return { act: { events: [shared.nameReserved(c.kind, c.name, ours)] } };
     default: {
       const never: never = verdict;
       throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
@@ -195,14 +210,16 @@ export function nameState(v: View, of: Kind, name: string): NameState | undefine
 
 /**
  * Undo a stale reservation of `uuid` under `name`: remove its image (from its pool; from every
- * pool when its record is lost), release the name, end the record if it still lives.
+ * pool when its record is lost), release the name, and end the record unless it has ended — also
+ * when the log has none (yet): fenced on sequence 0, that end refuses a reservation still on its way.
  */
 function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason: string): Act {
-  const record = liveRecord(v.state({ kind, uuid }), kind);
+  const state = v.state({ kind, uuid });
+  const record = liveRecord(state, kind);
   const imageName = record?.imageName ?? KINDS[kind].imageName(uuid);
   return {
     effects: [{ op: "delete", pool: record?.pool ?? "*", imageName }],
-    events: [shared.nameReleased(kind, name, uuid), ...(record ? [shared.undone(kind, uuid, reason)] : [])],
+    events: [shared.nameReleased(kind, name, uuid), ...(isEnded(state) ? [] : [shared.undone(kind, uuid, reason)])],
   };
 }
 
@@ -217,12 +234,15 @@ function failed<V>(v: View, kind: ImageKind, name: string, ours: string, ref: Im
   const mine = liveRecord(v.state({ kind, uuid: ours }), kind);
   const named = nameState(v, kind, name)?.uuid === ours;
   if ((!mine && !named) || (mine && ref && v.image(ref))) return { fail: f.error };
+  // Our name taken, our record's reservation unanswered: it may be in the log, or on its way. End it
+  // with the name (fenced on what the log has of it, or 0), never release the name alone.
+  const maybeMine = !!mine || (named && !!f.uncertain && !isEnded(v.state({ kind, uuid: ours })));
   const reason = f.step === "effect" ? `image creation failed: ${f.error.message}` : f.fenced ? "name fenced off" : "its reservation failed";
   return {
     fail: f.error,
     act: {
       effects: f.step === "effect" && mine ? [{ op: "delete", pool: mine.pool, imageName: mine.imageName }] : [],
-      events: [...(named ? [shared.nameReleased(kind, name, ours)] : []), ...(mine ? [shared.undone(kind, ours, reason)] : [])],
+      events: [...(named ? [shared.nameReleased(kind, name, ours)] : []), ...(maybeMine ? [shared.undone(kind, ours, reason)] : [])],
     },
   };
 }

@@ -19,7 +19,7 @@ import {
 } from "@csi/contracts";
 import type { Command, Ctx, Decision, Failure, ImageRef, PoolInfo, View } from "./decider.js";
 import { imageKey } from "./decider.js";
-import { type Address, Fold } from "./evolve.js";
+import { type Address, addressKey, Fold } from "./evolve.js";
 import type { ImageInfo } from "./pool-backend.js";
 
 /** The uuid a run makes as its i-th new aggregate. */
@@ -69,12 +69,14 @@ interface Given {
   appended: StoredEvent[];
   /** Aggregates read with no event (their state is none), beside those the events name. */
   read: Address[];
+  /** Aggregates read from their own subject of the log (View.fromLog). */
+  logged: Address[];
   failed?: Failure;
 }
 
 /** Start a spec from the log's events (all of them count as read under the run's locks). */
 export function given(...events: StoredEvent[]) {
-  return new Spec({ events, images: [], claims: [], appended: [], read: [] });
+  return new Spec({ events, images: [], claims: [], appended: [], read: [], logged: [] });
 }
 
 class Spec {
@@ -95,6 +97,11 @@ class Spec {
     return new Spec({ ...this.g, read: [...this.g.read, ...addresses] });
   }
 
+  /** Aggregates the run read from the log (their state there is what the events say, or none). */
+  fromLog(...addresses: Address[]) {
+    return new Spec({ ...this.g, read: [...this.g.read, ...addresses], logged: [...this.g.logged, ...addresses] });
+  }
+
   nodeClaims(nodeId: string, n: number) {
     return new Spec({ ...this.g, claims: [...this.g.claims, [nodeId, n]] });
   }
@@ -112,6 +119,7 @@ class Spec {
     const view: View = {
       state: (a) => fold.state(a),
       has: (a) => fold.has(a),
+      fromLog: (a) => this.g.logged.some((x) => addressKey(x) === addressKey(a)),
       image: (ref) => (images.has(imageKey(ref)) ? images.get(imageKey(ref)) : undefined),
       nodeClaims: (n) => new Map(this.g.claims).get(n) ?? 0,
       appended: this.g.appended,

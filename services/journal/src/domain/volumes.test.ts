@@ -39,12 +39,26 @@ function reserved(uuid: string, more: Record<string, unknown> = {}): EventBody[]
 }
 const created = (uuid: string, sizeBytes = MiB): EventBody => ({ type: "VolumeCreated", uuid, imageId: "img-1", sizeBytes });
 const volume = (uuid: string, more: Record<string, unknown> = {}) => landed(...reserved(uuid, more), created(uuid));
+/** A stale reservation of OTHER undone: its image removed (from `pool`), its name released, its record ended (with `reason`) unless it had. */
+const undoneOther = (pool: string, reason?: string) => ({
+  act: {
+    effects: [{ op: "delete" as const, pool, imageName: img(OTHER) }],
+    events: [
+      { type: "NameReleased" as const, kind: "volume" as const, name: "pvc-1", uuid: OTHER },
+      ...(reason ? [{ type: "ReservationUndone" as const, kind: "volume" as const, uuid: OTHER, reason }] : []),
+    ],
+  },
+});
 
 describe("CreateVolume", () => {
-  test("a new name is reserved with a new uuid: NameReserved + VolumeReserved", () => {
+  test("a new name is reserved with a new uuid: NameReserved, then (the name ours) VolumeReserved", () => {
+    const [name, record] = reserved(U(0)) as [EventBody, EventBody];
     given()
       .when(createVolume(ask()))
-      .then({ act: { events: reserved(U(0)) } });
+      .then({ act: { events: [name] } });
+    given(...landed(name))
+      .when(createVolume(ask()))
+      .then({ act: { events: [record] } });
   });
 
   test("our own reservation, image not made: build it", () => {
@@ -75,9 +89,9 @@ describe("CreateVolume", () => {
 
   test("the PVC and PV it is made for are recorded on its reservation", () => {
     const kubernetes = { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-1" };
-    given()
+    given(...landed((reserved(U(0)) as [EventBody])[0]))
       .when(createVolume(ask({ kubernetes })))
-      .then({ act: { events: reserved(U(0), { kubernetes }) } });
+      .then({ act: { events: [(reserved(U(0), { kubernetes }) as [EventBody, EventBody])[1]] } });
   });
 
   test("the PVC and PV are not part of what a repeat must match: another (or none) is answered with the volume as it is", () => {
@@ -102,23 +116,31 @@ describe("CreateVolume", () => {
     given(...landed(...reserved(OTHER)))
       .images([ref(OTHER), null])
       .when(createVolume(ask()))
-      .then({
-        act: {
-          effects: [{ op: "delete", pool: "default", imageName: img(OTHER) }],
-          events: [
-            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: OTHER },
-            { type: "ReservationUndone", kind: "volume", uuid: OTHER, reason: "the image was never created" },
-          ],
-        },
-      });
+      .then(undoneOther("default", "the image was never created"));
   });
 
-  test("stale: the name points at a uuid without a record: remove its image from every pool, release the name", () => {
+  test("the name points at a uuid the projection has no record of: the record is read from the log", () => {
     given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }))
       .when(createVolume(ask()))
-      .then({
-        act: { effects: [{ op: "delete", pool: "*", imageName: img(OTHER) }], events: [{ type: "NameReleased", kind: "volume", name: "pvc-1", uuid: OTHER }] },
-      });
+      .then({ read: { fromLog: [{ kind: "volume", uuid: OTHER }] } });
+    // The log has it (stored without its writer hearing of it): judged as any reservation.
+    given(...landed(...reserved(OTHER)))
+      .fromLog({ kind: "volume", uuid: OTHER })
+      .when(createVolume(ask()))
+      .then({ stat: [ref(OTHER)] });
+  });
+
+  test("stale: the name points at a uuid the log has no record of: remove its image from every pool, release the name and end the record (fenced on 0)", () => {
+    given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }))
+      .fromLog({ kind: "volume", uuid: OTHER })
+      .when(createVolume(ask()))
+      .then(undoneOther("*", "the per-uuid record is missing"));
+  });
+
+  test("stale: the name points at a record that ended: release the name only", () => {
+    given(...landed(...reserved(OTHER), { type: "ReservationUndone", kind: "volume", uuid: OTHER, reason: "x" }))
+      .when(createVolume(ask()))
+      .then(undoneOther("*"));
   });
 
   test("complete: the image exists but VolumeCreated is missing (the writer died between): record it", () => {
@@ -142,8 +164,10 @@ describe("CreateVolume", () => {
     given()
       .when(createVolume(ask({ pool: "nope" })))
       .thenThrows("InvalidArgument", /unknown pool "nope"/);
-    const d = given().when(createVolume(ask())).decision();
-    const reservedIn = "act" in d ? (d.act?.events?.[1] as { pool?: string } | undefined)?.pool : undefined;
+    const d = given(...landed((reserved(U(0)) as [EventBody])[0]))
+      .when(createVolume(ask()))
+      .decision();
+    const reservedIn = "act" in d ? (d.act?.events?.[0] as { pool?: string } | undefined)?.pool : undefined;
     if (reservedIn !== "default") throw new Error(JSON.stringify(d));
   });
 
@@ -201,6 +225,28 @@ describe("CreateVolume", () => {
       .failed({ step: "append", error, fenced: false })
       .when(createVolume(ask()))
       .then({ fail: error });
+  });
+
+  test("our name taken, our record's reservation unanswered (it may have landed, or land yet): the name released and the record ended", () => {
+    const error = new Error("no ack");
+    given(...landed((reserved(U(0)) as [EventBody])[0]))
+      .failed({ step: "append", error, fenced: false, uncertain: true })
+      .when(createVolume(ask()))
+      .then({
+        fail: error,
+        act: {
+          effects: [],
+          events: [
+            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) },
+            { type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "its reservation failed" },
+          ],
+        },
+      });
+    // Refused (an answer: it did not land): the name alone.
+    given(...landed((reserved(U(0)) as [EventBody])[0]))
+      .failed({ step: "append", error, fenced: false })
+      .when(createVolume(ask()))
+      .then({ fail: error, act: { effects: [], events: [{ type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) }] } });
   });
 
   test("the name fenced off while the record's reservation landed: the record is undone, the name left alone", () => {

@@ -1,0 +1,44 @@
+/**
+ * What one run of test/ha.test.ts's stream-leader kill says (scripts/loop-leader-kill.ts): passed or
+ * not, the extra objects it found (ids listed that the CO was never told of), and the failure
+ * window it measured. Pure: the run's output in, a summary out.
+ */
+
+export interface LeaderKillRun {
+  passed: boolean;
+  /** Volumes and snapshots listed that the CO was never told of (the test names at most 5 of each). */
+  extra: { volumes: string[]; snapshots: string[] };
+  /** The case's longest failure window (ms), if the run printed its figures. */
+  windowMs?: number;
+  /** The first failure's message line, if it failed. */
+  failure?: string;
+}
+
+/** The ids of a "…the CO was not told of:" message: the lines after it, `<id>: <history>`. */
+function extraIds(out: string, kind: "volumes" | "snapshots"): string[] {
+  const lines = out.split("\n");
+  const ids = new Set<string>();
+  lines.forEach((line, i) => {
+    if (!line.includes(`${kind} the CO was not told of:`)) return;
+    for (const next of lines.slice(i + 1, i + 6)) {
+      const m = /^\s*([0-9A-Za-z][0-9A-Za-z-]{20,}): [{"[]/.exec(next);
+      if (m?.[1]) ids.add(m[1]);
+    }
+  });
+  return [...ids];
+}
+
+export function summariseLeaderKill(out: string, exitCode: number | null): LeaderKillRun {
+  const window = /NATS stream leader kill\s+longest failure window\s+(\d+) ms/.exec(out);
+  const failure = out
+    .split("\n")
+    .find((l) => /^\s*(AssertionError|Error)\b/.test(l))
+    ?.trim();
+  const passed = exitCode === 0 && /^ℹ fail 0$/m.test(out);
+  return {
+    passed,
+    extra: { volumes: extraIds(out, "volumes"), snapshots: extraIds(out, "snapshots") },
+    ...(window?.[1] ? { windowMs: Number(window[1]) } : {}),
+    ...(!passed && failure ? { failure: failure.slice(0, 300) } : {}),
+  };
+}

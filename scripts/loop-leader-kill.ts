@@ -1,0 +1,85 @@
+/**
+ * The stream-leader kill of test/ha.test.ts ("(a) SIGKILL the NATS node leading the event stream"),
+ * run again and again, counting extra objects (volumes and snapshots listed that the CO was never
+ * told of: issue 24's "extra snapshot") and failed runs. Not part of `npm test` (each run starts a
+ * whole HA stack: several minutes on a busy 2-core machine).
+ *
+ *   node --conditions=source --import tsx scripts/loop-leader-kill.ts [--runs 30] [--log-dir DIR]
+ *
+ * Builds once (as `npm test` does) so the spawned services run from dist/. Each run's output goes
+ * to DIR/run-<n>.log (default: a temporary directory, printed). Exits 1 if any run failed or found
+ * an extra object; Ctrl-C stops after telling the run in progress to stop (its stack is cleaned up).
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { type LeaderKillRun, summariseLeaderKill } from "./lib/leader-kill.js";
+
+const { values } = parseArgs({ options: { runs: { type: "string", default: "30" }, "log-dir": { type: "string" } }, strict: true });
+const runs = Number(values.runs);
+if (!Number.isSafeInteger(runs) || runs < 1) {
+  console.error(`--runs must be an integer ≥ 1, got ${JSON.stringify(values.runs)}`);
+  process.exit(2);
+}
+const logDir = values["log-dir"] ?? mkdtempSync(path.join(tmpdir(), "leader-kill-"));
+const root = path.resolve(import.meta.dirname, "..");
+
+const build = spawnSync("npm", ["run", "build", "--silent"], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+const env = { ...process.env, ...(build.status === 0 ? { CSI_RUN_BUILT: "1" } : {}) };
+
+let child: ReturnType<typeof spawn> | undefined;
+let stopping = false;
+process.on("SIGINT", () => {
+  stopping = true;
+  child?.kill("SIGINT");
+});
+
+function runOnce(n: number): Promise<{ run: LeaderKillRun; ms: number }> {
+  const started = Date.now();
+  return new Promise((resolve) => {
+    // The stack's `before` and the leader-kill case only (the other cases are skipped by name).
+    child = spawn(
+      process.execPath,
+      [
+        "--conditions=source",
+        "--import",
+        "tsx",
+        "--test",
+        "--test-reporter=spec",
+        "--test-name-pattern=\\(a\\) SIGKILL the NATS node|load figures",
+        "test/ha.test.ts",
+      ],
+      { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout?.on("data", (d) => (out += d));
+    child.stderr?.on("data", (d) => (out += d));
+    child.on("close", (code) => {
+      writeFileSync(path.join(logDir, `run-${n}.log`), out);
+      resolve({ run: summariseLeaderKill(out, code), ms: Date.now() - started });
+    });
+  });
+}
+
+console.log(`leader-kill loop: ${runs} runs, logs in ${logDir}`);
+const results: { run: LeaderKillRun; ms: number }[] = [];
+for (let n = 1; n <= runs && !stopping; n++) {
+  const r = await runOnce(n);
+  results.push(r);
+  const extra = r.run.extra.volumes.length + r.run.extra.snapshots.length;
+  console.log(
+    `run ${n}/${runs}: ${r.run.passed ? "passed" : "FAILED"} in ${Math.round(r.ms / 1000)} s; window ${r.run.windowMs ?? "?"} ms; extra objects ${extra}${r.run.failure ? `; ${r.run.failure}` : ""}`,
+  );
+}
+const extras = results.flatMap((r) => [...r.run.extra.volumes, ...r.run.extra.snapshots]);
+const failed = results.filter((r) => !r.run.passed).length;
+const windows = results.flatMap((r) => (r.run.windowMs === undefined ? [] : [r.run.windowMs])).sort((a, b) => a - b);
+const secs = results.map((r) => r.ms / 1000);
+console.log(
+  `\n${results.length} runs: ${results.length - failed} passed, ${failed} failed; extra objects ${extras.length}${extras.length ? ` (${extras.join(", ")})` : ""}; ` +
+    `leader-kill window ${windows.length ? `${windows[0]}–${windows.at(-1)} ms (median ${windows[Math.floor(windows.length / 2)]})` : "not measured"}; ` +
+    `a run took ${secs.length ? `${Math.round(Math.min(...secs))}–${Math.round(Math.max(...secs))} s` : "?"}`,
+);
+process.exit(failed > 0 || extras.length > 0 ? 1 : 0);
