@@ -11,12 +11,14 @@
  *       CO's retry, taken by another replica whose projection had the name but not the record,
  *       judged the record "missing" and released the name without ending the record.
  * Either way the retry then reserved the name afresh: two live records for one name, one of them
- * never told to the caller. The log itself (folded) is the judge, not a projection.
+ * never told to the caller. The log itself (folded) is the judge, not a projection. Group
+ * snapshots, both ways, with the ack lost of the group's GroupSnapshotReserved or of a member's
+ * SnapshotReserved (the members carry the group's name): only the group told and its members live.
  */
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { DriverError, type EventBody } from "@csi/contracts";
+import { DriverError, type EventBody, type Kind } from "@csi/contracts";
 import { EventLog } from "@csi/journal/operator";
 import { AppendUncertain, FilePool, foldInto, type Journal, type States } from "@csi/journal/testing";
 import { fencedAsk, journalReplica, startTestServers, type TestServers } from "@csi/testkit";
@@ -82,54 +84,82 @@ async function replicas(cluster: string): Promise<{ a: Journal; b: Journal; loss
   };
 }
 
-/** The live records of a kind that carry `name`, as the whole log folds. */
-async function liveRecordsNamed(log: EventLog, kind: "volume" | "snapshot", name: string): Promise<string[]> {
+/** The live records named `name`, by kind (uuids sorted), as the whole log folds. */
+async function liveRecordsNamed(log: EventLog, name: string): Promise<Partial<Record<Kind, string[]>>> {
   const states: States = new Map();
   await log.read(1, async (batch) => void foldInto(states, batch));
-  return [...states.values()].flatMap((s) => (s.kind === kind && s.record?.name === name ? [s.uuid] : []));
+  const live: Partial<Record<Kind, string[]>> = {};
+  for (const s of states.values()) {
+    if (s.kind === "name" || s.record?.name !== name) continue;
+    live[s.kind] = [...(live[s.kind] ?? []), s.uuid].sort();
+  }
+  return live;
 }
 
 const isUnavailable = (e: unknown) => e instanceof DriverError && e.code === "Unavailable";
 
+/** A create of `name`: the live records it answers with, by kind (a group: itself and its members). */
+type Create = (j: Journal, requestId: string) => Promise<Partial<Record<Kind, string[]>>>;
+
+/** What each case creates, the event whose ack is lost, and how its create is made (its source volumes made first, on `b`). */
+const cases: { id: string; what: string; lost: EventBody["type"]; prepare: (b: Journal, name: string) => Promise<Create> }[] = [
+  {
+    id: "snapshot",
+    what: "snapshot",
+    lost: "SnapshotReserved",
+    prepare: async (b, name) => {
+      const source = await b.createVolume({ ...fencedAsk(`${name}-src`), requestId: "src" });
+      return (j, requestId) =>
+        j.createSnapshot({ requestId, name, sourceUuid: source.uuid, sourcePoolId: undefined, parameters: {} }).then((s) => ({ snapshot: [s.uuid] }));
+    },
+  },
+  {
+    id: "volume",
+    what: "volume",
+    lost: "VolumeReserved",
+    prepare: async (_b, name) => (j, requestId) => j.createVolume({ ...fencedAsk(name), requestId }).then((v) => ({ volume: [v.uuid] })),
+  },
+  { id: "group", what: "group snapshot (its GroupSnapshotReserved)", lost: "GroupSnapshotReserved", prepare: groupCreate },
+  { id: "member", what: "group snapshot (a member's SnapshotReserved)", lost: "SnapshotReserved", prepare: groupCreate },
+];
+
+/** A group snapshot of two volumes: the group and its members carry its name. */
+async function groupCreate(b: Journal, name: string): Promise<Create> {
+  const sourceUuids: string[] = [];
+  for (const i of [1, 2]) sourceUuids.push((await b.createVolume({ ...fencedAsk(`${name}-src${i}`), requestId: `src${i}` })).uuid);
+  return (j, requestId) =>
+    j
+      .createGroupSnapshot({ requestId, name, sourceUuids, parameters: {} })
+      .then((g) => ({ groupsnapshot: [g.uuid], snapshot: g.snapshots.map((s) => s.uuid).sort() }));
+}
+
 describe("a reservation stored without its ack", () => {
-  for (const kind of ["snapshot", "volume"] as const) {
-    const reserved = kind === "snapshot" ? "SnapshotReserved" : "VolumeReserved";
+  for (const c of cases) {
+    test(`${c.what}: the writer's own undo leaves no live record behind its name`, async () => {
+      const { a, b, lossy, plain } = await replicas(`xs-own-${c.id}`);
+      const name = `${c.id}-own`;
+      const create = await c.prepare(b, name);
 
-    test(`${kind}: the writer's own undo leaves no live record behind its name`, async () => {
-      const cluster = `xs-own-${kind}`;
-      const { a, b, lossy, plain } = await replicas(cluster);
-      const source = await b.createVolume({ ...fencedAsk("src"), requestId: "src" });
-      const name = `${kind}-own`;
-      const create = (j: Journal, requestId: string) =>
-        kind === "snapshot"
-          ? j.createSnapshot({ requestId, name, sourceUuid: source.uuid, sourcePoolId: undefined, parameters: {} }).then((s) => s.uuid)
-          : j.createVolume({ ...fencedAsk(name), requestId }).then((v) => v.uuid);
-
-      lossy.loseNext(reserved);
+      lossy.loseNext(c.lost);
       await assert.rejects(create(a, "first"), isUnavailable);
       // The CO retries; either replica may take it.
       const told = await create(b, "retry");
-      assert.equal(await create(a, "retry-2"), told, "both replicas answer the same");
-      assert.deepEqual(await liveRecordsNamed(plain, kind, name), [told], `one live ${kind} record for ${name}: the one the CO was told of`);
+      assert.deepEqual(await create(a, "retry-2"), told, "both replicas answer the same");
+      assert.deepEqual(await liveRecordsNamed(plain, name), told, `the live records named ${name}: only those the CO was told of`);
     });
 
-    test(`${kind}: a retry on another replica, whose projection has the name but not the record, leaves no second record`, async () => {
-      const cluster = `xs-other-${kind}`;
-      const { a, b, lossy, plain } = await replicas(cluster);
-      const source = await b.createVolume({ ...fencedAsk("src"), requestId: "src" });
-      const name = `${kind}-other`;
-      const create = (j: Journal, requestId: string) =>
-        kind === "snapshot"
-          ? j.createSnapshot({ requestId, name, sourceUuid: source.uuid, sourcePoolId: undefined, parameters: {} }).then((s) => s.uuid)
-          : j.createVolume({ ...fencedAsk(name), requestId }).then((v) => v.uuid);
+    test(`${c.what}: a retry on another replica, whose projection has the name but not the record, leaves no second record`, async () => {
+      const { a, b, lossy, plain } = await replicas(`xs-other-${c.id}`);
+      const name = `${c.id}-other`;
+      const create = await c.prepare(b, name);
 
-      lossy.loseNext(reserved, true); // and A's log is down for appends afterwards: its undo cannot be appended
+      lossy.loseNext(c.lost, true); // and A's log is down for appends afterwards: its undo cannot be appended
       await assert.rejects(create(a, "first"), isUnavailable);
       // B never had a reason to catch up: it reads the projection as A left it.
       const told = await create(b, "retry");
       lossy.up();
-      assert.equal(await create(a, "retry-2"), told, "both replicas answer the same");
-      assert.deepEqual(await liveRecordsNamed(plain, kind, name), [told], `one live ${kind} record for ${name}: the one the CO was told of`);
+      assert.deepEqual(await create(a, "retry-2"), told, "both replicas answer the same");
+      assert.deepEqual(await liveRecordsNamed(plain, name), told, `the live records named ${name}: only those the CO was told of`);
     });
   }
 });

@@ -23,7 +23,7 @@ import {
   type ParsedRequest,
 } from "@csi/contracts";
 import type { Act, Command, Ctx, Decision, ImageRef, View } from "./decider.js";
-import { type Address, liveRecord } from "./evolve.js";
+import { type Address, isEnded, liveRecord } from "./evolve.js";
 import { createdEvent, KINDS, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
 import { type GroupRecord, groupSnapshotView, type SnapshotRecord, type VolumeRecord } from "./records.js";
@@ -114,11 +114,20 @@ export const groupView = (s: GroupState): GroupSnapshotView =>
 
 /**
  * CreateVolumeGroupSnapshot (idempotent by name, crash-safe like a single snapshot): lock the
- * group name and every source volume; judge (checkGroupReservation); new: NameReserved +
- * GroupSnapshotReserved (listing every member's snapshot uuid, ids(1…)), then every member's
- * SnapshotReserved, then every member cut (at once, while every source volume is locked), then
- * every SnapshotCreated and GroupSnapshotCreated together. A failure before every cut is made
+ * group name and every source volume; judge (checkGroupReservation); new: NameReserved, then (the
+ * name ours) GroupSnapshotReserved (listing every member's snapshot uuid, ids(1…)), then every
+ * member's SnapshotReserved, then every member cut (at once, while every source volume is locked),
+ * then every SnapshotCreated and GroupSnapshotCreated together. A failure before every cut is made
  * removes every member image and undoes the group and its members.
+ *
+ * The rule of single reservations holds for the group and its members (reservation.ts,
+ * decideImageCreate; docs/operations.md, "The extra snapshot"): the group is reserved only once
+ * its name points at it, and its members only once it lives; a group or member the projection
+ * lacks is read from the log before it is judged (another writer's: ours are fresh uuids); and the
+ * name is released only together with the end of the group and of every member it lists that
+ * has not ended — also those the run has not seen live, fenced on what the log has of them (none:
+ * sequence 0), so that a reservation stored without its writer hearing of it, or still on its
+ * way, is either seen or refused.
  */
 export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">): Command<GroupSnapshotView> {
   const digest = groupDigest(req.sourceUuids, req.parameters);
@@ -129,15 +138,27 @@ export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">):
     first: { locks: [{ kind: "name", of: "groupsnapshot", name: req.name }, ...sources], states: [name, ...sources], follow: true },
     decide: (v, ctx) => {
       const dirUuid = nameState(v, "groupsnapshot", req.name)?.uuid;
-      const record = dirUuid ? liveRecord(v.state({ kind: "groupsnapshot", uuid: dirUuid }), "groupsnapshot") : undefined;
+      const pointed: Address | undefined = dirUuid ? { kind: "groupsnapshot", uuid: dirUuid } : undefined;
+      const groupState = pointed && v.state(pointed);
+      const record = liveRecord(groupState, "groupsnapshot");
+      const ours = dirUuid !== undefined && dirUuid === ctx.ids(0);
       if (v.failed) return groupFailed(v, req.name, ctx.ids(0));
-      if (record) {
-        const unread = record.members.map(memberAddress).filter((a) => !v.has(a));
+      if (ours && !groupState) return { act: { events: [reserveGroup(v, ctx, req, digest)] } };
+      // The name points at a group the projection does not have: the log says whether it lives.
+      if (pointed && !groupState && !v.fromLog(pointed)) return { read: { fromLog: [pointed] } };
+      if (record && ours && !record.ready) {
+        // Our members are fresh uuids: nobody else can have reserved them (and, unread, an undo reads them from the log).
+        const step = buildStep(v, ctx, record);
+        if (step) return { act: step };
+      } else if (record) {
+        const addresses = record.members.map(memberAddress);
+        const unread = addresses.filter((a) => !v.has(a));
         if (unread.length > 0) return { read: { states: unread } };
-        if (dirUuid === ctx.ids(0) && !record.ready) {
-          const step = buildStep(v, ctx, record);
-          if (step) return { act: step };
-        }
+        // Members the projection does not have (a reservation stored without its ack): the log says whether they live.
+        const unlogged = addresses.filter((a) => !v.state(a) && !v.fromLog(a));
+        if (unlogged.length > 0) return { read: { fromLog: unlogged } };
+      }
+      if (record) {
         const unseen = membersOf(v, record).flatMap((m) => (m.record && v.image(refOf(m.record)) === undefined ? [refOf(m.record)] : []));
         if (unseen.length > 0) return { stat: unseen };
       }
@@ -155,7 +176,8 @@ export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">):
         case "stale":
           return { act: undoGroup(v, req.name, verdict.uuid, verdict.reason) };
         case "new":
-          return { act: { events: reserveGroup(v, ctx, req, digest) } };
+          reserveGroup(v, ctx, req, digest); // what refuses the group (a missing source, several pools) refuses it before the name is taken
+          return { act: { events: [shared.nameReserved("groupsnapshot", req.name, ctx.ids(0))] } };
         default: {
           const never: never = verdict;
           throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
@@ -167,7 +189,8 @@ export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">):
 
 const refOf = (r: { pool: string; imageName: string }): ImageRef => ({ pool: r.pool, imageName: r.imageName });
 
-function reserveGroup(v: View, ctx: Ctx, req: ParsedRequest<"groupsnapshot.create">, digest: string): EventBody[] {
+/** The group's reservation (its members' snapshot uuids chosen now); refused when a source is missing or the sources are in several pools. */
+function reserveGroup(v: View, ctx: Ctx, req: ParsedRequest<"groupsnapshot.create">, digest: string): EventBody {
   const volumes = req.sourceUuids.map((uuid) => {
     const r = madeIn(v, "volume", uuid, undefined);
     if (!r) throw notFound(`source volume ${uuid} does not exist`);
@@ -178,10 +201,7 @@ function reserveGroup(v: View, ctx: Ctx, req: ParsedRequest<"groupsnapshot.creat
   const uuid = ctx.ids(0);
   const members = volumes.map((vol, i) => ({ volumeUuid: vol.uuid, snapshotUuid: ctx.ids(i + 1) }));
   const pool = { pool: where.pool, poolId: poolIn(ctx, where.pool).poolId };
-  return [
-    shared.nameReserved("groupsnapshot", req.name, uuid),
-    { type: "GroupSnapshotReserved", uuid, name: req.name, instance: ctx.cluster.instance, ...pool, digest, members },
-  ];
+  return { type: "GroupSnapshotReserved", uuid, name: req.name, instance: ctx.cluster.instance, ...pool, digest, members };
 }
 
 /** Our own group, not made yet: reserve the members not reserved, else cut the members not cut; undefined when all are. */
@@ -222,16 +242,22 @@ function recordCuts(g: GroupRecord, cut: MemberState[]): EventBody[] {
   return g.ready ? created : [...created, { type: "GroupSnapshotCreated", uuid: g.uuid }];
 }
 
-/** Undo a group that was not cut whole: remove what member images there are, end its records, release the name. */
+/**
+ * Undo a group that was not cut whole: remove what member images there are, release the name, and
+ * end the group and every member it lists unless they have ended — also those not seen live (fenced
+ * on what the log has of them, or sequence 0: a reservation still on its way is refused).
+ */
 function undoGroup(v: View, name: string, uuid: string, reason: string): Act {
-  const record = liveRecord(v.state({ kind: "groupsnapshot", uuid }), "groupsnapshot");
+  const state = v.state({ kind: "groupsnapshot", uuid });
+  const record = liveRecord(state, "groupsnapshot");
   const members = record ? membersOf(v, record) : [];
+  const unended = members.filter((m) => !isEnded(v.state(memberAddress(m.member))));
   return {
     effects: members.map((m) => ({ op: "delete" as const, pool: m.record?.pool ?? "*", imageName: imageOf(m.member) })),
     events: [
       shared.nameReleased("groupsnapshot", name, uuid),
-      ...(record ? [shared.undone("groupsnapshot", uuid, reason)] : []),
-      ...members.flatMap((m) => (m.record ? [shared.undone("snapshot", m.member.snapshotUuid, reason)] : [])),
+      ...(isEnded(state) ? [] : [shared.undone("groupsnapshot", uuid, reason)]),
+      ...unended.map((m) => shared.undone("snapshot", m.member.snapshotUuid, reason)),
     ],
   };
 }
@@ -245,7 +271,12 @@ function groupFailed(v: View, name: string, ours: string): Decision<GroupSnapsho
   const members = record ? membersOf(v, record) : [];
   if (f.step === "append" && members.length > 0 && members.every((m) => m.image)) return { fail: f.error };
   const reason = f.step === "effect" ? `a member's cut failed: ${f.error.message}` : f.fenced ? "name fenced off" : "a reservation failed";
-  const undo = record ? undoGroup(v, name, ours, reason) : { events: [shared.nameReleased("groupsnapshot", name, ours)] };
+  // Our name taken, our group's reservation unanswered: it may be in the log, or on its way. End it
+  // with the name (fenced on what the log has of it, or 0), never release the name alone.
+  const maybeOurs = !record && named && !!f.uncertain && !isEnded(v.state({ kind: "groupsnapshot", uuid: ours }));
+  const undo = record
+    ? undoGroup(v, name, ours, reason)
+    : { events: [shared.nameReleased("groupsnapshot", name, ours), ...(maybeOurs ? [shared.undone("groupsnapshot", ours, reason)] : [])] };
   return { fail: f.error, act: named ? undo : { ...undo, events: (undo.events ?? []).filter((e) => e.type !== "NameReleased") } };
 }
 

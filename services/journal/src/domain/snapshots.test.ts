@@ -141,10 +141,17 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
     members: m,
   });
 
-  test("new: the name and the group (its members' snapshot uuids chosen now); refusals: a missing source, sources in several pools", () => {
+  const named = (uuid: string): EventBody => ({ type: "NameReserved", kind: "groupsnapshot", name: "g", uuid });
+  const memberAddresses = members.map((m) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid }));
+  const undone = (kind: "groupsnapshot" | "snapshot", uuid: string, reason: string): EventBody => ({ type: "ReservationUndone", kind, uuid, reason });
+
+  test("new: the name, then (the name ours) the group (its members' snapshot uuids chosen now); refusals before the name: a missing source, sources in several pools", () => {
     given(...landed(...volume(V1), ...volume(V2)))
       .when(ask())
-      .then({ act: { events: [{ type: "NameReserved", kind: "groupsnapshot", name: "g", uuid: U(0) }, groupReserved(U(0))] } });
+      .then({ act: { events: [named(U(0))] } });
+    given(...landed(...volume(V1), ...volume(V2), named(U(0))))
+      .when(ask())
+      .then({ act: { events: [groupReserved(U(0))] } });
     given(...landed(...volume(V1)))
       .when(ask())
       .thenThrows("NotFound", new RegExp(V2));
@@ -154,14 +161,9 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
   });
 
   test("ours: every member reserved, then every member cut at once, then all recorded together", () => {
-    const ours = landed(...volume(V1), ...volume(V2), { type: "NameReserved", kind: "groupsnapshot", name: "g", uuid: U(0) }, groupReserved(U(0)));
-    const memberAddresses = members.map((m) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid }));
-    // The members' states were never read: the decider reads them before it decides.
-    given(...ours)
-      .when(ask())
-      .then({ read: { states: memberAddresses } });
+    const ours = landed(...volume(V1), ...volume(V2), named(U(0)), groupReserved(U(0)));
+    // Our members are fresh uuids: reserved without reading them first.
     const d = given(...ours)
-      .read(...memberAddresses)
       .when(ask())
       .decision();
     assert.ok("act" in d && !("fail" in d) && d.act.events?.length === 2 && d.act.events.every((e) => e.type === "SnapshotReserved"), JSON.stringify(d));
@@ -195,10 +197,97 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
 
   test("another group under the name with other sources is AlreadyExists", () => {
     const other = [{ volumeUuid: V1, snapshotUuid: S1 }];
-    given(...landed(...volume(V1), ...volume(V2), { type: "NameReserved", kind: "groupsnapshot", name: "g", uuid: G1 }, groupReserved(G1, other)))
-      .read({ kind: "snapshot", uuid: S1 })
+    given(...landed(...volume(V1), ...volume(V2), named(G1), groupReserved(G1, other)))
+      .fromLog({ kind: "snapshot", uuid: S1 })
       .when(ask())
       .thenThrows("AlreadyExists", /other source volumes/);
+  });
+
+  test("the name points at a group the projection has no record of: read from the log; none there: the name released and the group ended (fenced on 0)", () => {
+    const pointed = { kind: "groupsnapshot" as const, uuid: G1 };
+    given(...landed(...volume(V1), ...volume(V2), named(G1)))
+      .when(ask())
+      .then({ read: { fromLog: [pointed] } });
+    given(...landed(...volume(V1), ...volume(V2), named(G1)))
+      .fromLog(pointed)
+      .when(ask())
+      .then({
+        act: {
+          effects: [],
+          events: [{ type: "NameReleased", kind: "groupsnapshot", name: "g", uuid: G1 }, undone("groupsnapshot", G1, "the group record is missing")],
+        },
+      });
+  });
+
+  test("another's group whose members the projection lacks: they are read from the projection, then the log; the undo ends them all, seen live or not", () => {
+    const theirs = landed(...volume(V1), ...volume(V2), named(G1), groupReserved(G1));
+    given(...theirs)
+      .when(ask())
+      .then({ read: { states: memberAddresses } });
+    given(...theirs)
+      .read(...memberAddresses)
+      .when(ask())
+      .then({ read: { fromLog: memberAddresses } });
+    // One member's reservation stored without its writer hearing of it: the log has it; the other's none (or on its way).
+    const [first, second] = members as [(typeof members)[0], (typeof members)[0]];
+    const stored = landed(snapshotOf(first.snapshotUuid, V1, { name: "g", groupSnapshotUuid: G1 }));
+    const reason = `not every member was cut (volumes ${V1}, ${V2})`;
+    given(...theirs, ...stored)
+      .fromLog(...memberAddresses)
+      .images([{ pool: "default", imageName: `csi-snap-${first.snapshotUuid}` }, null])
+      .when(ask())
+      .then({
+        act: {
+          effects: [
+            { op: "delete", pool: "default", imageName: `csi-snap-${first.snapshotUuid}` },
+            { op: "delete", pool: "*", imageName: `csi-snap-${second.snapshotUuid}` },
+          ],
+          events: [
+            { type: "NameReleased", kind: "groupsnapshot", name: "g", uuid: G1 },
+            undone("groupsnapshot", G1, reason),
+            undone("snapshot", first.snapshotUuid, reason),
+            undone("snapshot", second.snapshotUuid, reason),
+          ],
+        },
+      });
+  });
+
+  test("our group's reservation unanswered (it may have landed, or land yet): the name released and the group ended; refused: the name alone", () => {
+    const error = new Error("no ack");
+    const ours = landed(...volume(V1), ...volume(V2), named(U(0)));
+    const released = { type: "NameReleased" as const, kind: "groupsnapshot" as const, name: "g", uuid: U(0) };
+    given(...ours)
+      .failed({ step: "append", error, fenced: false, uncertain: true })
+      .when(ask())
+      .then({ fail: error, act: { events: [released, undone("groupsnapshot", U(0), "a reservation failed")] } });
+    given(...ours)
+      .failed({ step: "append", error, fenced: false })
+      .when(ask())
+      .then({ fail: error, act: { events: [released] } });
+  });
+
+  test("a member's reservation unanswered: the undo ends every member not ended, the one not seen live too", () => {
+    const error = new Error("no ack");
+    const [first, second] = members as [(typeof members)[0], (typeof members)[0]];
+    const reason = "a reservation failed";
+    given(...landed(...volume(V1), ...volume(V2), named(U(0)), groupReserved(U(0)), snapshotOf(first.snapshotUuid, V1, { name: "g", groupSnapshotUuid: U(0) })))
+      .failed({ step: "append", error, fenced: false, uncertain: true })
+      .when(ask())
+      .then({
+        fail: error,
+        act: {
+          effects: [
+            { op: "delete", pool: "default", imageName: `csi-snap-${first.snapshotUuid}` },
+            { op: "delete", pool: "*", imageName: `csi-snap-${second.snapshotUuid}` },
+          ],
+          events: [
+            { type: "NameReleased", kind: "groupsnapshot", name: "g", uuid: U(0) },
+            undone("groupsnapshot", U(0), reason),
+            undone("snapshot", first.snapshotUuid, reason),
+            undone("snapshot", second.snapshotUuid, reason),
+          ],
+        },
+      });
   });
 
   test("delete: snapshot ids that are not the group's are InvalidArgument; members go first, then the group and its name", () => {
