@@ -155,6 +155,19 @@ export async function startJetStreamCluster(
   return nats;
 }
 
+/** The node of a cluster started here (n1, n2, n3 in that order) that leads `stream` now (JetStream's stream info). */
+export async function streamLeaderOf(nats: LocalServer[], stream: string): Promise<LocalServer> {
+  const c = await connect({ servers: nats.filter((n) => n.running).map((n) => n.url) });
+  try {
+    const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
+    const found = nats.find((_, i) => leader === `n${i + 1}`);
+    if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
+    return found;
+  } finally {
+    await c.close();
+  }
+}
+
 /**
  * `natsConfig`: a configuration file every NATS node starts with (`-c`; the account layout of a
  * locked-down stack), and `natsAccess`: how to connect to it to wait for JetStream (a member of an
@@ -190,18 +203,7 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
         }
         throw new Error("no sentinel names a master");
       },
-      streamLeader: async (stream) => {
-        const up = nats.filter((n) => n.running);
-        const c = await connect({ servers: up.map((n) => n.url) });
-        try {
-          const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
-          const found = nats.find((_, i) => leader === `n${i + 1}`);
-          if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
-          return found;
-        } finally {
-          await c.close();
-        }
-      },
+      streamLeader: (stream) => streamLeaderOf(nats, stream),
       stop: async () => {
         await Promise.all(sentinels.map((s) => s.stop()));
         await Promise.all(redis.map((s) => s.stop()));
