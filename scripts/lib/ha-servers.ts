@@ -9,14 +9,14 @@
  *    quorum 2, short timeouts: a dead primary is replaced within a few seconds).
  *
  * Each server is a LocalServer (local-servers.ts): it can be stopped, SIGKILLed and restarted on the
- * same port with the same data. `startHaServers` returns once JetStream has a meta leader and every
- * sentinel knows the replica and the other two sentinels, so streams with 3 replicas can be made and
- * a failover can happen at once.
+ * same port with the same data. `startHaServers` returns once JetStream can place a stream on all
+ * three nodes and every sentinel knows the replica and the other two sentinels, so streams with 3
+ * replicas can be made and a failover can happen at once.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "@csi/testkit";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 
@@ -132,9 +132,14 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
   return { redis: [primary, replica], sentinels };
 }
 
+/** Made and deleted at start: JetStream is ready once a stream at 3 replicas can be placed. */
+const READY_PROBE = "CSI_HA_READY_PROBE";
+
 /**
- * The 3-node NATS cluster alone (`started` is told of each node as it runs), returned once JetStream
- * has elected its meta leader: streams at 3 replicas can be made.
+ * The 3-node NATS cluster alone (`started` is told of each node as it runs), returned once streams
+ * at 3 replicas can be made. A meta leader is not enough: nats-server 2.10 elects one before it
+ * knows every peer, and refuses an R3 stream until then ("no suitable peers for placement"), so a
+ * small in-memory R3 stream is made (and deleted) until it is accepted.
  */
 export async function startJetStreamCluster(
   dir: string,
@@ -145,14 +150,28 @@ export async function startJetStreamCluster(
   started.push(...nats);
   const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
   try {
-    await until("the JetStream cluster (meta leader)", async () => {
-      await (await jetstreamManager(nc)).getAccountInfo();
-      return true;
+    await until("the JetStream cluster (a stream at 3 replicas placed)", async () => {
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: READY_PROBE, storage: StorageType.Memory, num_replicas: HA_NATS_NODES });
+      return jsm.streams.delete(READY_PROBE);
     });
   } finally {
     await nc.close();
   }
   return nats;
+}
+
+/** The node of a cluster started here (n1, n2, n3 in that order) that leads `stream` now (JetStream's stream info). */
+export async function streamLeaderOf(nats: LocalServer[], stream: string): Promise<LocalServer> {
+  const c = await connect({ servers: nats.filter((n) => n.running).map((n) => n.url) });
+  try {
+    const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
+    const found = nats.find((_, i) => leader === `n${i + 1}`);
+    if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
+    return found;
+  } finally {
+    await c.close();
+  }
 }
 
 /**
@@ -190,18 +209,7 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
         }
         throw new Error("no sentinel names a master");
       },
-      streamLeader: async (stream) => {
-        const up = nats.filter((n) => n.running);
-        const c = await connect({ servers: up.map((n) => n.url) });
-        try {
-          const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
-          const found = nats.find((_, i) => leader === `n${i + 1}`);
-          if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
-          return found;
-        } finally {
-          await c.close();
-        }
-      },
+      streamLeader: (stream) => streamLeaderOf(nats, stream),
       stop: async () => {
         await Promise.all(sentinels.map((s) => s.stop()));
         await Promise.all(redis.map((s) => s.stop()));

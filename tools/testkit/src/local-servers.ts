@@ -4,7 +4,7 @@
  * test harness (per-file servers that tests can stop, kill and restart to inject faults).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
@@ -39,8 +39,29 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Find a server binary on PATH or in the Debian locations; install the Debian package if missing and allowed. */
+function executableFile(p: string): boolean {
+  try {
+    accessSync(p, constants.X_OK);
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The variable naming another binary for a server: NATS_SERVER_BIN, REDIS_SERVER_BIN. */
+export const binaryEnv = (name: "nats-server" | "redis-server"): string => `${name.toUpperCase().replace("-", "_")}_BIN`;
+
+/**
+ * Find a server binary: the one its variable names (NATS_SERVER_BIN=/path/to/nats-server: e.g.
+ * Debian trixie's 2.10.x from scripts/install-nats-server.sh beside the system's 2.9.10), else on
+ * PATH or in the Debian locations; install the Debian package if missing and allowed.
+ */
 export function findBinary(name: "nats-server" | "redis-server"): string {
+  const chosen = process.env[binaryEnv(name)];
+  if (chosen) {
+    if (!executableFile(chosen)) throw new Error(`${binaryEnv(name)}=${chosen}: not an executable file`);
+    return chosen;
+  }
   const look = () => {
     for (const dir of [...(process.env.PATH ?? "").split(":"), "/usr/sbin", "/usr/bin", "/usr/local/bin"]) {
       const p = path.join(dir, name);
@@ -55,6 +76,14 @@ export function findBinary(name: "nats-server" | "redis-server"): string {
   }
   if (!found) throw new Error(`${name} not found: install the Debian package ${name} (apt-get install ${name})`);
   return found;
+}
+
+/** The version the nats-server the tests run prints (`nats-server --version`: "v2.9.10" → [2, 9, 10]). */
+export function natsServerVersion(): { text: string; parts: number[] } {
+  const out = execFileSync(findBinary("nats-server"), ["--version"], { encoding: "utf8" }).trim();
+  const m = /v(\d+)\.(\d+)\.(\d+)/.exec(out);
+  if (!m) throw new Error(`nats-server --version: no version in ${JSON.stringify(out)}`);
+  return { text: `v${m[1]}.${m[2]}.${m[3]}`, parts: [Number(m[1]), Number(m[2]), Number(m[3])] };
 }
 
 /** TLS files of a server (PEM): its certificate and key, and the CA its clients' certificates would be checked against. */
