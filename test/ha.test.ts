@@ -20,6 +20,7 @@ import { readFileSync } from "node:fs";
 import { readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import { isDeepStrictEqual } from "node:util";
 import { DriverError, decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
 import type { LocalServer } from "@csi/testkit";
@@ -37,6 +38,8 @@ const MiB = 1024 * 1024;
 const CLUSTER = "local";
 const STREAM = subjects.streamName(CLUSTER);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A uuid anywhere in a text (the ids audit.verify's findings carry). */
+const UUID_IN_TEXT = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g;
 const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4", mount_flags: [] as string[] } };
 
 describe("load figures (pure)", () => {
@@ -163,17 +166,14 @@ async function checkState(label: string): Promise<void> {
     for (const [name, id] of acked.snapshots) assert.equal(count(snapshots, id), 1, `${label}: acknowledged snapshot ${name} (${id}) listed exactly once`);
     for (const id of acked.deletedSnapshots) assert.equal(count(snapshots, id), 0, `${label}: acknowledged snapshot delete of ${id} is gone`);
     const journal = new JournalClient(nc, 30_000);
-    /** The history of ids the CO was not told of: what went wrong, if something did. */
+    /** The journal's history of an aggregate (volume, snapshot, group), cut short: what went wrong, if something did. */
+    const historyOf = async (uuid: string, label: string) =>
+      `${label}: ${JSON.stringify(await journal.call(CLUSTER, "volume.history", { uuid, maxEntries: 0 }).catch((e: Error) => e.message)).slice(0, 3000)}`;
+    /** The history of ids the CO was not told of. */
     const unknown = async (ids: string[], known: Iterable<string>) => {
       const told = new Set(known);
       const extra = ids.filter((id) => !told.has(id));
-      const stories = await Promise.all(
-        extra.slice(0, 5).map(async (id) => {
-          const h = await journal.call(CLUSTER, "volume.history", { uuid: decomposeVolumeId(id).uuid, maxEntries: 0 }).catch((e: Error) => e.message);
-          return `${id}: ${JSON.stringify(h).slice(0, 1500)}`;
-        }),
-      );
-      return stories.join("\n");
+      return (await Promise.all(extra.slice(0, 5).map((id) => historyOf(decomposeVolumeId(id).uuid, id)))).join("\n");
     };
     if (volumes.length !== acked.volumes.size) assert.fail(`${label}: volumes the CO was not told of:\n${await unknown(volumes, acked.volumes.values())}`);
     if (snapshots.length !== acked.snapshots.size)
@@ -203,11 +203,12 @@ async function checkState(label: string): Promise<void> {
       });
       if (!verify) await sleep(500);
     }
-    assert.deepEqual(
-      verify.counts,
-      { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 },
-      `${label}: audit.verify\n${JSON.stringify(verify.findings, null, 1).slice(0, 2000)}`,
-    );
+    const clean = { leakedImages: 0, orphanedReservations: 0, missingImages: 0, projectionDrift: 0, staleClaims: 0, foreignRecords: 0 };
+    // Not clean: the histories of the aggregates the findings name, for the report (issue 24's open
+    // case: an acknowledged delete missing from the log or the projection after a leader kill).
+    const named = isDeepStrictEqual(verify.counts, clean) ? [] : [...new Set(JSON.stringify(verify.findings).match(UUID_IN_TEXT) ?? [])].slice(0, 5);
+    const histories = (await Promise.all(named.map((u) => historyOf(u, u)))).join("\n");
+    assert.deepEqual(verify.counts, clean, `${label}: audit.verify\n${JSON.stringify(verify.findings, null, 1).slice(0, 2000)}\nhistories:\n${histories}`);
   } finally {
     co.close();
   }
