@@ -86,6 +86,12 @@ let ha: HaServers;
 let nc: NatsConnection;
 const acked: Acked = { volumes: new Map(), deletedVolumes: new Set(), snapshots: new Map(), deletedSnapshots: new Set() };
 const figures: CaseFigures[] = [];
+/** The services' last log lines (LOG_LEVEL warn), printed when a case fails. */
+const recentLines: string[] = [];
+const keepLine = (line: string) => {
+  recentLines.push(line);
+  if (recentLines.length > 300) recentLines.splice(0, recentLines.length - 300);
+};
 
 /**
  * A steady load from `workers` loops until stopped: create a volume; every other one a snapshot of
@@ -140,10 +146,15 @@ function startLoad(prefix: string, workers = 2) {
     }
   });
   const all = Promise.all(loops);
-  all.catch(() => {}); // awaited by stop()
+  /** Why a worker stopped before it was told to (an answer a CO does not retry, a lost id): the case fails with it. */
+  let died: Error | undefined;
+  all.catch((err: Error) => {
+    died ??= err;
+  });
   return {
     marks,
     done,
+    died: () => died,
     slowestMs: () => slowestMs,
     stop: async () => {
       running = false;
@@ -234,17 +245,39 @@ const promotedAway = (old: LocalServer) => until("the sentinels name a new maste
 
 /** Runs the load around one fault: `inject` does the kill and returns once the killed servers run again. */
 async function faultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
+  try {
+    await runFaultCase(fault, prefix, inject);
+  } catch (err) {
+    process.stderr.write(`\n${fault} failed; the services' last log lines:\n${recentLines.join("\n")}\n`);
+    throw err;
+  }
+}
+
+async function runFaultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
   const load = startLoad(prefix);
   const t0 = Date.now();
   // At least 4 s of load before the fault and 5 s after the servers are back, and each time until
   // an operation has completed in it (a busy machine may take longer than the window for one).
-  await sleep(4000);
-  await until(`${fault}: an operation done before the fault`, async () => load.done.length > 0, 120_000);
-  const tFault = Date.now();
-  await inject();
-  const tBack = Date.now();
-  await sleep(5000);
-  await until(`${fault}: an operation done after the fault`, async () => load.done.some((t) => t >= tBack), 120_000);
+  /** Waits for `done` unless a worker died: then the case fails at once with its error (a retrying CO would never see that operation done). */
+  const waitFor = async (what: string, done: () => boolean) => {
+    await until(`${fault}: ${what}`, async () => done() || load.died() !== undefined, 120_000);
+    const died = load.died();
+    if (died) throw new Error(`${fault}: the load stopped while waiting for ${what}: ${died.message}`, { cause: died });
+  };
+  let tFault: number;
+  let tBack: number;
+  try {
+    await sleep(4000);
+    await waitFor("an operation done before the fault", () => load.done.length > 0);
+    tFault = Date.now();
+    await inject();
+    tBack = Date.now();
+    await sleep(5000);
+    await waitFor("an operation done after the fault", () => load.done.some((t) => t >= tBack));
+  } catch (err) {
+    void load.stop().catch(() => {}); // the workers end after their operation in flight; the next case starts its own
+    throw err;
+  }
   const tEnd = Date.now();
   await load.stop();
   const window = longestFailureWindow(load.marks, tEnd);
@@ -274,6 +307,7 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000 }, (
       ha: true,
       readyTimeoutMs: 120_000,
       env: { LOG_LEVEL: "warn" },
+      onLine: keepLine,
     });
     assert.ok(stack.servers.ha, "the HA servers");
     ha = stack.servers.ha;
