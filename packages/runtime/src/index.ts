@@ -24,3 +24,4 @@ export * from "./rpc/client.js";
 export * from "./rpc/endpoint.js";
 export * from "./rpc/redact.js";
 export * from "./rpc/server.js";
+export * from "./sent-ahead.js";

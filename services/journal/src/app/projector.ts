@@ -16,6 +16,7 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { DriverError } from "@csi/contracts";
+import { SentAhead } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { type Aggregate, addressKey, foldFrom, foldInto, type States, type Trail } from "../domain/evolve.js";
@@ -285,14 +286,18 @@ export class Projector {
     const all = [...states.values()];
     const size = Math.min(this.#batch, CHUNK_STATES);
     const chunks = Math.max(1, Math.ceil(all.length / size));
-    const inFlight: Promise<boolean>[] = [];
-    let ok = true;
-    for (let i = 0; i < chunks && ok; i++) {
-      inFlight.push(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined));
-      if (inFlight.length >= IN_FLIGHT) ok = (await inFlight.shift()) === true;
+    const out = new SentAhead<boolean>(IN_FLIGHT);
+    try {
+      let ok = true;
+      for (let i = 0; i < chunks && ok; i++) {
+        const answer = await out.add(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined));
+        if (answer !== undefined) ok = answer;
+      }
+      for (const answer of await out.rest()) ok = answer && ok;
+      return ok;
+    } finally {
+      await out.settle();
     }
-    for (const p of inFlight.splice(0)) ok = (await p) && ok;
-    return ok;
   }
 
   /**
@@ -305,33 +310,37 @@ export class Projector {
   async #replay(from: number): Promise<number | undefined> {
     const started = performance.now();
     const cache = new StateCache(CACHE_STATES);
-    const inFlight: Promise<number>[] = [];
+    const out = new SentAhead<number>(IN_FLIGHT);
     let prev = from - 1;
     let events = 0;
     let applied = 0;
     let refused = false;
-    const settle = async (p: Promise<number> | undefined) => {
-      const n = await p;
+    const count = (n: number | undefined) => {
       if (n === undefined) return;
       if (n < 0) refused = true;
       else applied += n;
     };
-    const last = await this.log.read(
-      from,
-      async (batch) => {
-        if (refused) return false;
-        const trails = await foldBatch(this.store, batch, cache);
-        for (const t of trails) cache.set(addressKey(t.address), t.states.at(-1));
-        const to = batch[batch.length - 1]?.seq ?? prev;
-        inFlight.push(this.store.applyAndUnlock(trails, [], "", { prev, to }));
-        prev = to;
-        events += batch.length;
-        if (inFlight.length >= IN_FLIGHT) await settle(inFlight.shift());
-        return !refused;
-      },
-      { batch: this.#batch },
-    );
-    for (const p of inFlight.splice(0)) await settle(p);
+    let last: number;
+    try {
+      last = await this.log.read(
+        from,
+        async (batch) => {
+          if (refused) return false;
+          const trails = await foldBatch(this.store, batch, cache);
+          for (const t of trails) cache.set(addressKey(t.address), t.states.at(-1));
+          const to = batch[batch.length - 1]?.seq ?? prev;
+          const sent = this.store.applyAndUnlock(trails, [], "", { prev, to });
+          prev = to;
+          events += batch.length;
+          count(await out.add(sent));
+          return !refused;
+        },
+        { batch: this.#batch },
+      );
+      for (const n of await out.rest()) count(n);
+    } finally {
+      await out.settle();
+    }
     if (refused) return undefined;
     if (events > 0) {
       this.logger.info({ from, to: prev, events, applied, ms: Math.round(performance.now() - started) }, "projection caught up");
