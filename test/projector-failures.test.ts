@@ -139,7 +139,9 @@ describe("SentAhead", () => {
     await out.add(
       tick()
         .then(() => Promise.reject(new Error("late")))
-        .finally(() => void (lateEnded = true)),
+        .finally(() => {
+          lateEnded = true;
+        }),
     );
     await assert.rejects(out.rest(), /first/);
     await out.settle();
