@@ -145,6 +145,7 @@ after(async () => {
   await agent?.stop();
   await Promise.all(procs.map((p) => p.stop()));
   await nc?.close();
+  await env?.stopServers(); // their data is under root: stopped before it is removed
   if (root) await cleanupUnder(root);
   if (cgroup) await rmdir(cgroup.dir).catch((err) => console.error(`# could not remove test cgroup ${cgroup?.dir}: ${err}`));
   await env?.dispose();

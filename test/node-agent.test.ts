@@ -138,6 +138,7 @@ describe("node-agent on real devices", { skip }, () => {
     await agent.stop();
     await Promise.all([journalProc.stop(), controllerProc?.stop()]);
     await nc?.close();
+    await env?.stopServers(); // their data is under root: stopped before it is removed
     if (root) await cleanupUnder(root); // unmount + detach before anything is removed
     await env?.dispose();
   });

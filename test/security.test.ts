@@ -175,9 +175,8 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
     node?.close();
     for (const nc of conns) await nc.close().catch(() => {});
     await Promise.all(procs.map((p) => p.stop()));
+    await Promise.all([nats?.stop(), redis?.stop()]); // their data is under dir: stopped before it is removed
     if (dir) await cleanupUnder(dir);
-    await Promise.all([nats?.stop(), redis?.stop()]);
-    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   /** A volume created and published to n1 through the controller. */

@@ -102,8 +102,7 @@ export class NodeStack {
     } catch (err) {
       await Promise.all(procs.map((p) => p.stop()));
       await nc?.close();
-      await cleanupUnder(root);
-      await env.dispose();
+      await NodeStack.release(env, root);
       throw err;
     }
   }
@@ -160,9 +159,24 @@ export class NodeStack {
   async stop(): Promise<void> {
     this.ctrl.close();
     this.node.close();
-    await Promise.all([...this.procs, this.agent].map((p) => p.stop()));
-    await this.nc.close();
-    await cleanupUnder(this.root);
-    await this.env.dispose();
+    try {
+      await Promise.all([...this.procs, this.agent].map((p) => p.stop()));
+      await this.nc.close();
+    } finally {
+      await NodeStack.release(this.env, this.root);
+    }
+  }
+
+  /**
+   * The servers stopped, then everything under `root` released and removed. The servers keep their
+   * data under `root` too: removing it while a nats-server still wrote there failed (ENOTEMPTY) and
+   * left both servers running, which kept the test process alive for ever (seen in a busy full run).
+   */
+  private static async release(env: TestServers, root: string): Promise<void> {
+    try {
+      await env.stopServers();
+    } finally {
+      await cleanupUnder(root);
+    }
   }
 }

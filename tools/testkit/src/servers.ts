@@ -23,6 +23,9 @@ export interface TestServers {
   dir: string;
   /** Restarts whichever server is down (a test that kills one calls this in its `finally`). */
   restartStopped(): Promise<void>;
+  /** Stops both servers (their data stays). */
+  stopServers(): Promise<void>;
+  /** Stops both servers, then removes `dir`. */
   dispose(): Promise<void>;
 }
 
@@ -41,6 +44,9 @@ export async function startTestServers(opts: { natsConfig?: string } = {}): Prom
   const [nats, redis] = await Promise.all([startServer("nats", path.join(dir, "nats"), undefined, natsArgs), startServer("redis", path.join(dir, "redis"))]);
   // As an admin would before the journals start (a journal on an open Redis would load it itself).
   await loadJournalFunctionsAt(redis.url);
+  const stopServers = async () => {
+    await Promise.all([nats.stop(), redis.stop()]);
+  };
   return {
     nats,
     redis,
@@ -48,8 +54,9 @@ export async function startTestServers(opts: { natsConfig?: string } = {}): Prom
     restartStopped: async () => {
       for (const s of [nats, redis]) if (!s.running) await s.restart();
     },
+    stopServers,
     dispose: async () => {
-      await Promise.all([nats.stop(), redis.stop()]);
+      await stopServers();
       await rm(dir, { recursive: true, force: true });
     },
   };
