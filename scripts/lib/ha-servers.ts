@@ -16,9 +16,10 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "@csi/testkit";
-import { type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
+import { recordOf, type StreamCopy } from "./stream-copies.js";
 
 export const HA_NATS_CLUSTER = "csi";
 export const HA_MASTER_NAME = "csi";
@@ -223,6 +224,65 @@ export const streamsHealedOf = (nats: LocalServer[], ms = READY_WITHIN_MS) =>
       }),
     ms,
   );
+
+/**
+ * Each node's own copy of `stream` (what it holds at every sequence: subject and a digest of the
+ * data), or undefined for a node that would not lead. JetStream answers a message get from the
+ * stream's leader's store, so each node is made the leader in turn (leader step-downs, each
+ * electing another node at random, until it leads) and the stream read through it. Costs an
+ * election per step-down: for checks after the load, not during it.
+ */
+export async function streamCopiesOf(nats: LocalServer[], stream: string, stepDowns = 30): Promise<(StreamCopy | undefined)[]> {
+  const nc = await connect({ servers: nats.map((n) => n.url), maxReconnectAttempts: -1 });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 5000 });
+    const copies: (StreamCopy | undefined)[] = [];
+    for (const node of nats) {
+      const leads = () =>
+        streamLeaderOf(nats, stream).then(
+          (l) => l === node,
+          () => false,
+        );
+      const led = async () => {
+        for (let i = 0; i < stepDowns && !(await leads()); i++) {
+          await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, "", { timeout: 5000 }).catch(() => {});
+          await until(`a leader of ${stream} after a step-down`, async () => (await streamPlacementOf(nats, stream)).leader !== undefined, 30_000);
+        }
+        return leads();
+      };
+      copies.push(
+        await led()
+          .then((yes) => (yes ? readCopy(jsm, stream) : undefined))
+          .catch(() => undefined),
+      );
+    }
+    return copies;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** The stream as its leader holds it: every sequence's record (a removed one left out); a get that keeps failing fails the read. */
+async function readCopy(jsm: JetStreamManager, stream: string): Promise<StreamCopy> {
+  const { first_seq, last_seq } = (await jsm.streams.info(stream)).state;
+  const copy: StreamCopy = new Map();
+  for (let seq = first_seq; seq <= last_seq; seq++) {
+    for (let attempt = 1; ; attempt++) {
+      const m = await jsm.streams.getMessage(stream, { seq }).then(
+        (x) => x ?? null,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return null;
+          if (attempt >= 3) throw err;
+          return undefined;
+        },
+      );
+      if (m === undefined) continue;
+      if (m) copy.set(seq, recordOf(m.subject, m.data));
+      break;
+    }
+  }
+  return copy;
+}
 
 /** The Redis server `s` runs as a replica whose link to its master is up. */
 export const redisReplicaInSync = (s: LocalServer, ms = READY_WITHIN_MS) =>

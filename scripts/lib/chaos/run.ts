@@ -23,8 +23,10 @@ import { csiClient, loadClusters, natsConnectOptions, redisConnectOptions, Senti
 import { cleanupUnder, scrape } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
+import { streamCopiesOf } from "../ha-servers.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
+import { copiesDisagree } from "../stream-copies.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
 import { type FaultRecord, faultDueAt, injectFault, type JournalLoad, KINDS_BY_MODE, loadOf, modeOf, planFaults, startService } from "./faults.js";
@@ -259,7 +261,12 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
             `SIGKILL of ${f.fault.target} at ${f.fault.at} ms: ${f.creates} creates answered after ${f.ms} ms (${f.failed} failed), bound ${opts.failoverBoundMs} ms`,
         ),
     };
-    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound]);
+    // With --ha, last (it moves the stream's leadership around): does every node hold the same log?
+    const ha = stack.servers.ha;
+    if (ha) say("reading each NATS node's copy of the event stream");
+    const copies = ha ? (await streamCopiesOf(ha.nats, stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
+    const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
+    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound, replicas]);
     return {
       options: opts,
       invariants,

@@ -85,6 +85,17 @@ const FOLD_BATCH = 4096;
 /** Aggregates per script call of a rebuild's writes at most (a shared index gets one ZADD of 2 arguments per member). */
 const CHUNK_STATES = 1000;
 
+/**
+ * A write sent ahead of its turn (IN_FLIGHT): it is awaited later, or never if one before it failed
+ * (Redis went away: the rest fail too). Its rejection is marked handled now, so one left unawaited
+ * is not an unhandled rejection — which ends the process (the HA chaos run saw a journal exit so
+ * when Redis failed over during a rebuild); whoever awaits it still gets the error.
+ */
+function ahead<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => {});
+  return p;
+}
+
 export interface ProjectorOptions {
   /** Events per catch-up batch (one Lua call each); also aggregates per rebuild chunk (at most CHUNK_STATES). */
   batch?: number;
@@ -288,7 +299,7 @@ export class Projector {
     const inFlight: Promise<boolean>[] = [];
     let ok = true;
     for (let i = 0; i < chunks && ok; i++) {
-      inFlight.push(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined));
+      inFlight.push(ahead(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined)));
       if (inFlight.length >= IN_FLIGHT) ok = (await inFlight.shift()) === true;
     }
     for (const p of inFlight.splice(0)) ok = (await p) && ok;
@@ -323,7 +334,7 @@ export class Projector {
         const trails = await foldBatch(this.store, batch, cache);
         for (const t of trails) cache.set(addressKey(t.address), t.states.at(-1));
         const to = batch[batch.length - 1]?.seq ?? prev;
-        inFlight.push(this.store.applyAndUnlock(trails, [], "", { prev, to }));
+        inFlight.push(ahead(this.store.applyAndUnlock(trails, [], "", { prev, to })));
         prev = to;
         events += batch.length;
         if (inFlight.length >= IN_FLIGHT) await settle(inFlight.shift());
