@@ -3,13 +3,16 @@
  * fresh stack (several journal replicas) while faults of every kind are injected, then a table
  * of invariants with their violations (scripts/lib/chaos/, docs/chaos.md).
  *
- *   npm run chaos -- --ops 2000 --faults-per-kind 20 --seed 7 --concurrency 6 --replicas 3 [--log chaos.log] [--json chaos.json]
+ *   npm run chaos -- --ops 2000 --faults-per-kind 20 --seed 7 --concurrency 6 --replicas 3 [--ha] [--log chaos.log] [--json chaos.json]
+ *
+ * `--ha`: the replicated stack (3 NATS nodes, Redis primary + replica behind 3 Sentinels) and its
+ * fault kinds (NATS stream-leader kill, Redis primary kill, NATS node freeze; docs/chaos.md).
  *
  * Exits 1 when an invariant is violated, 2 on bad arguments; Ctrl-C stops the run and cleans up.
  */
 
 import { writeFileSync } from "node:fs";
-import { parseChaosArgs, UsageError } from "./lib/chaos/options.js";
+import { parseChaosArgs, repeatArgs, UsageError } from "./lib/chaos/options.js";
 import { formatReport } from "./lib/chaos/report.js";
 import { runChaos } from "./lib/chaos/run.js";
 import { abortOnSignals, whyNoDevices } from "./lib/sanity.js";
@@ -41,7 +44,7 @@ try {
     writeFileSync(opts.jsonFile, `${JSON.stringify(json, null, 2)}\n`);
     console.log(`every violation, fault and operation: ${opts.jsonFile}`);
   }
-  console.log(`repeat with: npm run chaos -- --seed ${opts.seed} --ops ${opts.ops} --faults-per-kind ${opts.faultsPerKind}`);
+  console.log(`repeat with: npm run chaos -- ${repeatArgs(opts).join(" ")}`);
   process.exit(result.ok ? 0 : 1);
 } catch (err) {
   const why = signal.aborted ? String(signal.reason?.message ?? signal.reason) : ((err as Error)?.stack ?? String(err));

@@ -23,13 +23,12 @@ import { after, before, describe, test } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import { DriverError, decomposeVolumeId, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
 import { JournalClient } from "@csi/runtime";
-import type { LocalServer } from "@csi/testkit";
-import { tempDir } from "@csi/testkit";
+import { tempDir, whyNoReplicatedStreams } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { CoClient, CoStats } from "../scripts/lib/chaos/co-client.js";
 import { listed } from "../scripts/lib/chaos/observe.js";
-import { type HaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
+import { type HaServers, redisReplicaInSync, until } from "../scripts/lib/ha-servers.js";
 import { type AttemptMark, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
 import { seeded } from "../scripts/lib/random.js";
 import { type Stack, startStack } from "../scripts/lib/stack.js";
@@ -226,22 +225,7 @@ async function checkState(label: string): Promise<void> {
 }
 
 /** Every replica of the event stream current again (a restarted node has caught up). */
-const streamHealed = () =>
-  until("every replica of the event stream current", async () => {
-    const info = await (await jetstreamManager(nc)).streams.info(STREAM);
-    const peers = info.cluster?.replicas ?? [];
-    return info.cluster?.leader !== undefined && peers.length === 2 && peers.every((p) => p.current && !p.offline);
-  });
-
-/** The Redis server `s` runs as a replica whose link to the master is up. */
-const replicaInSync = (s: LocalServer) =>
-  until(`redis :${s.port} a replica in sync`, async () => {
-    const info = await withRedis(s.url, (r) => r.info("replication"));
-    return /role:slave/.test(info) && /master_link_status:up/.test(info);
-  });
-
-/** A new master named by the sentinels (not `old`). */
-const promotedAway = (old: LocalServer) => until("the sentinels name a new master", async () => (await ha.redisPrimary()) !== old);
+const streamHealed = () => ha.streamHealed(STREAM);
 
 /** Runs the load around one fault: `inject` does the kill and returns once the killed servers run again. */
 async function faultCase(fault: string, prefix: string, inject: () => Promise<void>): Promise<void> {
@@ -298,7 +282,9 @@ async function runFaultCase(fault: string, prefix: string, inject: () => Promise
   await checkState(fault);
 }
 
-describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000 }, () => {
+// Leader kills under load on a nats-server whose stream replicas diverge after one lose acknowledged
+// events in the server itself (docs/operations.md): skipped there; .ci/run runs this file with 2.10.
+describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000, skip: whyNoReplicatedStreams() }, () => {
   before(async () => {
     dir = await tempDir("csi-ha-");
     stack = await startStack({
@@ -351,10 +337,10 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000 }, (
     await faultCase("Redis primary kill", "ha-b", async () => {
       const primary = await ha.redisPrimary();
       await primary.kill();
-      await promotedAway(primary);
+      await ha.promotedAway(primary);
       await sleep(2000);
       await primary.restart(); // comes back as a replica of the new master (the sentinels reconfigure it)
-      await replicaInSync(primary);
+      await redisReplicaInSync(primary);
     });
   });
 
@@ -362,10 +348,10 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000 }, (
     await faultCase("both at once", "ha-c", async () => {
       const [leader, primary] = await Promise.all([ha.streamLeader(STREAM), ha.redisPrimary()]);
       await Promise.all([leader.kill(), primary.kill()]);
-      await promotedAway(primary);
+      await ha.promotedAway(primary);
       await sleep(3000);
       await Promise.all([leader.restart(), primary.restart()]);
-      await Promise.all([streamHealed(), replicaInSync(primary)]);
+      await Promise.all([streamHealed(), redisReplicaInSync(primary)]);
     });
   });
 });

@@ -104,7 +104,13 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
     try {
       await redis.set(lock, "someone-else", "PX", 30_000);
       const cap = blockCap();
-      assert.equal(await codeOf(s.ctrl.CreateVolume({ name: busyName, volume_capabilities: [cap], capacity_range: { required_bytes: String(MiB) } })), ABORTED);
+      const busy = codeOf(s.ctrl.CreateVolume({ name: busyName, volume_capabilities: [cap], capacity_range: { required_bytes: String(MiB) } }));
+      // While it waits for the lock, the journal counts it in flight.
+      let inFlight = 0;
+      for (const until = Date.now() + 2_000; inFlight === 0 && Date.now() < until; )
+        inFlight = sampleValue(await scrape(urls.journal), "csi_journal_commands_in_flight", { command: "volume.create" });
+      assert.equal(inFlight, 1, "the waiting create is in flight");
+      assert.equal(await busy, ABORTED);
     } finally {
       await redis.del(lock);
       redis.disconnect();
@@ -126,6 +132,7 @@ describe("metrics of a create/publish/stage workload on the real services", { sk
     assert.equal(journal("csi_journal_command_seconds_count", { command: "volume.create", outcome: "Aborted" }), 1);
     assert.equal(journal("csi_journal_command_seconds_count", { command: "volume.delete", outcome: "ok" }), 1);
     assert.equal(journal("csi_journal_aborted_total", { command: "volume.create" }), 1);
+    assert.equal(sampleValue(j1, "csi_journal_commands_in_flight", { command: "volume.create" }), 0, "answered: no longer in flight");
     assert.equal(journal("csi_journal_lock_wait_seconds_count", { outcome: "busy" }), 1);
     assert.ok(journal("csi_journal_lock_wait_seconds_sum", { outcome: "busy" }) >= 2.5, "the busy wait lasted about LOCK_WAIT_MS (3 s)");
     assert.ok(journal("csi_journal_lock_wait_seconds_count", { outcome: "acquired" }) >= 4, "create, publish, unpublish, delete took their locks");

@@ -16,9 +16,10 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "@csi/testkit";
-import { jetstreamManager, StorageType } from "@nats-io/jetstream";
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
+import { recordOf, type StreamCopy } from "./stream-copies.js";
 
 export const HA_NATS_CLUSTER = "csi";
 export const HA_MASTER_NAME = "csi";
@@ -48,6 +49,12 @@ export interface HaServers {
   redisPrimary(): Promise<LocalServer>;
   /** The NATS node that leads a stream now (JetStream's stream info). */
   streamLeader(stream: string): Promise<LocalServer>;
+  /** Resolves once the stream has a leader and every other node is a current replica of it (rejects after `ms`). */
+  streamHealed(stream: string, ms?: number): Promise<void>;
+  /** The same for every stream of the cluster. */
+  streamsHealed(ms?: number): Promise<void>;
+  /** Resolves once the sentinels name a master other than `old` (rejects after `ms`). */
+  promotedAway(old: LocalServer, ms?: number): Promise<void>;
   /** Stops every server: the sentinels first (no failover while stopping), then Redis, then NATS. */
   stop(): Promise<void>;
 }
@@ -161,18 +168,132 @@ export async function startJetStreamCluster(
   return nats;
 }
 
-/** The node of a cluster started here (n1, n2, n3 in that order) that leads `stream` now (JetStream's stream info). */
-export async function streamLeaderOf(nats: LocalServer[], stream: string): Promise<LocalServer> {
-  const c = await connect({ servers: nats.filter((n) => n.running).map((n) => n.url) });
+/** A stream's place in the cluster (JetStream's stream info): its leader and the other replicas, by node. */
+export interface StreamPlacement {
+  leader: LocalServer | undefined;
+  replicas: { server: LocalServer | undefined; current: boolean; offline: boolean }[];
+}
+
+/** Runs `f` with JetStream's API through the nodes of a cluster started here that run, leaving out `skip` (a node frozen with SIGSTOP would hold the question). */
+async function withJetStream<T>(nats: LocalServer[], f: (jsm: JetStreamManager) => Promise<T>, skip?: LocalServer): Promise<T> {
+  const c = await connect({ servers: nats.filter((n) => n.running && n !== skip).map((n) => n.url), timeout: 2000 });
   try {
-    const leader = (await (await jetstreamManager(c)).streams.info(stream)).cluster?.leader;
-    const found = nats.find((_, i) => leader === `n${i + 1}`);
-    if (!found) throw new Error(`stream ${stream} has no leader (${leader ?? "none"})`);
-    return found;
+    return await f(await jetstreamManager(c, { timeout: 2000 }));
   } finally {
     await c.close();
   }
 }
+
+/** A stream's place from its info, its nodes named n1, n2, n3 in the order of `nats`. */
+function placementOf(nats: LocalServer[], cluster: StreamInfo["cluster"]): StreamPlacement {
+  const byName = (name: string | undefined) => nats.find((_, i) => name === `n${i + 1}`);
+  return {
+    leader: byName(cluster?.leader),
+    replicas: (cluster?.replicas ?? []).map((p) => ({ server: byName(p.name), current: p.current, offline: p.offline === true })),
+  };
+}
+
+/** Where `stream` is now, asked through the nodes that run, leaving out `skip`. */
+export const streamPlacementOf = (nats: LocalServer[], stream: string, skip?: LocalServer): Promise<StreamPlacement> =>
+  withJetStream(nats, async (jsm) => placementOf(nats, (await jsm.streams.info(stream)).cluster), skip);
+
+/** The node of a cluster started here that leads `stream` now. */
+export async function streamLeaderOf(nats: LocalServer[], stream: string, skip?: LocalServer): Promise<LocalServer> {
+  const found = (await streamPlacementOf(nats, stream, skip)).leader;
+  if (!found) throw new Error(`stream ${stream} has no leader`);
+  return found;
+}
+
+/** Whole: a leader, and every other node of the cluster a current replica (a restarted or resumed node has caught up). */
+const whole = (nats: LocalServer[], p: StreamPlacement) =>
+  p.leader !== undefined && p.replicas.length === nats.length - 1 && p.replicas.every((r) => r.current && !r.offline);
+
+/** Resolves once `stream` is whole again. */
+export const streamHealedOf = (nats: LocalServer[], stream: string, ms = READY_WITHIN_MS) =>
+  until(`every replica of ${stream} current`, async () => whole(nats, await streamPlacementOf(nats, stream)), ms);
+
+/** Resolves once every stream of the cluster is whole again (the services' streams of nodes and node work too, not only the event log). */
+export const streamsHealedOf = (nats: LocalServer[], ms = READY_WITHIN_MS) =>
+  until(
+    "every replica of every stream current",
+    () =>
+      withJetStream(nats, async (jsm) => {
+        let all = true;
+        for await (const info of jsm.streams.list()) all &&= whole(nats, placementOf(nats, info.cluster));
+        return all;
+      }),
+    ms,
+  );
+
+/**
+ * Each node's own copy of `stream` (what it holds at every sequence: subject and a digest of the
+ * data), or undefined for a node that would not lead. JetStream answers a message get from the
+ * stream's leader's store, so each node is made the leader in turn (leader step-downs, each
+ * electing another node at random, until it leads) and the stream read through it. Costs an
+ * election per step-down: for checks after the load, not during it.
+ */
+export async function streamCopiesOf(nats: LocalServer[], stream: string, stepDowns = 30): Promise<(StreamCopy | undefined)[]> {
+  const nc = await connect({ servers: nats.map((n) => n.url), maxReconnectAttempts: -1 });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 5000 });
+    const copies: (StreamCopy | undefined)[] = [];
+    for (const node of nats) {
+      const leads = () =>
+        streamLeaderOf(nats, stream).then(
+          (l) => l === node,
+          () => false,
+        );
+      const led = async () => {
+        for (let i = 0; i < stepDowns && !(await leads()); i++) {
+          await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, "", { timeout: 5000 }).catch(() => {});
+          await until(`a leader of ${stream} after a step-down`, async () => (await streamPlacementOf(nats, stream)).leader !== undefined, 30_000);
+        }
+        return leads();
+      };
+      copies.push(
+        await led()
+          .then((yes) => (yes ? readCopy(jsm, stream) : undefined))
+          .catch(() => undefined),
+      );
+    }
+    return copies;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** The stream as its leader holds it: every sequence's record (a removed one left out); a get that keeps failing fails the read. */
+async function readCopy(jsm: JetStreamManager, stream: string): Promise<StreamCopy> {
+  const { first_seq, last_seq } = (await jsm.streams.info(stream)).state;
+  const copy: StreamCopy = new Map();
+  for (let seq = first_seq; seq <= last_seq; seq++) {
+    for (let attempt = 1; ; attempt++) {
+      const m = await jsm.streams.getMessage(stream, { seq }).then(
+        (x) => x ?? null,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound) return null;
+          if (attempt >= 3) throw err;
+          return undefined;
+        },
+      );
+      if (m === undefined) continue;
+      if (m) copy.set(seq, recordOf(m.subject, m.data));
+      break;
+    }
+  }
+  return copy;
+}
+
+/** The Redis server `s` runs as a replica whose link to its master is up. */
+export const redisReplicaInSync = (s: LocalServer, ms = READY_WITHIN_MS) =>
+  until(
+    `redis :${s.port} a replica in sync`,
+    async () => {
+      const info = await withRedis(s.url, (r) => r.info("replication"));
+      return /role:slave/.test(info) && /master_link_status:up/.test(info);
+    },
+    ms,
+  );
 
 /**
  * `natsConfig`: a configuration file every NATS node starts with (`-c`; the account layout of a
@@ -187,6 +308,15 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
     const { redis, sentinels } = await startRedisWithSentinels(dir);
     started.push(...redis, ...sentinels);
     const sentinelAddrs = sentinels.map((s) => `127.0.0.1:${s.port}`).join(",");
+    const redisPrimary = async () => {
+      for (const s of sentinels.filter((x) => x.running)) {
+        const addr = await withRedis(s.url, (r) => r.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", HA_MASTER_NAME)).catch(() => undefined);
+        const port = Array.isArray(addr) ? Number(addr[1]) : undefined;
+        const found = redis.find((x) => x.port === port);
+        if (found) return found;
+      }
+      throw new Error("no sentinel names a master");
+    };
     return {
       nats,
       natsUrl,
@@ -200,16 +330,11 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
         ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),
         ...sentinels.map((server, i) => ({ name: `sentinel-${i + 1}`, server })),
       ],
-      redisPrimary: async () => {
-        for (const s of sentinels.filter((x) => x.running)) {
-          const addr = await withRedis(s.url, (r) => r.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", HA_MASTER_NAME)).catch(() => undefined);
-          const port = Array.isArray(addr) ? Number(addr[1]) : undefined;
-          const found = redis.find((x) => x.port === port);
-          if (found) return found;
-        }
-        throw new Error("no sentinel names a master");
-      },
+      redisPrimary,
       streamLeader: (stream) => streamLeaderOf(nats, stream),
+      streamHealed: (stream, ms) => streamHealedOf(nats, stream, ms),
+      streamsHealed: (ms) => streamsHealedOf(nats, ms),
+      promotedAway: (old, ms) => until("the sentinels name a new master", async () => (await redisPrimary()) !== old, ms),
       stop: async () => {
         await Promise.all(sentinels.map((s) => s.stop()));
         await Promise.all(redis.map((s) => s.stop()));

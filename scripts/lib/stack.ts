@@ -43,6 +43,7 @@ import {
   startCeph,
   startServer,
   whyNoCeph,
+  whyNoReplicatedStreams,
 } from "@csi/testkit";
 import { connect } from "@nats-io/transport-node";
 import { prepareDataDir } from "./data-dir.js";
@@ -192,6 +193,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     servers.ha = h;
     for (const { name, server: s } of h.named()) await lock.add(name, s.pid);
     step("started embedded replicated servers", { nats: h.natsUrl, sentinels: h.sentinelAddrs, masterName: h.masterName });
+    const unsafe = whyNoReplicatedStreams();
+    if (unsafe) step(`WARNING: ${unsafe}: a stream leader's crash can lose acknowledged events (docs/operations.md)`, {});
     opts.signal?.throwIfAborted();
     return h;
   };

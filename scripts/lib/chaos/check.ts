@@ -66,6 +66,7 @@ export const INVARIANTS = [
   "no reservation without an image",
   "no reservation the CO was not told of",
   "projection == replay of the log",
+  "the log's replicas hold the same records",
   "acknowledged delete is gone",
   "node state == claims == CO's view",
   "no loop device / mount left over",

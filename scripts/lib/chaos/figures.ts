@@ -64,6 +64,10 @@ export interface FaultFigures {
   slowestMs: number | undefined;
   /** Faults of this kind after which no dependent operation succeeded. */
   unrecovered: number;
+  /** HA faults: from each fault until another node led the stream / was named master, ascending. */
+  tookOverMs: number[];
+  /** NATS freezes that froze the stream's leader. */
+  ledStream: number;
 }
 
 export function faultFigures(kinds: readonly FaultKind[], faults: readonly FaultRecord[], ops: readonly OpRecord[]): FaultFigures[] {
@@ -71,8 +75,42 @@ export function faultFigures(kinds: readonly FaultKind[], faults: readonly Fault
     const mine = faults.filter((f) => f.kind === kind);
     const rec = mine.map((f) => recoveryMs(f, ops));
     const known = rec.filter((r): r is number => r !== undefined);
-    return { kind, injected: mine.length, slowestMs: known.length ? Math.max(...known) : undefined, unrecovered: rec.length - known.length };
+    return {
+      kind,
+      injected: mine.length,
+      slowestMs: known.length ? Math.max(...known) : undefined,
+      unrecovered: rec.length - known.length,
+      tookOverMs: mine.flatMap((f) => (f.tookOverMs === undefined ? [] : [f.tookOverMs])).sort((a, b) => a - b),
+      ledStream: mine.filter((f) => f.ledStream).length,
+    };
   });
+}
+
+/** The journal SIGKILLs by what the killed replica had in flight at the last look before the kill. */
+export interface KillFigures {
+  kills: number;
+  /** A create (volume.create, snapshot.create) was in flight on the killed replica. */
+  withCreate: number;
+  /** Some other command, no create. */
+  withOtherCommand: number;
+  idle: number;
+  /** Failover (journalFailovers) of the kills with a create in flight: how many were measured, the slowest. */
+  measured: number;
+  slowestMs: number | undefined;
+}
+
+export function journalKillFigures(faults: readonly FaultRecord[], failovers: readonly Failover[]): KillFigures {
+  const kills = faults.filter((f) => f.kind === "journal-kill" && f.target !== "?");
+  const withCreate = kills.filter((f) => (f.inFlight?.creates ?? 0) > 0);
+  const timed = failovers.filter((x) => (x.fault.inFlight?.creates ?? 0) > 0);
+  return {
+    kills: kills.length,
+    withCreate: withCreate.length,
+    withOtherCommand: kills.filter((f) => (f.inFlight?.creates ?? 0) === 0 && (f.inFlight?.commands ?? 0) > 0).length,
+    idle: kills.filter((f) => (f.inFlight?.commands ?? 0) === 0).length,
+    measured: timed.length,
+    slowestMs: timed.length ? Math.max(...timed.map((x) => x.ms)) : undefined,
+  };
 }
 
 /** The slowest operation of the run (retries included). */

@@ -9,10 +9,10 @@ import path from "node:path";
 import type { Keys } from "@csi/journal/operator";
 import { EventLog, Projector, RedisStore } from "@csi/journal/operator";
 import { NodeState, StateFile } from "@csi/node-agent/testing";
-import { createLogger, type RedisAccess, redisConnectOptions } from "@csi/runtime";
+import { createLogger, type RedisAccess, redisConnectOptions, SentinelSafeRedis } from "@csi/runtime";
 import { loopsUnder, mountsLeftUnder } from "@csi/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { Keyspace, KeyValue, NodeVolume, Observation } from "./check.js";
 import type { CoClient } from "./co-client.js";
 
@@ -21,7 +21,7 @@ export const REPLAY_DB = 1;
 
 export interface ObserveDeps {
   label: string;
-  /** The stack's Redis (URL or sentinels). */
+  /** The stack's Redis (URL, or the sentinels: the checker follows the master they name through a failover). */
   redis: RedisAccess;
   nc: NatsConnection;
   cluster: string;
@@ -33,6 +33,9 @@ export interface ObserveDeps {
   /** How long lock keys may take to go (their TTL) before they count as held. */
   lockGraceMs: number;
 }
+
+/** A checker's connection to database `db`: Sentinel-aware with `--ha` (a client that survives the failover, runtime's SentinelSafeRedis). */
+const connectRedis = (a: RedisAccess, db: number): Redis => new SentinelSafeRedis(a.redisUrl, { ...redisConnectOptions(a), db, maxRetriesPerRequest: 2 });
 
 /** Every key under `pattern` with its value. */
 export async function dumpKeys(redis: Redis, pattern: string): Promise<Keyspace> {
@@ -73,7 +76,7 @@ const escapeGlob = (s: string) => s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 
 /** Replays the whole log into database REPLAY_DB (emptied first) with the journal's projector, and dumps it. */
 export async function replayLog(d: Pick<ObserveDeps, "redis" | "nc" | "cluster" | "keys">): Promise<Keyspace> {
-  const redis = new Redis(d.redis.redisUrl, { ...redisConnectOptions(d.redis), db: REPLAY_DB, maxRetriesPerRequest: 2 });
+  const redis = connectRedis(d.redis, REPLAY_DB);
   try {
     await redis.flushdb();
     const log = new EventLog(d.nc, { cluster: d.cluster });
@@ -136,7 +139,7 @@ export async function listed(co: CoClient): Promise<Observation["listed"]> {
 }
 
 export async function observe(d: ObserveDeps): Promise<Observation> {
-  const redis = new Redis(d.redis.redisUrl, { ...redisConnectOptions(d.redis), maxRetriesPerRequest: 2 });
+  const redis = connectRedis(d.redis, 0);
   try {
     const locks = await heldLocks(redis, d.keys, d.lockGraceMs);
     const projection = await dumpKeys(redis, projectionPattern(d.keys));

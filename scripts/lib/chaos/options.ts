@@ -11,6 +11,11 @@ export interface ChaosOptions {
   concurrency: number;
   /** Journal replicas (one queue group). */
   replicas: number;
+  /**
+   * The replicated stack (`--ha`): 3 NATS nodes with the streams at 3 replicas, a Redis primary and
+   * replica behind 3 Sentinels, and the HA fault kinds (faults.ts, KINDS_BY_MODE).
+   */
+  ha: boolean;
   /** After a journal SIGKILL with ≥ 2 replicas up, in-flight and new creates must succeed within this (issue 10: 2 s). */
   failoverBoundMs: number;
   /** Write every service log line here (kept after the run). */
@@ -19,10 +24,10 @@ export interface ChaosOptions {
   jsonFile?: string | undefined;
 }
 
-export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, failoverBoundMs: 2000 };
+export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, ha: false, failoverBoundMs: 2000 };
 
 const USAGE =
-  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--failover-bound-ms N] [--log FILE] [--json FILE]";
+  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--ha] [--failover-bound-ms N] [--log FILE] [--json FILE]";
 
 export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): ChaosOptions {
   const { values } = parseArgs({
@@ -34,6 +39,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
       seed: { type: "string" },
       concurrency: { type: "string" },
       replicas: { type: "string" },
+      ha: { type: "boolean" },
       "failover-bound-ms": { type: "string" },
       log: { type: "string" },
       json: { type: "string" },
@@ -53,10 +59,20 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
     seed: int("seed", values.seed, seedDefault, 0),
     concurrency: int("concurrency", values.concurrency, DEFAULTS.concurrency, 1),
     replicas: int("replicas", values.replicas, DEFAULTS.replicas, 1),
+    ha: values.ha === true,
     failoverBoundMs: int("failover-bound-ms", values["failover-bound-ms"], DEFAULTS.failoverBoundMs, 1),
     logFile: values.log,
     jsonFile: values.json,
   };
+}
+
+/** The arguments that repeat a run (the seed, and every option that changes what it does). Pure. */
+export function repeatArgs(o: ChaosOptions): string[] {
+  return [
+    ...["--seed", String(o.seed), "--ops", String(o.ops), "--faults-per-kind", String(o.faultsPerKind)],
+    ...["--concurrency", String(o.concurrency), "--replicas", String(o.replicas), "--failover-bound-ms", String(o.failoverBoundMs)],
+    ...(o.ha ? ["--ha"] : []),
+  ];
 }
 
 export class UsageError extends Error {}

@@ -1,7 +1,7 @@
 /** The chaos run's printed report: the invariant table, then the figures. Pure. */
 
 import { codeName } from "./co-client.js";
-import type { Failover } from "./figures.js";
+import { type Failover, type FaultFigures, journalKillFigures } from "./figures.js";
 import type { ChaosResult } from "./run.js";
 import { formatTable, ms } from "./table.js";
 import { OP_KINDS } from "./workload.js";
@@ -18,7 +18,7 @@ export function formatReport(r: ChaosResult): string {
   const out: string[] = [];
   const runOps = r.ops.filter((x) => x.phase === "run");
   out.push(
-    `chaos: seed ${o.seed}, ${runOps.length} operations (concurrency ${o.concurrency}), ${o.replicas} journal replicas, ${r.faults.length} faults, ${ms(r.durationMs)}`,
+    `chaos${o.ha ? " --ha" : ""}: seed ${o.seed}, ${runOps.length} operations (concurrency ${o.concurrency}), ${o.replicas} journal replicas, ${r.faults.length} faults, ${ms(r.durationMs)}`,
     "",
     formatTable(
       ["invariant", "violations"],
@@ -34,8 +34,8 @@ export function formatReport(r: ChaosResult): string {
     "(orphans are counted as found: the run does not call `csictl gc` before the check)",
     "",
     formatTable(
-      ["fault", "injected", "slowest recovery", "no op after"],
-      r.faultFigures.map((f) => [f.kind, f.injected, ms(f.slowestMs), f.unrecovered]),
+      ["fault", "injected", "slowest recovery", "no op after", "another node took over (leader / master)"],
+      r.faultFigures.map((f) => [f.kind, f.injected, ms(f.slowestMs), f.unrecovered, takeover(f)]),
     ),
     "",
     formatTable(
@@ -65,8 +65,21 @@ export function formatReport(r: ChaosResult): string {
         .map((x) => `${x.during?.kind} then kill: ${ms(x.ms)}`)
         .join(", ")})`,
     );
+  const k = journalKillFigures(r.faults, r.failovers);
+  out.push(
+    `journal kills: ${k.kills}; the killed replica had a create in flight: ${k.withCreate}, another command: ${k.withOtherCommand}, nothing: ${k.idle}` +
+      (k.measured > 0 ? `; failover of those with a create: ${k.measured} measured, slowest ${ms(k.slowestMs)}` : ""),
+  );
   out.push("", r.ok ? "chaos: all invariants hold" : `chaos: ${r.invariants.filter((i) => i.violations.length > 0).length} invariant(s) violated`);
   return out.join("\n");
+}
+
+/** "4.1–8.9 s (median 6.0 s)", and for freezes how many froze the leader; "" for kinds without a take-over. */
+function takeover(f: FaultFigures): string {
+  const t = f.tookOverMs;
+  const range = t.length === 0 ? "" : `${ms(t[0])}–${ms(t.at(-1))} (median ${ms(t[Math.floor((t.length - 1) / 2)])})`;
+  if (f.kind === "nats-partition") return `froze the leader ${f.ledStream} times${range ? `; new leader while frozen after ${range}` : ""}`;
+  return range;
 }
 
 function finalCodes(r: ChaosResult): Map<string, number> {

@@ -1,7 +1,8 @@
 /**
  * The chaos run (`npm run chaos`, test/chaos.test.ts): a fresh stack in a temporary directory
- * (own nats-server and redis-server, N journal replicas, controller, node-agent), mixed CSI
- * operations from a CO-like client while faults are injected, then
+ * (own nats-server and redis-server — or with `--ha` 3 NATS nodes and a Redis primary + replica
+ * behind 3 Sentinels — N journal replicas, controller, node-agent), mixed CSI operations from a
+ * CO-like client while faults are injected, then
  *
  *   settle     everything restarted and healthy; given-up operations retried to a final answer
  *   check      invariants against the system (pool, projection vs a replay of the log, locks,
@@ -16,16 +17,19 @@ import { createWriteStream, type WriteStream } from "node:fs";
 import { mkdir, mkdtemp, realpath } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { subjects } from "@csi/contracts";
 import { keysFor } from "@csi/journal/operator";
-import { csiClient, loadClusters, redisConnectOptions, SentinelSafeRedis } from "@csi/runtime";
-import { cleanupUnder } from "@csi/testkit";
+import { csiClient, loadClusters, natsConnectOptions, redisConnectOptions, SentinelSafeRedis, within } from "@csi/runtime";
+import { cleanupUnder, scrape } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
+import { streamCopiesOf } from "../ha-servers.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
+import { copiesDisagree } from "../stream-copies.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
-import { FAULT_KINDS, type FaultRecord, faultDueAt, injectFault, planFaults } from "./faults.js";
+import { type FaultRecord, faultDueAt, injectFault, type JournalLoad, KINDS_BY_MODE, loadOf, modeOf, planFaults, startService } from "./faults.js";
 import { type Failover, type FaultFigures, faultFigures, journalFailovers, slowestOp } from "./figures.js";
 import { nodeStateFileOf, observe } from "./observe.js";
 import type { ChaosOptions } from "./options.js";
@@ -35,6 +39,8 @@ import { type OpRecord, Workload } from "./workload.js";
 const FAILOVER_CALM_MS = 1500;
 /** How many due faults the operations may run ahead of. */
 const FAULTS_BEHIND = 3;
+/** Ahead of the faults, one worker goes on, with this pause between its operations. */
+const TRICKLE_PAUSE_MS = 200;
 
 export interface ChaosResult {
   options: ChaosOptions;
@@ -87,8 +93,10 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     await mkdir(runDir, { recursive: true });
     // Our own clusters file (whatever CLUSTERS_FILE says): the pool must live under the temporary directory.
     const clustersFile = writeLocalClusters(runDir, NODE_ID);
-    say(`starting a stack in ${root}: ${opts.replicas} journal replicas, controller, node-agent`);
+    const servers = opts.ha ? "3 NATS nodes (streams at 3 replicas), Redis primary + replica behind 3 sentinels" : "nats-server, redis-server";
+    say(`starting a stack in ${root}: ${servers}, ${opts.replicas} journal replicas, controller, node-agent`);
     stack = await startStack({
+      ha: opts.ha,
       dataDir,
       runDir,
       nodeId: NODE_ID,
@@ -117,12 +125,34 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const workload = new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir, clock, namePrefix: `chaos${opts.seed}` });
 
     // ---------------------------------------------------------------- run: operations and faults
-    const plan = planFaults(opts.faultsPerKind, seeded(opts.seed + 1));
+    const kinds = KINDS_BY_MODE[modeOf(opts.ha)];
+    const plan = planFaults(kinds, opts.faultsPerKind, seeded(opts.seed + 1));
+    const stream = subjects.streamName(cluster.clusterID);
     const faults: FaultRecord[] = [];
     let started = 0;
+    /** The last operation: `--ops`, or more so that the last 5 % run after the last fault. */
+    let endAt = opts.ops;
+    /** A journal kill is waiting for a create in flight. */
+    let waitingForWork = false;
     const dueBy = (n: number) => plan.filter((_, i) => faultDueAt(i, plan.length, opts.ops) <= n).length;
     const s = stack;
     const r = redis;
+    /** What each running journal replica has in flight (its /metrics, read within 1 s). */
+    const journalLoad = async (): Promise<JournalLoad[]> => {
+      const loads = await Promise.all(
+        s.journals.map(async (j) => {
+          const url = j.running ? j.metricsUrl : undefined;
+          if (!url) return undefined;
+          const samples = await within(
+            scrape(url).catch(() => undefined),
+            1000,
+            () => undefined,
+          );
+          return samples ? loadOf(j.name, samples) : undefined;
+        }),
+      );
+      return loads.filter((l): l is JournalLoad => l !== undefined);
+    };
     const injector = (async () => {
       for (const [i, kind] of plan.entries()) {
         while (started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
@@ -131,7 +161,18 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
         if (signal?.aborted) return;
         try {
           faults.push(
-            await injectFault(kind, { stack: s, redis: r, replayMarkers: [keys.projection, keys.index("volume")], random: seeded(opts.seed + 3 + i), clock }),
+            await injectFault(kind, {
+              stack: s,
+              redis: r,
+              replayMarkers: [keys.projection, keys.index("volume")],
+              stream,
+              journalLoad,
+              waitingForWork: (on) => {
+                waitingForWork = on;
+              },
+              random: seeded(opts.seed + 3 + i),
+              clock,
+            }),
           );
         } catch (err) {
           faults.push({
@@ -139,20 +180,29 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
             at: clock(),
             restoredAt: clock(),
             target: "?",
-            note: `injection failed: ${String((err as Error)?.message ?? err).slice(0, 200)}`,
+            note: `injection failed: ${String((err as Error)?.message ?? err).slice(0, 1500)}`,
           });
           await makeWhole(s, workload, say);
         }
         const f = faults.at(-1);
         say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${started}${f?.note ? `: ${f.note}` : ""}`);
       }
+      endAt = Math.max(opts.ops, started + Math.ceil(opts.ops * 0.05));
     })();
-    const worker = async () => {
-      while (started < opts.ops && !signal?.aborted) {
-        // Faults keep pace with the operations (a few may be under way or waiting for calm, so that
-        // operations are in flight when a journal is killed); the last ops wait for every fault.
-        while (!signal?.aborted && (faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faults.length < plan.length)))
-          await sleep(20);
+    const worker = async (_: unknown, w: number) => {
+      for (;;) {
+        const faultsLeft = faults.length < plan.length;
+        if (signal?.aborted || (started >= endAt && !faultsLeft)) return;
+        // Faults keep pace with the operations: when the operations are more than a few due points
+        // ahead of the faults done (a fault may take 15 s with --ha), or past 95 % with faults left,
+        // all workers but the first wait and the first pauses between operations, so that
+        // operations still run through every fault without running far ahead of them; while a
+        // journal kill waits for work in flight, all run.
+        const ahead = faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faultsLeft);
+        if (ahead && !waitingForWork) {
+          await sleep(w > 0 ? 20 : TRICKLE_PAUSE_MS);
+          if (w > 0) continue;
+        }
         started++;
         if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
         await workload.run(workload.choose());
@@ -166,7 +216,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     await makeWhole(stack, workload, say);
     await waitReady(stack, signal);
     await workload.settle();
-    nc = await connect({ servers: stack.natsUrl, maxReconnectAttempts: -1 });
+    nc = await connect(natsConnectOptions({ natsUrl: stack.natsUrl }, { maxReconnectAttempts: -1 }));
     const model = () => ({
       volumes: [...workload.volumes.values()],
       snapshots: [...workload.snapshots.values()],
@@ -211,12 +261,17 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
             `SIGKILL of ${f.fault.target} at ${f.fault.at} ms: ${f.creates} creates answered after ${f.ms} ms (${f.failed} failed), bound ${opts.failoverBoundMs} ms`,
         ),
     };
-    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound]);
+    // With --ha, last (it moves the stream's leadership around): does every node hold the same log?
+    const ha = stack.servers.ha;
+    if (ha) say("reading each NATS node's copy of the event stream");
+    const copies = ha ? (await streamCopiesOf(ha.nats, stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
+    const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
+    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound, replicas]);
     return {
       options: opts,
       invariants,
       faults,
-      faultFigures: faultFigures(FAULT_KINDS, faults, workload.records),
+      faultFigures: faultFigures(kinds, faults, workload.records),
       failovers,
       ops: workload.records,
       stats,
@@ -234,22 +289,21 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
   }
 }
 
-/** Starts whatever is down (servers first); a service that will not come back is a finding. */
+/**
+ * Starts whatever is down (servers first; with `--ha` also waits until every replica of every NATS
+ * stream is current); a service that will not come back (START_ATTEMPTS starts) is a finding.
+ */
 async function makeWhole(stack: Stack, workload: Workload, say: (m: string) => void): Promise<void> {
-  for (const srv of [stack.servers.nats, stack.servers.redis]) if (srv && !srv.running) await srv.restart();
+  const { nats, redis, ha } = stack.servers;
+  for (const srv of [nats, redis, ...(ha?.named().map((n) => n.server) ?? [])]) if (srv && !srv.running) await srv.restart();
+  await ha?.streamsHealed(READY_TIMEOUT_MS).catch((err: Error) => {
+    workload.findings.push({ what: "service did not come back", example: `the NATS streams' replicas: ${err.message.slice(0, 200)}` });
+  });
   for (const svc of [...stack.journals, stack.controller, stack.nodeAgent]) {
-    for (let attempt = 1; !svc.running; attempt++) {
-      try {
-        await svc.start();
-      } catch (err) {
-        if (attempt >= 3) {
-          workload.findings.push({ what: "service did not come back", example: `${svc.name}: ${String((err as Error)?.message ?? err).slice(0, 200)}` });
-          say(`${svc.name} does not start: ${(err as Error)?.message?.slice(0, 200)}`);
-          break;
-        }
-        await sleep(2000);
-      }
-    }
+    await startService(svc).catch((err: Error) => {
+      workload.findings.push({ what: "service did not come back", example: err.message.slice(0, 600) });
+      say(err.message.slice(0, 600));
+    });
   }
 }
 

@@ -119,6 +119,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     beatEveryMs: cfg.beatEveryMs,
     observe: metrics.command,
     onRefused: metrics.refused,
+    inFlight: metrics.inFlight,
   });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams });

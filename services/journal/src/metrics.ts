@@ -5,6 +5,7 @@
  * the Redis connection, and the projection's watermark read at scrape time.
  *
  *   csi_journal_command_seconds{command,outcome}   histogram  request in → reply out
+ *   csi_journal_commands_in_flight{command}        gauge      commands taken and not yet answered
  *   csi_journal_aborted_total{command}             counter    ABORTED answers (lock busy, fenced off)
  *   csi_journal_lock_wait_seconds{outcome}         histogram  wait for an operation's locks ("acquired" | "busy")
  *   csi_journal_events_appended_total{type}        counter    events that landed in the log, by type
@@ -45,6 +46,7 @@ const LAG_READ_MS = 1_000;
 
 export class JournalMetrics {
   readonly #commandSeconds: Histogram<"command" | "outcome">;
+  readonly #inFlight: Gauge<"command">;
   readonly #aborted: Counter<"command">;
   readonly #lockWait: Histogram<"outcome">;
   readonly #appended: Counter<"type">;
@@ -56,6 +58,12 @@ export class JournalMetrics {
   constructor(private readonly ops: Ops) {
     const r = ops.registry;
     this.#commandSeconds = histogram(r, "csi_journal_command_seconds", "Journal commands, request to reply", ["command", "outcome"], CALL_SECONDS);
+    this.#inFlight = new Gauge({
+      name: "csi_journal_commands_in_flight",
+      help: "Journal commands taken and not yet answered",
+      labelNames: ["command"],
+      registers: [r],
+    });
     this.#aborted = counter(r, "csi_journal_aborted_total", "Journal commands answered ABORTED", ["command"]);
     this.#lockWait = histogram(r, "csi_journal_lock_wait_seconds", "Waits for an operation's locks (acquired, or busy: ABORTED)", ["outcome"], WAIT_SECONDS);
     this.#appended = counter(r, "csi_journal_events_appended_total", "Events appended to the event log", ["type"]);
@@ -103,6 +111,11 @@ export class JournalMetrics {
   readonly command = (command: string, outcome: string, seconds: number): void => {
     this.#commandSeconds.observe({ command, outcome }, seconds);
     if (outcome === "Aborted") this.#aborted.inc({ command });
+  };
+
+  /** serveJournal's inFlight: a command started (+1) or settled (−1). */
+  readonly inFlight = (command: string, delta: 1 | -1): void => {
+    this.#inFlight.inc({ command }, delta);
   };
 
   /** OperationEnv.observeLockWait: one operation's wait for its locks. */

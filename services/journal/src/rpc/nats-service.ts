@@ -132,6 +132,8 @@ export async function serveJournal(
     observe?: (command: JournalCommand, outcome: string, seconds: number) => void;
     /** Told of every request dropped unanswered (its reply subject is not an inbox): the metrics. */
     onRefused?: (reason: string) => void;
+    /** Told when a command starts (+1) and when it has settled (−1): the in-flight gauge. */
+    inFlight?: (command: JournalCommand, delta: 1 | -1) => void;
   },
 ): Promise<Drainable & { readonly serving: boolean }> {
   const guarded = admitting(nc, inboxesOnly(logger, opts.onRefused ?? (() => {})));
@@ -153,7 +155,14 @@ export async function serveJournal(
           logger.error({ err }, "endpoint stopped");
           return;
         }
-        void commands.run(() => answerCommand(answering, command, msg));
+        void commands.run(async () => {
+          opts.inFlight?.(command, 1);
+          try {
+            await answerCommand(answering, command, msg);
+          } finally {
+            opts.inFlight?.(command, -1);
+          }
+        });
       },
     });
   }
