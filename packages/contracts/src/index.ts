@@ -1,3 +1,4 @@
+export * from "./as-is.js";
 export * from "./bounds.js";
 export * from "./capabilities.js";
 export * from "./clusters.js";

@@ -26,7 +26,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 
 /** Bump with any change of the Lua below (and pin the new SHA-256 in redis-functions.test.ts). */
-export const JOURNAL_FUNCTIONS_VERSION = 2;
+export const JOURNAL_FUNCTIONS_VERSION = 3;
 export const JOURNAL_LIBRARY = `csi_journal_v${JOURNAL_FUNCTIONS_VERSION}`;
 const fn = (name: string) => `${JOURNAL_LIBRARY}_${name}`;
 
@@ -201,8 +201,11 @@ end
 -- must equal it), ARGV[3] '' or the log's last seq (the last chunk: sets 'applied'), ARGV[4] json:
 -- the writes as one flat array, each as <count> <cmd> <key index> <args…> (count = 2 + #args).
 -- The first write of the rebuild into a key (not in the index yet: the wipe emptied it) deletes the
--- key first, so nothing an older projection left there survives. Returns 1, or 0 when refused
--- (nothing written): not this epoch, complete, or a chunk missing.
+-- key first, so nothing an older projection left there survives. A later chunk may write a key again
+-- (an aggregate that changed after the rebuild wrote it is written again: its hash whole, the index
+-- entries it lost removed), so the key index is kept as apply_and_unlock keeps it (index()): a live
+-- key at 0, a tombstone at its expiry, a key that only lost members and is gone unindexed.
+-- Returns 1, or 0 when refused (nothing written): not this epoch, complete, or a chunk missing.
 local function write_fresh(keys, args)
   local p, idx = keys[1], keys[2]
   local a = cjson.decode(args[4])
@@ -214,20 +217,31 @@ local function write_fresh(keys, args)
   if redis.call('HGET', p, 'epoch') ~= args[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
   local n = tonumber(args[2])
   if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
-  local now
+  local seen, first = {}, {}
+  i = 1
+  while i <= #a do
+    local k = keys[tonumber(a[i + 2])]
+    if not seen[k] then
+      seen[k] = true
+      if redis.call('ZADD', idx, 'NX', 0, k) == 1 then first[#first + 1] = k end
+    end
+    i = i + tonumber(a[i]) + 1
+  end
+  for j = 1, #first, 1000 do redis.call('DEL', unpack(first, j, math.min(j + 999, #first))) end
+  local marks = {}
   i = 1
   while i <= #a do
     local c = tonumber(a[i])
     local cmd, k = a[i + 1], keys[tonumber(a[i + 2])]
-    if redis.call('ZADD', idx, 'NX', 0, k) == 1 then redis.call('DEL', k) end
     redis.call(cmd, k, unpack(a, i + 3, i + c))
-    if cmd == 'PEXPIRE' then
-      now = now or now_ms()
-      redis.call('ZADD', idx, now + tonumber(a[i + 3]), k)
-    end
+    mark(marks, cmd, k, a[i + 3])
     i = i + c + 1
   end
-  if now then redis.call('ZREMRANGEBYSCORE', idx, '(0', now) end
+  -- A key indexed just now is at 0 already: only a tombstone's or a gone key's entry changes.
+  for _, k in ipairs(first) do
+    if marks[k] == true then marks[k] = nil end
+  end
+  index(idx, marks)
   redis.call('HSET', p, 'written', n + 1)
   if args[3] ~= '' then redis.call('HSET', p, 'applied', args[3]) end
   return 1

@@ -233,8 +233,8 @@ export class RedisStore implements JournalStore {
    * snapshot taken mid-rebuild has fewer, and refuses). The last chunk also sets `applied` to
    * the log's `last` sequence. False: refused, nothing written.
    */
-  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number): Promise<boolean> {
-    return this.writeFreshOps(epoch, chunk, freshWrites(this.keys, states), last);
+  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number, written?: ReadonlyMap<string, Aggregate>): Promise<boolean> {
+    return this.writeFreshOps(epoch, chunk, freshWrites(this.keys, states, written), last);
   }
 
   /** writeFresh of Redis commands as they are (tests drive the function with it). */
