@@ -65,6 +65,50 @@ class StateCache {
 }
 
 /**
+ * What a rebuild has changed and not written yet (by addressKey), each with what the rebuild
+ * wrote of it before (null: nothing) — oldest first, as far as `take` keeps it so.
+ */
+class Unwritten {
+  readonly #m = new Map<string, { was: Aggregate | null; at: number }>();
+  #changes = 0;
+
+  get size(): number {
+    return this.#m.size;
+  }
+
+  /** `key` changed; `before`: its state before the change (if it was not waiting, that is what the rebuild wrote of it, or nothing). */
+  changed(key: string, before: Aggregate | undefined): void {
+    this.#changes++;
+    const e = this.#m.get(key);
+    if (e) e.at = this.#changes;
+    else this.#m.set(key, { was: before ?? null, at: this.#changes });
+  }
+
+  /**
+   * Up to `count` of them, oldest first, that none of the last `quiet` changes touched (0: any),
+   * each with what was written of it before; they are no longer waiting. Those passed over for a
+   * recent change go to the back. With `quiet` + `count` waiting, `count` are found: the last
+   * `quiet` changes touched at most `quiet` of them.
+   */
+  take(count: number, quiet: number): [string, Aggregate | null][] {
+    const out: [string, Aggregate | null][] = [];
+    const recent: string[] = [];
+    for (const [key, e] of this.#m) {
+      if (out.length >= count) break;
+      if (this.#changes - e.at < quiet) recent.push(key);
+      else out.push([key, e.was]);
+    }
+    for (const [key] of out) this.#m.delete(key);
+    for (const key of recent) {
+      const e = this.#m.get(key);
+      this.#m.delete(key);
+      if (e) this.#m.set(key, e);
+    }
+    return out;
+  }
+}
+
+/**
  * Every time Redis is back after a drop (a restart; a Sentinel failover to a replica that missed the
  * last writes), the projection is caught up before the next command reads it (Projector.distrust).
  */
@@ -295,18 +339,15 @@ export class Projector {
     wiping.catch(() => {}); // awaited before the first chunk, or below
     const size = Math.min(this.#batch, CHUNK_STATES);
     const states: States = new Map();
-    /** Aggregates changed and not written since, least recently changed first: each with what this rebuild wrote of it before (null: nothing). */
-    const pending = new Map<string, Aggregate | null>();
+    const unwritten = new Unwritten();
     const inFlight: Promise<boolean>[] = [];
     let chunk = 0;
     let ok = true;
-    const send = async (count: number, last?: number) => {
+    const send = async (count: number, quiet: number, last?: number) => {
       await wiping;
       const out: Aggregate[] = [];
       const written = new Map<string, Aggregate>();
-      for (const [key, was] of pending) {
-        if (out.length >= count) break;
-        pending.delete(key);
+      for (const [key, was] of unwritten.take(count, quiet)) {
         out.push(states.get(key) as Aggregate);
         if (was) written.set(key, was);
       }
@@ -320,11 +361,8 @@ export class Projector {
         for (const r of batch) {
           const step = foldStep(states, r);
           if (!step || step.after === step.before) continue;
-          // Not waiting: the state before is what this rebuild wrote of it (or it is new).
-          const was = pending.has(step.key) ? (pending.get(step.key) as Aggregate | null) : (step.before ?? null);
-          pending.delete(step.key);
-          pending.set(step.key, was);
-          if (pending.size >= this.#rebuildPending + size) await send(size);
+          unwritten.changed(step.key, step.before);
+          if (unwritten.size >= this.#rebuildPending + size) await send(size, this.#rebuildPending);
           if (!ok) return false;
         }
         seen = batch[batch.length - 1]?.seq ?? seen;
@@ -332,8 +370,8 @@ export class Projector {
       },
       { batch: FOLD_BATCH },
     );
-    while (ok && pending.size > size) await send(size);
-    if (ok) await send(size, seen);
+    while (ok && unwritten.size > size) await send(size, 0);
+    if (ok) await send(size, 0, seen);
     for (const p of inFlight.splice(0)) ok = (await p) && ok;
     return { last: seen, wiped: await wiping, ok };
   }

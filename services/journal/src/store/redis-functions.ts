@@ -39,6 +39,7 @@ export const JOURNAL_FUNCTIONS = {
   beginRebuild: fn("begin_rebuild"),
   writeFresh: fn("write_fresh"),
   markComplete: fn("mark_complete"),
+  dump: fn("dump"),
 } as const;
 
 const LUA = `#!lua name=${JOURNAL_LIBRARY}
@@ -255,6 +256,25 @@ local function mark_complete(keys, args)
   return 1
 end
 
+-- KEYS: projection keys; nothing written. Each as it is, all in one JSON array of [type, values]:
+-- a hash's fields and values (flat), a set's or a sorted set's members, and 'none' with no values
+-- for a key that is not there. One string to decode instead of a reply per field (the start-up
+-- check reads every key of the projection).
+local function dump(keys)
+  local out = {}
+  for i, k in ipairs(keys) do
+    local t = redis.call('TYPE', k).ok
+    local v = {}
+    if t == 'hash' then v = redis.call('HGETALL', k)
+    elseif t == 'set' then v = redis.call('SMEMBERS', k)
+    elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1)
+    else t = 'none' end
+    out[i] = {t, v}
+  end
+  return cjson.encode(out)
+end
+
+redis.register_function{function_name = '${JOURNAL_FUNCTIONS.dump}', callback = dump, flags = {'no-writes'}}
 redis.register_function{function_name = '${JOURNAL_FUNCTIONS.version}', callback = function() return ${JOURNAL_FUNCTIONS_VERSION} end, flags = {'no-writes'}}
 redis.register_function('${JOURNAL_FUNCTIONS.lockAndRead}', lock_and_read)
 redis.register_function('${JOURNAL_FUNCTIONS.applyAndUnlock}', apply_and_unlock)

@@ -139,7 +139,8 @@ export function projectionOf(k: Keys, states: Iterable<Aggregate>): Map<string, 
     }
     const hash = recordHash(s);
     if (!hash) continue;
-    hashes.set(k.record(s.kind, s.uuid), { ...hash, _seq: String(s.seq) });
+    hash._seq = String(s.seq); // recordHash's own new object
+    hashes.set(k.record(s.kind, s.uuid), hash);
     for (const m of memberships(k, s)) {
       const set = sets.get(m.key) ?? new Set<string>();
       sets.set(m.key, set);
