@@ -1,4 +1,3 @@
-export * from "./as-is.js";
 export * from "./bounds.js";
 export * from "./capabilities.js";
 export * from "./clusters.js";

@@ -65,28 +65,3 @@ export function events(start = 0) {
       at({ type: "GroupSnapshotReserved", uuid: GRP, name: "grp", ...pool, members: [{ volumeUuid: VOL, snapshotUuid: SNAP }] }, time),
   };
 }
-
-/** One event of every type of the contracts, on this volume, snapshot and group (each in its plainest form). */
-export function oneOfEachType(e = events()): StoredEvent[] {
-  return [
-    e.nameReserved("volume", "pvc", VOL),
-    e.nameReleased("snapshot", "snap", SNAP),
-    e.volReserved(),
-    e.volCreated(),
-    e.at({ type: "VolumeExpanded", uuid: VOL, sizeBytes: 2097152 }),
-    e.at({ type: "VolumeModified", uuid: VOL, mutableParameters: {} }),
-    e.claimed(),
-    e.unclaimed(),
-    e.at({ type: "VolumeDeleted", uuid: VOL }),
-    e.at({ type: "DeviceStateReported", uuid: VOL, nodeId: "n1", state: "staged", via: "grpc", at: "2026-01-01T00:00:00Z" }),
-    e.snapReserved(),
-    e.snapCreated(),
-    e.at({ type: "SnapshotDeleted", uuid: SNAP }),
-    e.groupReserved(),
-    e.at({ type: "GroupSnapshotCreated", uuid: GRP }),
-    e.at({ type: "GroupSnapshotDeleted", uuid: GRP }),
-    e.at({ type: "ReservationUndone", kind: "snapshot", uuid: SNAP, reason: "r" }),
-    e.at({ type: "ImageLeakCollected", pool: "default", imageName: "x", imageId: "1", sizeBytes: 1, reason: "gc" }),
-    e.at({ type: "ReservationCollected", kind: "groupsnapshot", uuid: GRP, reason: "gc" }),
-  ];
-}

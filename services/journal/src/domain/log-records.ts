@@ -13,8 +13,6 @@
  * is the subject's last sequence, whatever is there.
  */
 import {
-  type AsIsCheck,
-  asIsCheck,
   type ForeignReason,
   type ForeignRecordView,
   isUuid,
@@ -132,7 +130,12 @@ function utf8(data: Uint8Array, max = data.byteLength): string {
   return Buffer.from(data.buffer, data.byteOffset, Math.min(max, data.byteLength)).toString("utf8");
 }
 
-/** A foreign record of `raw`: why, a bounded detail, its size and a sanitised preview of its start (never more of its body). */
+/**
+ * A foreign record of `raw`: why, a bounded detail, its size and a sanitised preview of its start
+ * (never more of its body). A function of its own rather than a closure made for every record
+ * read: under tsx (the bench, the tests) each such closure also cost a `__name` call, about 1 µs
+ * per event of a replay.
+ */
 function foreignRecord(log: LogOf, raw: RawRecord, reason: ForeignReason, detail: string): ForeignRecord {
   const { seq, subject, data } = raw;
   const address = subjectAddress(log, subject);
@@ -157,17 +160,10 @@ export interface RawRecord {
 }
 
 /**
- * Whether a parsed record is a JournalEvent exactly as zod would return it (contracts' as-is.ts):
- * then it is kept as it is; else zod parses it (and says why it is not one). `classifyRecord`'s
- * last parameter; the test passes `() => false` to compare with zod alone.
- */
-const EVENT_AS_IS: AsIsCheck = asIsCheck(JournalEvent);
-
-/**
  * A record read from the log: a stored event, or a foreign record saying why. Never throws: what
  * cannot be read as an event is foreign.
  */
-export function classifyRecord(log: LogOf, raw: RawRecord, asIs: AsIsCheck = EVENT_AS_IS): LogRecord {
+export function classifyRecord(log: LogOf, raw: RawRecord): LogRecord {
   const { seq, subject, data } = raw;
   if (data.byteLength > MAX_EVENT_BYTES)
     return foreignRecord(log, raw, "too-large", `${data.byteLength} bytes, more than the ${MAX_EVENT_BYTES} an event may have`);
@@ -181,17 +177,13 @@ export function classifyRecord(log: LogOf, raw: RawRecord, asIs: AsIsCheck = EVE
   const type = (value as { type?: unknown }).type;
   if (typeof type !== "string") return foreignRecord(log, raw, "unknown-type", "no event type");
   if (!EVENT_TYPES.has(type)) return foreignRecord(log, raw, "unknown-type", `unknown event type ${quote(type, 32)}`);
-  let event: JournalEvent;
-  if (asIs(value)) event = value as JournalEvent;
-  else {
-    const parsed = JournalEvent.safeParse(value);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const field = issue?.path.length ? issue.path.map(String).join(".") : "(event)";
-      return foreignRecord(log, raw, "schema", `${type}: ${field}: ${issue?.message ?? "invalid"}`);
-    }
-    event = parsed.data;
+  const parsed = JournalEvent.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.length ? issue.path.map(String).join(".") : "(event)";
+    return foreignRecord(log, raw, "schema", `${type}: ${field}: ${issue?.message ?? "invalid"}`);
   }
+  const event = parsed.data;
   const expected = eventSubject(log, event, subject);
   if (expected !== subject) return foreignRecord(log, raw, "wrong-subject", `a ${type} that belongs on another subject`);
   return { seq, subject, event };

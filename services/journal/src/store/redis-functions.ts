@@ -218,13 +218,14 @@ local function write_fresh(keys, args)
   if redis.call('HGET', p, 'epoch') ~= args[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
   local n = tonumber(args[2])
   if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
-  local seen, first = {}, {}
+  -- new[k]: indexed just now (at 0, as a live key), so only a TTL or a removal changes its entry.
+  local new, first = {}, {}
   i = 1
   while i <= #a do
     local k = keys[tonumber(a[i + 2])]
-    if not seen[k] then
-      seen[k] = true
-      if redis.call('ZADD', idx, 'NX', 0, k) == 1 then first[#first + 1] = k end
+    if new[k] == nil then
+      new[k] = redis.call('ZADD', idx, 'NX', 0, k) == 1
+      if new[k] then first[#first + 1] = k end
     end
     i = i + tonumber(a[i]) + 1
   end
@@ -235,12 +236,8 @@ local function write_fresh(keys, args)
     local c = tonumber(a[i])
     local cmd, k = a[i + 1], keys[tonumber(a[i + 2])]
     redis.call(cmd, k, unpack(a, i + 3, i + c))
-    mark(marks, cmd, k, a[i + 3])
+    if not (new[k] and CREATES[cmd]) then mark(marks, cmd, k, a[i + 3]) end
     i = i + c + 1
-  end
-  -- A key indexed just now is at 0 already: only a tombstone's or a gone key's entry changes.
-  for _, k in ipairs(first) do
-    if marks[k] == true then marks[k] = nil end
   end
   index(idx, marks)
   redis.call('HSET', p, 'written', n + 1)
