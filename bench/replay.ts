@@ -17,7 +17,7 @@ import { Session } from "node:inspector";
 import path from "node:path";
 import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { BackupKey, EventLog, exportLogToFile, importLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
-import { emptyReplay, replayInto, volumeReservedBody } from "@csi/journal/testing";
+import { emptyReplay, FOLD_BATCH, replayInto, volumeReservedBody } from "@csi/journal/testing";
 import { createLogger, redisConnectOptions } from "@csi/runtime";
 import { startServer } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -139,7 +139,7 @@ export async function replayScenario(dir: string): Promise<void> {
     await measure("start-up check (fold + compare)", checkProjection);
     await measure("replay --at <end> (fold only)", async () => {
       const r = emptyReplay();
-      await log.read(1, async (b) => replayInto(r, b, { seq: Number.MAX_SAFE_INTEGER }), { batch: 4096 });
+      await log.read(1, async (b) => replayInto(r, b, { seq: Number.MAX_SAFE_INTEGER }), { batch: FOLD_BATCH });
       if (r.upTo.seq !== EVENTS) throw new Error(`replay folded up to ${r.upTo.seq}, not ${EVENTS}`);
     });
     console.log(`keys in the projection: ${(await store.projectionKeys()).length}`);

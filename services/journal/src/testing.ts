@@ -23,7 +23,7 @@ export type { ImageKind } from "./domain/kinds.js";
 export { BackupWriter } from "./domain/log-backup.js";
 export type { LogRecord } from "./domain/log-records.js";
 export type { ImageInfo, ImageOwner, PoolBackend } from "./domain/pool-backend.js";
-export type { AppendMeta, EventLog as EventLogPort } from "./ports/event-log.js";
+export { type AppendMeta, type EventLog as EventLogPort, FOLD_BATCH } from "./ports/event-log.js";
 export type { IndexOf, JournalStore, LockResult, StateMap } from "./ports/store.js";
 export { CallKeys } from "./store/redis-store.js";
 export { TOMBSTONE_TTL_MS } from "./store/writes.js";

@@ -46,6 +46,7 @@ import type { States } from "../domain/evolve.js";
 import { KINDS, uuidSubjects } from "../domain/kinds.js";
 import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../domain/log-records.js";
 import type { ImageInfo, Leftover } from "../domain/pool-backend.js";
+import { FOLD_BATCH } from "../ports/event-log.js";
 import type { Journal } from "./journal.js";
 
 export type HeartbeatReader = (nodeIds: string[]) => Promise<Map<string, Heartbeat | undefined>>;
@@ -96,7 +97,7 @@ export class Audit {
       return { upTo: r.upTo, entries: replayEntries(r.states, { uuid: req.uuid }) };
     }
     if (req.startingToken !== undefined && !isUuid(req.startingToken)) throw new DriverError("Aborted", `invalid starting token ${quote(req.startingToken)}`);
-    await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: 4096, ...upTo });
+    await this.#d.log.read(1, async (batch) => replayInto(r, batch, at), { batch: FOLD_BATCH, ...upTo });
     const all = replayEntries(r.states, req.startingToken ? { after: req.startingToken } : {});
     const max = Math.min(req.maxEntries || MAX_PAGE_ENTRIES, all.length);
     const { entries, nextToken } = this.j.fitReply(all.slice(0, max), (e) => e.uuid, max < all.length ? all[max - 1]?.uuid : undefined);

@@ -19,9 +19,9 @@ import { DriverError } from "@csi/contracts";
 import { SentAhead } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { type Aggregate, addressKey, foldFrom, foldInto, type States, type Trail } from "../domain/evolve.js";
+import { type Aggregate, addressKey, foldFrom, foldInto, foldStep, type States, type Trail } from "../domain/evolve.js";
 import { type ForeignRecord, isForeign, type LogRecord } from "../domain/log-records.js";
-import type { EventLog } from "../ports/event-log.js";
+import { type EventLog, FOLD_BATCH } from "../ports/event-log.js";
 import type { JournalStore } from "../ports/store.js";
 import { judgeProjection } from "../store/projection-state.js";
 import { beforesNeeded } from "../store/writes.js";
@@ -66,6 +66,50 @@ class StateCache {
 }
 
 /**
+ * What a rebuild has changed and not written yet (by addressKey), each with what the rebuild
+ * wrote of it before (null: nothing) — oldest first, as far as `take` keeps it so.
+ */
+class Unwritten {
+  readonly #m = new Map<string, { was: Aggregate | null; at: number }>();
+  #changes = 0;
+
+  get size(): number {
+    return this.#m.size;
+  }
+
+  /** `key` changed; `before`: its state before the change (if it was not waiting, that is what the rebuild wrote of it, or nothing). */
+  changed(key: string, before: Aggregate | undefined): void {
+    this.#changes++;
+    const e = this.#m.get(key);
+    if (e) e.at = this.#changes;
+    else this.#m.set(key, { was: before ?? null, at: this.#changes });
+  }
+
+  /**
+   * Up to `count` of them, oldest first, that none of the last `quiet` changes touched (0: any),
+   * each with what was written of it before; they are no longer waiting. Those passed over for a
+   * recent change go to the back. With `quiet` + `count` waiting, `count` are found: the last
+   * `quiet` changes touched at most `quiet` of them.
+   */
+  take(count: number, quiet: number): [string, Aggregate | null][] {
+    const out: [string, Aggregate | null][] = [];
+    const recent: string[] = [];
+    for (const [key, e] of this.#m) {
+      if (out.length >= count) break;
+      if (this.#changes - e.at < quiet) recent.push(key);
+      else out.push([key, e.was]);
+    }
+    for (const [key] of out) this.#m.delete(key);
+    for (const key of recent) {
+      const e = this.#m.get(key);
+      this.#m.delete(key);
+      if (e) this.#m.set(key, e);
+    }
+    return out;
+  }
+}
+
+/**
  * Every time Redis is back after a drop (a restart; a Sentinel failover to a replica that missed the
  * last writes), the projection is caught up before the next command reads it (Projector.distrust).
  */
@@ -81,10 +125,13 @@ export function distrustAfterRedisDrops(redis: Redis, projector: Projector): voi
 const CACHE_STATES = 50_000;
 /** Replay batches (or rebuild chunks) sent to Redis before the first of them is awaited (each is conditional on the one before). */
 const IN_FLIGHT = 8;
-/** Events per hand-over of a fold (no Redis call per batch: only the callback's overhead). */
-const FOLD_BATCH = 4096;
 /** Aggregates per script call of a rebuild's writes at most (a shared index gets one ZADD of 2 arguments per member). */
 const CHUNK_STATES = 1000;
+/**
+ * Aggregates a rebuild keeps changed and unwritten while it reads the log; past this many, the
+ * least recently changed are written (most will not change again: one that does is written again).
+ */
+const REBUILD_PENDING = 20_000;
 
 export interface ProjectorOptions {
   /** Events per catch-up batch (one Lua call each); also aggregates per rebuild chunk (at most CHUNK_STATES). */
@@ -93,6 +140,8 @@ export interface ProjectorOptions {
   waitMs?: number;
   /** TTL of the cluster's rebuild lock; it is renewed every third of it. */
   lockTtlMs?: number;
+  /** Aggregates a rebuild keeps changed and unwritten while it reads the log (REBUILD_PENDING; tests make it small). */
+  rebuildPending?: number;
 }
 
 export class Projector {
@@ -103,6 +152,7 @@ export class Projector {
   readonly #batch: number;
   readonly #waitMs: number;
   readonly #lockTtlMs: number;
+  readonly #rebuildPending: number;
 
   constructor(
     private readonly log: EventLog,
@@ -113,6 +163,7 @@ export class Projector {
     this.#batch = opts.batch ?? 512;
     this.#waitMs = opts.waitMs ?? 10_000;
     this.#lockTtlMs = opts.lockTtlMs ?? 10_000;
+    this.#rebuildPending = opts.rebuildPending ?? REBUILD_PENDING;
   }
 
   /** Bring the projection up to the log: catch up if it can be trusted, else rebuild it. Single-flight. */
@@ -261,10 +312,8 @@ export class Projector {
       }
       const started = performance.now();
       this.logger.warn({ epoch, reason: judged.reason, log: info.id, was: meta?.log }, "projection rebuild started");
-      const wiped = await this.store.wipeProjection();
-      const states: States = new Map();
-      const last = await this.fold(states);
-      if ((await this.#writeFresh(epoch, states, last)) && (await this.store.markComplete(epoch, last))) {
+      const { last, wiped, ok } = await this.#foldAndWrite(epoch);
+      if (ok && (await this.store.markComplete(epoch, last))) {
         this.logger.info({ epoch, from: 1, to: last, wiped, ms: Math.round(performance.now() - started) }, "projection rebuilt");
         return;
       }
@@ -275,29 +324,61 @@ export class Projector {
   }
 
   /**
-   * A rebuild's writes: the log folded whole (`states`, up to `last`) written into the wiped
-   * projection once per aggregate, in chunks (`freshWrites`, at most CHUNK_STATES aggregates per
-   * script call), each applied only on this epoch after every chunk before it, the last one
-   * setting the watermark. Chunks are sent up to IN_FLIGHT ahead of their replies: a refusal
-   * (flushed, restarted, another rebuild) refuses the rest too. False: a chunk was refused.
-   * Redis's cost grows with the aggregates, not the events.
+   * A rebuild's reads and writes: the projection wiped while the log is read from its start and
+   * folded in memory; the aggregates the fold changed are written into the wiped projection in
+   * chunks (`freshWrites`, at most CHUNK_STATES aggregates per script call) while the log is still
+   * read, least recently changed first, once more than REBUILD_PENDING of them wait — so Redis
+   * works beside the reading instead of after it; the rest when the log is read, the last chunk
+   * setting the watermark. An aggregate the log changes again after it was written is written
+   * again (its hash whole, the index entries it lost removed: write_fresh). Each chunk applies
+   * only on this epoch after every chunk before it; chunks are sent up to IN_FLIGHT ahead of their
+   * replies, so a refusal (flushed, restarted, another rebuild) refuses the rest too. Redis's work
+   * grows with the aggregates, not the events. `ok` false: a chunk was refused.
    */
-  async #writeFresh(epoch: string, states: States, last: number): Promise<boolean> {
-    const all = [...states.values()];
+  async #foldAndWrite(epoch: string): Promise<{ last: number; wiped: number; ok: boolean }> {
+    const wiping = this.store.wipeProjection();
+    wiping.catch(() => {}); // awaited before the first chunk, or below
     const size = Math.min(this.#batch, CHUNK_STATES);
-    const chunks = Math.max(1, Math.ceil(all.length / size));
+    const states: States = new Map();
+    const unwritten = new Unwritten();
     const out = new SentAhead<boolean>(IN_FLIGHT);
-    try {
-      let ok = true;
-      for (let i = 0; i < chunks && ok; i++) {
-        const answer = await out.add(this.store.writeFresh(epoch, i, all.slice(i * size, (i + 1) * size), i === chunks - 1 ? last : undefined));
-        if (answer !== undefined) ok = answer;
+    let chunk = 0;
+    let ok = true;
+    const send = async (count: number, quiet: number, last?: number) => {
+      await wiping;
+      const aggregates: Aggregate[] = [];
+      const written = new Map<string, Aggregate>();
+      for (const [key, was] of unwritten.take(count, quiet)) {
+        aggregates.push(states.get(key) as Aggregate);
+        if (was) written.set(key, was);
       }
+      const answer = await out.add(this.store.writeFresh(epoch, chunk++, aggregates, last, written));
+      if (answer !== undefined) ok = answer && ok;
+    };
+    let seen = 0;
+    try {
+      await this.log.read(
+        1,
+        async (batch) => {
+          for (const r of batch) {
+            const step = foldStep(states, r);
+            if (!step || step.after === step.before) continue;
+            unwritten.changed(step.key, step.before);
+            if (unwritten.size >= this.#rebuildPending + size) await send(size, this.#rebuildPending);
+            if (!ok) return false;
+          }
+          seen = batch[batch.length - 1]?.seq ?? seen;
+          return ok;
+        },
+        { batch: FOLD_BATCH },
+      );
+      while (ok && unwritten.size > size) await send(size, 0);
+      if (ok) await send(size, 0, seen);
       for (const answer of await out.rest()) ok = answer && ok;
-      return ok;
     } finally {
-      await out.settle();
+      await Promise.allSettled([out.settle(), wiping]); // nothing of the rebuild left running, however it ended
     }
+    return { last: seen, wiped: await wiping, ok };
   }
 
   /**

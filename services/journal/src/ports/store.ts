@@ -69,8 +69,12 @@ export interface ProjectionStore {
   beginRebuild(epoch: string, logId: string, over: RebuildOver): Promise<boolean>;
   /** Remove every projection key; returns how many. */
   wipeProjection(): Promise<number>;
-  /** Chunk `chunk` of a rebuild's states, only on `epoch` after every chunk before it; the last sets the watermark `last`. */
-  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number): Promise<boolean>;
+  /**
+   * Chunk `chunk` of a rebuild's states, only on `epoch` after every chunk before it; the last sets
+   * the watermark `last`. `written`: what this rebuild wrote before of aggregates it writes again
+   * (by addressKey), which these states replace (store/writes.ts `freshWrites`).
+   */
+  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number, written?: ReadonlyMap<string, Aggregate>): Promise<boolean>;
   /** The rebuild's last write: complete, if its epoch is still there and replayed up to `last`. */
   markComplete(epoch: string, last: number): Promise<boolean>;
   /** How many keys the projection holds. */

@@ -107,8 +107,9 @@ const CODEC = {
 export function recordHash(s: RecordState): Hash | undefined {
   if (!s.record) return undefined;
   // The KINDS row of s.kind takes s.record's type.
-  const hash = (CODEC[s.kind].toHash as (r: typeof s.record) => Hash)(s.record);
-  return { ...hash, _gone: "0" };
+  const hash = (CODEC[s.kind].toHash as (r: typeof s.record) => Hash)(s.record); // a new object: completed in place
+  hash._gone = "0";
+  return hash;
 }
 
 /** A record state as read back from its Redis hash: live, a tombstone, or unknown. */

@@ -26,7 +26,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 
 /** Bump with any change of the Lua below (and pin the new SHA-256 in redis-functions.test.ts). */
-export const JOURNAL_FUNCTIONS_VERSION = 2;
+export const JOURNAL_FUNCTIONS_VERSION = 3;
 export const JOURNAL_LIBRARY = `csi_journal_v${JOURNAL_FUNCTIONS_VERSION}`;
 const fn = (name: string) => `${JOURNAL_LIBRARY}_${name}`;
 
@@ -39,6 +39,7 @@ export const JOURNAL_FUNCTIONS = {
   beginRebuild: fn("begin_rebuild"),
   writeFresh: fn("write_fresh"),
   markComplete: fn("mark_complete"),
+  dump: fn("dump"),
 } as const;
 
 const LUA = `#!lua name=${JOURNAL_LIBRARY}
@@ -201,8 +202,11 @@ end
 -- must equal it), ARGV[3] '' or the log's last seq (the last chunk: sets 'applied'), ARGV[4] json:
 -- the writes as one flat array, each as <count> <cmd> <key index> <args…> (count = 2 + #args).
 -- The first write of the rebuild into a key (not in the index yet: the wipe emptied it) deletes the
--- key first, so nothing an older projection left there survives. Returns 1, or 0 when refused
--- (nothing written): not this epoch, complete, or a chunk missing.
+-- key first, so nothing an older projection left there survives. A later chunk may write a key again
+-- (an aggregate that changed after the rebuild wrote it is written again: its hash whole, the index
+-- entries it lost removed), so the key index is kept as apply_and_unlock keeps it (index()): a live
+-- key at 0, a tombstone at its expiry, a key that only lost members and is gone unindexed.
+-- Returns 1, or 0 when refused (nothing written): not this epoch, complete, or a chunk missing.
 local function write_fresh(keys, args)
   local p, idx = keys[1], keys[2]
   local a = cjson.decode(args[4])
@@ -214,20 +218,28 @@ local function write_fresh(keys, args)
   if redis.call('HGET', p, 'epoch') ~= args[1] or redis.call('HEXISTS', p, 'complete') == 1 then return 0 end
   local n = tonumber(args[2])
   if tonumber(redis.call('HGET', p, 'written') or '0') ~= n then return 0 end
-  local now
+  -- new[k]: indexed just now (at 0, as a live key), so only a TTL or a removal changes its entry.
+  local new, first = {}, {}
+  i = 1
+  while i <= #a do
+    local k = keys[tonumber(a[i + 2])]
+    if new[k] == nil then
+      new[k] = redis.call('ZADD', idx, 'NX', 0, k) == 1
+      if new[k] then first[#first + 1] = k end
+    end
+    i = i + tonumber(a[i]) + 1
+  end
+  for j = 1, #first, 1000 do redis.call('DEL', unpack(first, j, math.min(j + 999, #first))) end
+  local marks = {}
   i = 1
   while i <= #a do
     local c = tonumber(a[i])
     local cmd, k = a[i + 1], keys[tonumber(a[i + 2])]
-    if redis.call('ZADD', idx, 'NX', 0, k) == 1 then redis.call('DEL', k) end
     redis.call(cmd, k, unpack(a, i + 3, i + c))
-    if cmd == 'PEXPIRE' then
-      now = now or now_ms()
-      redis.call('ZADD', idx, now + tonumber(a[i + 3]), k)
-    end
+    if not (new[k] and CREATES[cmd]) then mark(marks, cmd, k, a[i + 3]) end
     i = i + c + 1
   end
-  if now then redis.call('ZREMRANGEBYSCORE', idx, '(0', now) end
+  index(idx, marks)
   redis.call('HSET', p, 'written', n + 1)
   if args[3] ~= '' then redis.call('HSET', p, 'applied', args[3]) end
   return 1
@@ -241,6 +253,25 @@ local function mark_complete(keys, args)
   return 1
 end
 
+-- KEYS: projection keys; nothing written. Each as it is, all in one JSON array of [type, values]:
+-- a hash's fields and values (flat), a set's or a sorted set's members, and 'none' with no values
+-- for a key that is not there. One string to decode instead of a reply per field (the start-up
+-- check reads every key of the projection).
+local function dump(keys)
+  local out = {}
+  for i, k in ipairs(keys) do
+    local t = redis.call('TYPE', k).ok
+    local v = {}
+    if t == 'hash' then v = redis.call('HGETALL', k)
+    elseif t == 'set' then v = redis.call('SMEMBERS', k)
+    elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1)
+    else t = 'none' end
+    out[i] = {t, v}
+  end
+  return cjson.encode(out)
+end
+
+redis.register_function{function_name = '${JOURNAL_FUNCTIONS.dump}', callback = dump, flags = {'no-writes'}}
 redis.register_function{function_name = '${JOURNAL_FUNCTIONS.version}', callback = function() return ${JOURNAL_FUNCTIONS_VERSION} end, flags = {'no-writes'}}
 redis.register_function('${JOURNAL_FUNCTIONS.lockAndRead}', lock_and_read)
 redis.register_function('${JOURNAL_FUNCTIONS.applyAndUnlock}', apply_and_unlock)

@@ -233,17 +233,17 @@ export class RedisStore implements JournalStore {
    * snapshot taken mid-rebuild has fewer, and refuses). The last chunk also sets `applied` to
    * the log's `last` sequence. False: refused, nothing written.
    */
-  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number): Promise<boolean> {
-    return this.writeFreshOps(epoch, chunk, freshWrites(this.keys, states), last);
+  writeFresh(epoch: string, chunk: number, states: Aggregate[], last?: number, written?: ReadonlyMap<string, Aggregate>): Promise<boolean> {
+    return this.writeFreshOps(epoch, chunk, freshWrites(this.keys, states, written), last);
   }
 
   /** writeFresh of Redis commands as they are (tests drive the function with it). */
   async writeFreshOps(epoch: string, chunk: number, ops: RedisOp[], last?: number): Promise<boolean> {
     const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
     const flat: (string | number)[] = [];
-    for (const [cmd, key, ...rest] of ops) {
-      flat.push(2 + rest.length, cmd, k.at(String(key)));
-      for (const a of rest) flat.push(String(a));
+    for (const op of ops) {
+      flat.push(op.length, op[0], k.at(String(op[1])));
+      for (let i = 2; i < op.length; i++) flat.push(String(op[i]));
     }
     const args = [epoch, chunk, last === undefined ? "" : String(last), JSON.stringify(flat)];
     return (await this.#fcall<number>(JOURNAL_FUNCTIONS.writeFresh, k.keys, args)) === 1;
@@ -295,26 +295,19 @@ export class RedisStore implements JournalStore {
 
   /**
    * These keys with their values (absent keys are left out): the start-up check reads Redis with
-   * it. Keys `isHash` says are hashes are read without asking their type first.
+   * it, 1,000 keys per call of the library's `dump` (each answer one JSON string: decoding a reply
+   * per field cost the check about 4 µs of CPU per event of the log; docs/journal.md).
    */
-  async dumpProjection(keys: string[], isHash: (key: string) => boolean = () => false): Promise<Map<string, Stored>> {
+  async dumpProjection(keys: string[]): Promise<Map<string, Stored>> {
     const out = new Map<string, Stored>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const asked = chunk.filter((k) => !isHash(k));
-      const answers = asked.length ? await this.#pipeline(asked, (p, k) => p.type(k)) : [];
-      const known = new Map(asked.map((k, j) => [k, answers[j]]));
-      const types = chunk.map((k) => (known.has(k) ? known.get(k) : "hash"));
-      const values = await this.#pipeline(chunk, (p, k, j) => {
-        const t = types[j];
-        if (t === "zset") p.zrange(k, "0", "-1");
-        else if (t === "set") p.smembers(k);
-        else p.hgetall(k); // a hash, or gone since (an empty hash)
-      });
+      const dumped = luaArray<[string, string[] | Record<string, never>]>(await this.#fcall<string>(JOURNAL_FUNCTIONS.dump, chunk, []));
       chunk.forEach((k, j) => {
-        const v = values[j];
-        if (Array.isArray(v)) out.set(k, { members: v as string[] });
-        else if (v && Object.keys(v).length) out.set(k, { hash: v as Hash });
+        const [type, values] = dumped[j] ?? ["none", []];
+        if (!Array.isArray(values) || values.length === 0) return;
+        if (type === "hash") out.set(k, { hash: pairsToHash(values) as Hash });
+        else if (type === "set" || type === "zset") out.set(k, { members: values });
       });
     }
     return out;
@@ -340,34 +333,26 @@ export class RedisStore implements JournalStore {
   /**
    * Where the projection differs from `states` (the whole log folded): every key the key index
    * holds and every key the states want, 1,000 at a time (only what differs is kept), or only
-   * the keys in `only`. A key the states say is a hash is read without asking its type first (a
-   * wrong guess reads as different, and is read again properly by the next look at `only`).
+   * the keys in `only`.
    */
   async differences(states: Iterable<Aggregate>, only?: string[]): Promise<{ differ: string[]; keys: number }> {
+    if (only) return { differ: diffProjection(projectionOf(this.keys, states), await this.dumpProjection(only), only), keys: only.length };
+    // Redis lists its keys, then reads the next 1,000 while this process compares the last.
+    const listing = this.projectionKeys();
+    listing.catch(() => {});
     const want = projectionOf(this.keys, states);
-    if (only) return { differ: diffProjection(want, await this.dumpProjection(only), only), keys: only.length };
-    const wantsHash = (k: string) => {
-      const v = want.get(k);
-      return v !== undefined && "hash" in v;
-    };
-    const keys = await this.projectionKeys();
+    const keys = await listing;
     const differ: string[] = [];
+    const read = (i: number) => (i < keys.length ? this.dumpProjection(keys.slice(i, i + 1000)) : undefined);
+    let next = read(0);
     for (let i = 0; i < keys.length; i += 1000) {
-      const chunk = keys.slice(i, i + 1000);
-      differ.push(...diffProjection(want, await this.dumpProjection(chunk, wantsHash), chunk));
+      const have = (await next) as Map<string, Stored>;
+      next = read(i + 1000);
+      differ.push(...diffProjection(want, have, keys.slice(i, i + 1000)));
     }
     const inRedis = new Set(keys);
     differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
     return { differ: differ.sort(), keys: keys.length };
-  }
-
-  async #pipeline(keys: string[], add: (p: ReturnType<Redis["pipeline"]>, key: string, i: number) => void): Promise<unknown[]> {
-    const p = this.#r.pipeline();
-    keys.forEach((k, i) => {
-      add(p, k, i);
-    });
-    const res = (await this.#call(() => p.exec())) ?? [];
-    return res.map(([err, v]) => (err ? undefined : v));
   }
 
   /** States read in the same round trip as the projection's `complete` mark: undefined when it is not complete. */

@@ -19,7 +19,7 @@
  * The caller must know each aggregate's state before the events (what it read from Redis, or
  * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
-import { type Address, type Aggregate, addressKey, addressOfRecord, foldFrom, startsAfresh, type Trail } from "../domain/evolve.js";
+import { type Address, type Aggregate, addressKey, addressOfRecord, addressOfState, foldFrom, startsAfresh, type Trail } from "../domain/evolve.js";
 import type { LogRecord } from "../domain/log-records.js";
 import { type Hash, recordHash } from "./hash.js";
 import type { Keys } from "./layout.js";
@@ -139,7 +139,8 @@ export function projectionOf(k: Keys, states: Iterable<Aggregate>): Map<string, 
     }
     const hash = recordHash(s);
     if (!hash) continue;
-    hashes.set(k.record(s.kind, s.uuid), { ...hash, _seq: String(s.seq) });
+    hash._seq = String(s.seq); // recordHash's own new object
+    hashes.set(k.record(s.kind, s.uuid), hash);
     for (const m of memberships(k, s)) {
       const set = sets.get(m.key) ?? new Set<string>();
       sets.set(m.key, set);
@@ -153,13 +154,18 @@ export function projectionOf(k: Keys, states: Iterable<Aggregate>): Map<string, 
 }
 
 /**
- * The writes that put `states` into a projection that holds none of their keys (a rebuild's,
- * after its wipe): each record hash whole with its guard (`_seq`), a tombstone with its TTL,
- * and the keys many states share (a kind's request names and their sequences, the indexes, a
- * node's claims) one command per key for all of `states`. What they leave is `projectionOf`
- * the states (plus the tombstones); the aggregates' guards are set as the Lua applier sets them.
+ * A rebuild's writes of `states` into its wiped projection: each record hash whole with its guard
+ * (`_seq`), a tombstone with its TTL, and the keys many states share (a kind's request names and
+ * their sequences, the indexes, a node's claims) one command per key for all of `states`. What
+ * they leave is `projectionOf` the states (plus the tombstones); the aggregates' guards are set as
+ * the Lua applier sets them.
+ *
+ * A rebuild writes aggregates while it reads the log (app/projector.ts), so one may change after
+ * it was written: `written` (by `addressKey`) holds what the rebuild wrote of it before. Its
+ * record hash is then deleted before it is written whole again, and the index entries and the
+ * name's directory entry that the earlier state had and this one lacks are removed.
  */
-export function freshWrites(k: Keys, states: Iterable<Aggregate>): RedisOp[] {
+export function freshWrites(k: Keys, states: Iterable<Aggregate>, written?: ReadonlyMap<string, Aggregate>): RedisOp[] {
   const ops: RedisOp[] = [];
   const shared = new Map<string, RedisOp>();
   const add = (cmd: string, key: string, ...args: (string | number)[]) => {
@@ -169,22 +175,29 @@ export function freshWrites(k: Keys, states: Iterable<Aggregate>): RedisOp[] {
     else shared.set(id, [cmd, key, ...args]);
   };
   for (const s of states) {
+    const was = written?.size ? written.get(addressKey(addressOfState(s))) : undefined;
     if (s.kind === "name") {
       add("HSET", k.dirSeq(s.of), s.name, s.seq);
       if (s.uuid) add("HSET", k.dir(s.of), k.dirField(s.of, s.name), s.uuid);
+      else if (was?.kind === "name" && was.uuid) ops.push(["HDEL", k.dir(s.of), k.dirField(s.of, s.name)]);
       continue;
     }
     const key = k.record(s.kind, s.uuid);
+    if (was) ops.push(["DEL", key]);
     const hash = recordHash(s);
-    if (!hash) {
-      ops.push(["HSET", key, "_seq", s.seq, "_gone", "1"], ["PEXPIRE", key, TOMBSTONE_TTL_MS]);
-      continue;
+    if (!hash) ops.push(["HSET", key, "_seq", s.seq, "_gone", "1"], ["PEXPIRE", key, TOMBSTONE_TTL_MS]);
+    else {
+      const hset: RedisOp = ["HSET", key];
+      for (const f in hash) hset.push(f, hash[f] as string);
+      hset.push("_seq", s.seq);
+      ops.push(hset);
     }
-    const hset: RedisOp = ["HSET", key];
-    for (const f in hash) hset.push(f, hash[f] as string);
-    hset.push("_seq", s.seq);
-    ops.push(hset);
-    for (const m of memberships(k, s)) {
+    const keep = memberships(k, s);
+    if (was) {
+      const kept = new Set(keep.map(memberId));
+      for (const m of memberships(k, was)) if (!kept.has(memberId(m))) ops.push([m.type === "z" ? "ZREM" : "SREM", m.key, m.member]);
+    }
+    for (const m of keep) {
       if (m.type === "z") add("ZADD", m.key, 0, m.member);
       else add("SADD", m.key, m.member);
     }
