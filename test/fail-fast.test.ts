@@ -14,6 +14,7 @@
  * tells them apart.
  */
 import assert from "node:assert/strict";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { GrpcCode } from "@csi/contracts";
@@ -154,6 +155,7 @@ describe("the event log's NATS cluster loses its quorum: UNAVAILABLE at once, no
     s?.ctrl.close();
     await Promise.all([s?.controller.stop(), s?.journal.stop()]);
     await Promise.all([...nats.map((n) => n.stop()), redis?.stop()]);
+    if (dir) await rm(dir, { recursive: true, force: true }); // the servers' data and the pool: nothing left in the temp dir
   });
 
   test("two of three nats-servers SIGKILLed: the journal knows (readyz names the log) and refuses at once; back: OK", { timeout: 300_000 }, async (t) => {
