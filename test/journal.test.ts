@@ -146,41 +146,92 @@ describe("volumes", () => {
 });
 
 describe("crashes and lost state", () => {
-  test("SIGKILL after the reservation, before the image: a retry yields one consistent volume, no orphan", async () => {
+  /** A create of `name` on a replica that SIGKILLs itself at `point`; the images the dead writer left made (pool files new since). */
+  async function createAndDie(point: string, name: string): Promise<string[]> {
+    const before = await images();
+    // The healthy replica is down, so the crashing one takes the request.
     await journal.whileDown(async (own) => {
-      // The healthy replica is down, so the crashing one takes the request.
-      const crashing = await own({ JOURNAL_CRASH_AFTER: "VolumeReserved", LOCK_TTL_MS: "1000" });
-      const name = "pvc-crash";
-      const dying = client.call(CLUSTER, "volume.create", { requestId: "crash", name, sizeBytes: 4 * MiB, capabilities: cap }, { timeoutMs: 10_000 });
+      const crashing = await own({ JOURNAL_CRASH_AFTER: point, LOCK_TTL_MS: "1000" });
+      const dying = client.call(CLUSTER, "volume.create", { requestId: `crash-${point}`, name, sizeBytes: 4 * MiB, capabilities: cap }, { timeoutMs: 10_000 });
       // It never answers; the client notices its silence and, with no other replica up, says so at once.
       assert.equal(await codeOf(dying), "Unavailable", "the crashing replica never answers");
       assert.equal(await crashing.exited, null, "killed by signal");
-      // The log (not yet the projection: the writer died before applying) holds the reservation.
-      const jsm = await jetstreamManager(nc);
-      const last = await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) });
-      const reserved = (last?.json() as { type: string; uuid: string }) ?? { type: "", uuid: "" };
-      assert.equal(reserved.type, "NameReserved", "the reservation was journaled before the crash");
-      assert.ok(!(await images()).includes(`csi-vol-${reserved.uuid}.img`), "the image was never created");
-      await journal.start(); // the healthy replica is back
-      // The dead holder's lock expires by TTL (1 s); the retry may see Aborted until then.
-      let v: Awaited<ReturnType<typeof create>> | undefined;
-      for (let i = 0; i < 20 && !v; i++) {
-        v = await create(name, 4 * MiB).catch((e: DriverError) => {
-          assert.equal(e.code, "Aborted");
-          return undefined;
-        });
-        if (!v) await new Promise((r) => setTimeout(r, 200));
-      }
-      assert.ok(v, "the retry succeeded");
-      const all = (await images()).filter((f) => f.startsWith("csi-vol-"));
-      const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
-      assert.deepEqual(
-        all.filter((f) => !live.includes(f)),
-        [],
-        "no orphan image",
-      );
-      assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
     });
+    return (await images()).filter((f) => !before.includes(f));
+  }
+
+  /** The CO's retry of `name` (the dead holder's lock expires by its TTL, 1 s: Aborted until then). */
+  async function retryCreate(name: string) {
+    for (let i = 0; ; i++) {
+      const v = await create(name, 4 * MiB).catch((e: DriverError) => {
+        assert.equal(e.code, "Aborted");
+        if (i > 20) throw e;
+        return undefined;
+      });
+      if (v) return v;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  /** Images of the pool no listed volume owns. */
+  const orphans = async () => {
+    const live = (await client.call(CLUSTER, "volume.list", {})).entries.map((x) => `${x.imageName}.img`);
+    return (await images()).filter((f) => f.startsWith("csi-vol-") && !live.includes(f));
+  };
+
+  test("SIGKILL between the image and the reservation's one write: no event of the name; verify finds the image, gc removes it; the retry makes one volume", async () => {
+    const name = "pvc-crash-image";
+    const [left, ...more] = await createAndDie("image:create", name);
+    assert.ok(left && more.length === 0, "the dead writer made one image");
+    const jsm = await jetstreamManager(nc);
+    const last = await jsm.streams
+      .getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) })
+      .catch(() => null);
+    assert.equal(last, null, "nothing of the name is in the log");
+    await journal.start(); // the healthy replica is back
+    const v = await retryCreate(name);
+    assert.notEqual(`${v.imageName}.img`, left, "the retry made a volume of its own");
+    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
+    assert.deepEqual(await orphans(), [left], "the dead writer's image is the one image no volume owns");
+    const csictl = (...args: string[]) =>
+      execFileSync(process.execPath, [CSICTL_BIN, "--json", "--cluster", CLUSTER, ...args], {
+        cwd: ROOT,
+        env: { ...process.env, ...journalEnv(), RUN_DIR: env.dir },
+        encoding: "utf8",
+      });
+    const verify = JSON.parse(
+      (() => {
+        try {
+          return csictl("verify", "--older-than", "0");
+        } catch (e) {
+          return String((e as { stdout?: string }).stdout); // exit 1: findings
+        }
+      })(),
+    ) as { findings: { type: string; imageName?: string }[] };
+    assert.ok(
+      verify.findings.some((f) => f.type === "leakedImage" && `${f.imageName}.img` === left),
+      `verify reports the image as leaked: ${JSON.stringify(verify.findings)}`,
+    );
+    const gc = JSON.parse(csictl("gc", "--apply", "--older-than", "0", "--request-id", "gc-crash-image")) as {
+      actions: { imageName?: string; outcome: string }[];
+    };
+    assert.equal(gc.actions.find((a) => `${a.imageName}.img` === left)?.outcome, "done", JSON.stringify(gc.actions));
+    assert.deepEqual(await orphans(), [], "no orphan image");
+  });
+
+  test("SIGKILL after the reservation's one write, before the projection: the retry answers the dead writer's volume, no orphan", async () => {
+    const name = "pvc-crash-written";
+    const [left] = await createAndDie("VolumeCreated", name);
+    const jsm = await jetstreamManager(nc);
+    const last = await jsm.streams.getMessage(subjects.streamName(CLUSTER), { last_by_subj: subjects.nameEvents(CLUSTER, "vol", "default", name) });
+    const reserved = last?.json() as { type: string; uuid: string };
+    assert.equal(reserved.type, "NameReserved", "the reservation was journaled before the crash");
+    assert.equal(left, `csi-vol-${reserved.uuid}.img`, "its image was made first");
+    await journal.start();
+    const v = await retryCreate(name);
+    assert.equal(v.uuid, reserved.uuid, "the volume the log holds is answered");
+    assert.equal((await client.call(CLUSTER, "volume.get", { uuid: v.uuid })).sizeBytes, 4 * MiB);
+    assert.deepEqual(await orphans(), [], "no orphan image");
   });
 
   test("a lock whose holder was killed is free again after its TTL, without restarting anything", async () => {

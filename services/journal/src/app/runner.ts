@@ -10,7 +10,14 @@
  *   on different subjects go together, events on one subject one after the other.
  * - The fold: every appended event is evolved once (domain/evolve.ts Fold); the decider's next
  *   round, the reply and the projection's writes all come from that one fold.
- * - A failed step is told to the decider, which undoes what it must and fails. A run fenced off
+ * - One write: a create sends its whole reservation at once — the name, the record of a fresh uuid
+ *   (fenced on 0) and, right behind the record on its subject, its *Created — and waits for the
+ *   three acks together. The *Created has no fence of its own (JetStream before 2.12 cannot fence
+ *   a message on the sequence of one not acknowledged yet); nobody else can address the uuid
+ *   before the record lands, microseconds earlier in the same write, and the run holds its lock.
+ *   docs/journal.md, "A create in three round trips", has the argument and the crash table.
+ * - A failed step is told to the decider, which reads the log if it must, undoes what it must and
+ *   fails (or answers, when the log shows that what failed landed after all). A run fenced off
  *   (another writer changed an aggregate first: the projection was behind the log) is run again
  *   after catching up, up to FENCED_ATTEMPTS, as a CO's retry would be, without the round trip.
  */
@@ -32,7 +39,7 @@ import {
   type ReadPlan,
   type View,
 } from "../domain/decider.js";
-import { type Address, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
+import { type Address, type Aggregate, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
 import { KINDS, subjectOf } from "../domain/kinds.js";
 import { eventsOf } from "../domain/log-records.js";
 import type { ImageInfo, ImageOwner, PoolBackend } from "../domain/pool-backend.js";
@@ -110,7 +117,7 @@ class Run<R> implements View {
   readonly #fold = new Fold();
   readonly #images = new Map<string, ImageInfo | null>();
   /** Images this run made: an orphan if another writer ended their aggregate meanwhile. */
-  readonly #made: ImageRef[] = [];
+  readonly made: ImageRef[] = [];
   readonly #held: LockOn[] = [];
   /** Aggregates read from their own subject of the log in this run (View.fromLog). */
   readonly #logged = new Set<string>();
@@ -146,17 +153,31 @@ class Run<R> implements View {
   }
 
   async go(): Promise<R> {
-    await this.#read(this.cmd.first);
+    const first = this.cmd.first;
+    await this.#read(typeof first === "function" ? first(this.#ctx) : first);
+    let undoRetries = UNDO_RETRIES;
     for (let round = 0; round < MAX_ROUNDS; round++) {
       const next = this.cmd.decide(this, this.#ctx);
-      if (this.failed && !("fail" in next)) throw this.failed.error; // told of a failure, a decider fails
       if ("reply" in next) return next.reply;
       if ("fail" in next) {
-        if (next.act) await this.#act(next.act).catch((err) => this.d.logger.warn({ err, requestId: this.cmd.requestId }, "undo failed"));
+        const undo =
+          next.act &&
+          (await this.#act(next.act).then(
+            () => undefined,
+            (err: unknown) => err,
+          ));
+        if (undo && isFenced(undo) && next.act && undoRetries-- > 0) {
+          // The log moved on under the undo: read what it says now, and let the decider undo again.
+          await this.#reread(next.act);
+          continue;
+        }
+        if (undo) this.d.logger.warn({ err: undo, requestId: this.cmd.requestId }, "undo failed");
         if (isFenced(next.fail)) await this.#dropOrphans();
         throw next.fail;
       }
       if ("read" in next) await this.#read(next.read);
+      else if (this.failed)
+        throw this.failed.error; // told of a failure, a decider reads the log, replies or fails
       else if ("stat" in next) await this.#stat(next.stat);
       else await this.#act(next.act).catch((err: unknown) => this.#failed(err));
     }
@@ -166,7 +187,18 @@ class Run<R> implements View {
   #failed(err: unknown): void {
     const error = err instanceof Error ? err : new Error(String(err));
     const step = (err as { step?: Failure["step"] }).step ?? "append";
-    this.failed = { step, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err), uncertain: isUncertain(err) };
+    const effect = error instanceof EffectFailed ? { effect: error.effect } : {};
+    this.failed = { step, ...effect, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err), uncertain: isUncertain(err) };
+  }
+
+  /** The aggregates of an act's events, read again from their subjects of the log (every record past what the run knows folded in). */
+  async #reread(act: Act): Promise<void> {
+    const addresses = new Map<string, Address>();
+    for (const body of act.events ?? []) {
+      const a = addressOf(body as JournalEvent);
+      if (a) addresses.set(addressKey(a), a);
+    }
+    await this.#read({ fromLog: [...addresses.values()] });
   }
 
   // ---------------------------------------------------------------- reads
@@ -178,7 +210,11 @@ class Run<R> implements View {
       for (const [node, n] of read.nodeClaims) this.#claims.set(node, n);
     }
     for (const a of plan.fromLog ?? []) {
-      this.#fold.know(a, foldOne(a, undefined, await this.d.log.history([this.#subject(a)])), true);
+      const history = await this.d.log.history([this.#subject(a)]);
+      // An aggregate this run's own events changed: what the log has past them is folded in (evolve
+      // skips what the fold has); otherwise the log's fold replaces what the projection said.
+      if (this.#fold.touched(a)) this.#fold.apply(history);
+      else this.#fold.know(a, foldOne(a, undefined, history), true);
       this.#logged.add(addressKey(a));
     }
   }
@@ -249,12 +285,18 @@ class Run<R> implements View {
 
   // ---------------------------------------------------------------- acts
 
-  /** The act's effects (at once; the first failure is the act's), then its events. */
+  /** The act's effects (at once; the first failure is the act's), then its events, then its cleanup. */
   async #act(act: Act): Promise<void> {
-    const done = await Promise.allSettled((act.effects ?? []).map((e) => this.#effect(e)));
-    const failed = done.find((x) => x.status === "rejected");
-    if (failed) throw new EffectFailed(failed.reason);
+    await this.#effects(act.effects);
     if (act.events?.length) await this.#append(act.events);
+    await this.#effects(act.cleanup);
+  }
+
+  async #effects(effects: Effect[] = []): Promise<void> {
+    const done = await Promise.allSettled(effects.map((e) => this.#effect(e)));
+    const i = done.findIndex((x) => x.status === "rejected");
+    const failed = done[i];
+    if (failed?.status === "rejected") throw new EffectFailed(failed.reason, effects[i] as Effect);
   }
 
   async #effect(e: Effect): Promise<void> {
@@ -267,7 +309,7 @@ class Run<R> implements View {
       return;
     }
     const pool = this.#pool(e.pool);
-    const owner = e.op === "resize" ? undefined : this.#owner(e.imageName);
+    const owner = e.op === "resize" ? undefined : this.#owner(e.imageName, e.name);
     const made =
       e.op === "create"
         ? await pool.createImage(e.imageName, e.sizeBytes, owner)
@@ -277,41 +319,33 @@ class Run<R> implements View {
             ? await pool.snapshotImage(e.from, e.imageName, owner)
             : await pool.resizeImage(e.imageName, e.sizeBytes);
     this.#images.set(imageKey(ref), made);
-    if (e.op !== "resize") this.#made.push(ref);
+    if (e.op !== "resize") this.made.push(ref);
     await this.d.afterEffect?.(e);
   }
 
-  /** Whose image this is (the aggregate its name says, with the request name of its record): written on the image where the pool can. */
-  #owner(imageName: string): ImageOwner | undefined {
+  /** Whose image this is (the aggregate its name says, with its request name): written on the image where the pool can. */
+  #owner(imageName: string, requestName?: string): ImageOwner | undefined {
     const a = imageOwner(imageName);
     if (!a) return undefined;
-    const name = liveRecord(this.#fold.state(a), a.kind)?.name;
+    const name = requestName ?? liveRecord(this.#fold.state(a), a.kind)?.name;
     return { ...a, clusterID: this.d.cluster.clusterID, ...(name ? { name } : {}) };
   }
 
-  /** Append events: those on different subjects together, those on one subject in order; each fenced on the fold's sequence. */
+  /**
+   * Append events: those on different subjects together, those on one subject in order, each fenced
+   * on the fold's sequence — except one write's follow-ups ("One write", at the top).
+   */
   async #append(bodies: Act["events"] & {}): Promise<void> {
-    const waves: { subject: string; body: (typeof bodies)[number] }[][] = [];
-    const perSubject = new Map<string, number>();
-    for (const body of bodies) {
-      const subject = subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance);
-      const i = perSubject.get(subject) ?? 0;
-      perSubject.set(subject, i + 1);
-      const wave = waves[i] ?? [];
-      waves[i] = wave;
-      wave.push({ subject, body });
-      if (body.type === "ReservationUndone")
-        this.d.logger.warn({ kind: body.kind, uuid: body.uuid, reason: body.reason, requestId: this.cmd.requestId }, "undoing a reservation");
-    }
+    const waves = this.#waves(bodies);
     const meta = { requestId: this.cmd.requestId, actor: this.d.actor, time: this.d.now().toISOString() };
     for (const wave of waves) {
       const list = [];
-      for (const { subject, body } of wave) {
+      for (const { subject, body, followUp } of wave) {
         const a = addressOf(body as JournalEvent);
         // An aggregate the run never read (its record lost from the projection) is read from the log:
         // its state and fence. A reservation of a fresh uuid starts its aggregate: its fence is 0.
-        if (a && !this.#fold.has(a) && !startsAfresh(body as JournalEvent)) await this.#read({ fromLog: [a] });
-        const fence = a ? { expectedSeq: this.#fold.state(a)?.seq ?? 0 } : {};
+        if (a && !followUp && !this.#fold.has(a) && !startsAfresh(body as JournalEvent)) await this.#read({ fromLog: [a] });
+        const fence = a && !followUp ? { expectedSeq: this.#fold.state(a)?.seq ?? 0 } : {};
         list.push({ subject, body, ...fence });
       }
       try {
@@ -327,6 +361,32 @@ class Run<R> implements View {
     }
   }
 
+  /**
+   * The events in waves: one wave per position on a subject (the first event of every subject, then
+   * the second …), each wave sent once the one before landed (its fences known). An event that
+   * follows the start of a fresh aggregate (a reservation of a new uuid, fenced on 0) goes in the
+   * start's wave, right behind it, as a follow-up without a fence of its own.
+   */
+  #waves(bodies: Act["events"] & {}) {
+    const waves: { subject: string; body: (typeof bodies)[number]; followUp: boolean }[][] = [];
+    const next = new Map<string, number>();
+    const fresh = new Map<string, number>();
+    for (const body of bodies) {
+      const subject = subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance);
+      const a = addressOf(body as JournalEvent);
+      const started = fresh.get(subject);
+      const i = started ?? next.get(subject) ?? 0;
+      if (started === undefined) next.set(subject, i + 1);
+      if (started === undefined && a && a.kind !== "name" && startsAfresh(body as JournalEvent) && !liveOrEnded(this.#fold.state(a))) fresh.set(subject, i);
+      const wave = waves[i] ?? [];
+      waves[i] = wave;
+      wave.push({ subject, body, followUp: started !== undefined });
+      if (body.type === "ReservationUndone")
+        this.d.logger.warn({ kind: body.kind, uuid: body.uuid, reason: body.reason, requestId: this.cmd.requestId }, "undoing a reservation");
+    }
+    return waves;
+  }
+
   #landed(events: StoredEvent[]): void {
     this.#fold.apply(events);
     this.appended.push(...events);
@@ -334,7 +394,7 @@ class Run<R> implements View {
 
   /** After being fenced off: an image this run made whose aggregate another writer ended is an orphan (named after our uuid): remove it. */
   async #dropOrphans(): Promise<void> {
-    for (const ref of this.#made) {
+    for (const ref of this.made) {
       const owner = imageOwner(ref.imageName);
       if (owner && (await this.#ended(owner)))
         await this.#pool(ref.pool)
@@ -399,7 +459,16 @@ class Run<R> implements View {
 /** An effect's failure (told to the decider as an effect step's). */
 class EffectFailed extends Error {
   readonly step = "effect";
-  constructor(override readonly cause: Error) {
+  constructor(
+    override readonly cause: Error,
+    readonly effect: Effect,
+  ) {
     super(cause?.message ?? String(cause));
   }
 }
+
+/** A state the log has for an aggregate (live, ended, or a name at any sequence): its next event is fenced on it, not on 0. */
+const liveOrEnded = (s: Aggregate | undefined) => s !== undefined && s.seq > 0;
+
+/** A failed step's undo fenced off is tried again at most this often, each time after reading the log. */
+const UNDO_RETRIES = 2;

@@ -37,17 +37,22 @@ export interface ImageRef {
   imageName: string;
 }
 
-/** A step on a pool's images: run in order, before the decision's events are appended. */
+/**
+ * A step on a pool's images: run in order, before the decision's events are appended. An image
+ * made for a request name carries the name (written as the image's owner where the pool can).
+ */
 export type Effect =
-  | { op: "create"; pool: string; imageName: string; sizeBytes: number }
-  | { op: "clone"; pool: string; from: string; imageName: string; sizeBytes: number }
-  | { op: "snapshot"; pool: string; from: string; imageName: string }
+  | { op: "create"; pool: string; imageName: string; sizeBytes: number; name?: string }
+  | { op: "clone"; pool: string; from: string; imageName: string; sizeBytes: number; name?: string }
+  | { op: "snapshot"; pool: string; from: string; imageName: string; name?: string }
   | { op: "resize"; pool: string; imageName: string; sizeBytes: number }
   | { op: "delete"; pool: string; imageName: string; copied?: boolean };
 
 /** A failed step the decider is told of (it then decides how to undo, and fails). */
 export interface Failure {
   step: "effect" | "append";
+  /** The image step that failed (step "effect"). */
+  effect?: Effect;
   error: DriverError | Error;
   /** The append failed on its fence: another writer changed an aggregate first. */
   fenced: boolean;
@@ -61,16 +66,26 @@ export interface Failure {
 
 export interface Act {
   effects?: Effect[];
-  /** Appended together after the effects, each fenced on its aggregate's sequence in the view. */
+  /**
+   * Appended together after the effects, each fenced on its aggregate's sequence in the view. An
+   * event that follows, in the same act, the first event of a fresh aggregate (fenced on 0) is sent
+   * right behind it in the same write (app/runner.ts, "One write").
+   */
   events?: EventBody[];
+  /** Image steps taken once every event landed (removing what the events made nobody's). */
+  cleanup?: Effect[];
 }
 
 export type Decision<R> =
+  /** The answer (also after a failed step, when reading the log showed it landed after all). */
   | { reply: R }
   | { read: ReadPlan }
   | { stat: ImageRef[] }
   | { act: Act }
-  /** Undo what must be undone (best effort), then fail with `error`. */
+  /**
+   * Undo what must be undone (best effort), then fail with `error`. An undo fenced off (the log
+   * moved on) has its aggregates read from the log again and the decider asked once more.
+   */
   | { fail: DriverError | Error; act?: Act };
 
 /** What a decider sees. */
@@ -87,7 +102,9 @@ export interface View {
   nodeClaims(nodeId: string): number;
   /** Every event this run appended, as stored. */
   appended: readonly StoredEvent[];
-  /** The failed step, once one failed (the decider is asked once more, to undo). */
+  /** The images this run made (create, clone, snapshot), in order. */
+  made: readonly ImageRef[];
+  /** The failed step, once one failed (the decider is then asked to read the log, reply or undo and fail). */
   failed?: Failure;
 }
 
@@ -110,10 +127,10 @@ export interface Ctx {
 
 export type Decide<R> = (view: View, ctx: Ctx) => Decision<R>;
 
-/** A command as the runner takes it: the first read, then its decider. */
+/** A command as the runner takes it: the first read (it may lock the run's fresh uuids: `ctx.ids`), then its decider. */
 export interface Command<R> {
   requestId: string;
-  first: ReadPlan;
+  first: ReadPlan | ((ctx: Ctx) => ReadPlan);
   decide: Decide<R>;
 }
 

@@ -276,6 +276,11 @@ export class Fold {
     return this.#before.has(key) || this.#trails.has(key);
   }
 
+  /** Whether a record of this fold changed `a`. */
+  touched(a: Address): boolean {
+    return this.#trails.has(addressKey(a));
+  }
+
   state(a: Address): Aggregate | undefined {
     const key = addressKey(a);
     return this.#trails.get(key)?.states.at(-1) ?? this.#before.get(key);

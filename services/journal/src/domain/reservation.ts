@@ -14,8 +14,8 @@
  */
 import { createHash } from "node:crypto";
 import { alreadyExists, type Capability, type ContentSource, DriverError, type EventBody, type Kind } from "@csi/contracts";
-import type { Act, Ctx, Decision, Effect, ImageRef, View } from "./decider.js";
-import { isEnded, liveRecord, type NameState } from "./evolve.js";
+import type { Act, Ctx, Decision, Effect, ImageRef, ReadPlan, View } from "./decider.js";
+import { type Address, isEnded, liveRecord, type NameState } from "./evolve.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
 import type { SnapshotRecord, VolumeRecord } from "./records.js";
@@ -134,52 +134,59 @@ export function nextToken(uuids: string[], maxEntries: number): string | undefin
  * both kinds; group snapshots: group.ts). Each round looks at the request name, the record it
  * points at and that record's image, and takes the next step:
  *
- *   the name points nowhere                  reserve the name: NameReserved (a new uuid, ids(0))
- *   the name is ours, no record yet          reserve the record: *Reserved
- *   our own reservation, image not made yet  build the image (create, clone or snapshot)
- *   our own reservation, image made          *Created
- *   anyone's, no record in the projection    read the record from the log
- *   anyone's, image not looked at            stat it
- *   otherwise                                the verdict (reservation state machine above):
- *                                            reuse → reply; complete → *Created; stale → undo
- *                                            (remove the image, NameReleased + ReservationUndone),
- *                                            after which the name points nowhere; conflict → AlreadyExists
+ *   the name points nowhere, our image not made   build the image of a fresh uuid (ids(0))
+ *   the name points nowhere, our image made        the whole reservation in one write: NameReserved,
+ *                                                  *Reserved and *Created (app/runner.ts, "One write")
+ *   anyone's, no record in the projection          read the record from the log
+ *   anyone's, image not looked at                  stat it
+ *   otherwise                                      the verdict (reservation state machine above):
+ *                                                  reuse → reply; complete → *Created; stale → undo
+ *                                                  (remove the image, NameReleased + ReservationUndone),
+ *                                                  after which the name points nowhere; conflict → AlreadyExists
  *
- * A failed step of our own reservation undoes it (failed below).
+ * The image comes before any event (docs/journal.md, "A create in three round trips"): a crash
+ * between leaves an image no record names, which `verify` reports and `gc` removes; no reply ever
+ * named it. A failed step of our own is undone (failed below).
  *
- * One rule keeps a name to one live record (docs/operations.md, "The extra snapshot"): a record is
- * reserved only once its name points at it (the name first, the record in the next round), and
- * the name is released only together with the end of the record it pointed at — a record the run
- * has not seen live included, ended on the fence of what the run saw (none: sequence 0), so that a
- * record stored without its writer hearing of it, or still on its way to the log, is either seen
- * (the fence fails, the run catches up and decides again) or refused when it arrives.
+ * One rule keeps a name to one live record (docs/operations.md, "The extra snapshot"): the name is
+ * released only together with the end of the record it pointed at — a record the run has not seen
+ * live included, ended on the fence of what the run saw (none: sequence 0), so that a record stored
+ * without its writer hearing of it, or still on its way to the log, is either seen (the fence fails,
+ * the run catches up and decides again) or refused when it arrives; and a record of ours that landed
+ * while our name was refused is ended before the run fails.
  */
-export interface ImageCreate<K extends ImageKind, V> {
+export interface ImageCreate<K extends ImageKind, V, Res extends Reservation = Reservation> {
   kind: K;
   name: string;
   verdict(record: RecordOf<K> | undefined, dirUuid: string | undefined, image: ImageInfo | undefined): Verdict<RecordOf<K>>;
   /** The reservation of a new aggregate `uuid`; throws what refuses it (its source, pool, size). */
-  reserve(uuid: string): EventBody;
+  reserve(uuid: string): Res;
   /** The step that makes the image of our reservation. */
-  build(record: RecordOf<K>): Effect;
+  build(reservation: Res): Extract<Effect, { op: "create" | "clone" | "snapshot" }>;
   reply(record: RecordOf<K>): V;
 }
 
-export function decideImageCreate<K extends ImageKind, V>(v: View, ctx: Ctx, c: ImageCreate<K, V>): Decision<V> {
+/** A reservation event: what it says of its image. */
+export type Reservation = Extract<EventBody, { type: "VolumeReserved" | "SnapshotReserved" }>;
+
+/** The first read of a create: the name (and the record it points at) and the run's fresh uuid, locked; `also` besides. */
+export function createRead(kind: ImageKind, name: string, ctx: Ctx, also: Address[] = []): ReadPlan {
+  const named: Address = { kind: "name", of: kind, name };
+  // The fresh uuid's lock: gc, which finds our image before our events land, waits for them and checks again.
+  return { locks: [{ kind: "name", of: kind, name }, { kind, uuid: ctx.ids(0) }, ...also], states: [named, ...also], follow: true };
+}
+
+export function decideImageCreate<K extends ImageKind, V, Res extends Reservation>(v: View, ctx: Ctx, c: ImageCreate<K, V, Res>): Decision<V> {
   const dirUuid = nameState(v, c.kind, c.name)?.uuid;
   const pointed = dirUuid ? { kind: c.kind, uuid: dirUuid } : undefined;
   const state = pointed && v.state(pointed);
   const record = liveRecord(state, c.kind);
   const ours = ctx.ids(0);
-  if (v.failed) return failed(v, c.kind, c.name, ours, record && { pool: record.pool, imageName: record.imageName });
-  if (dirUuid === ours && !state) return { act: { events: [c.reserve(ours)] } };
+  if (v.failed) return failed(v, c, ours);
   // The name points at a record the projection does not have: the log says whether it lives.
   if (pointed && !state && !v.fromLog(pointed)) return { read: { fromLog: [pointed] } };
   const ref = record && { pool: record.pool, imageName: record.imageName };
   const image = ref && v.image(ref);
-  if (record && ref && dirUuid === ours && !record.imageId) {
-    return image ? { act: { events: [createdEvent(c.kind, ours, image)] } } : { act: { effects: [c.build(record)] } };
-  }
   if (ref && image === undefined) return { stat: [ref] };
   const verdict = c.verdict(record, dirUuid, image ?? undefined);
   switch (verdict.kind) {
@@ -193,9 +200,13 @@ export function decideImageCreate<K extends ImageKind, V>(v: View, ctx: Ctx, c: 
       return { act: { events: [createdEvent(c.kind, verdict.record.uuid, verdict.image)] } };
     case "stale":
       return { act: undoStale(v, c.kind, c.name, verdict.uuid, verdict.reason) };
-    case "new":
-      c.reserve(ours); // what refuses the reservation (its source, pool, size) refuses it before the name is taken
-      return { act: { events: [shared.nameReserved(c.kind, c.name, ours)] } };
+    case "new": {
+      // What refuses the reservation (its source, pool, size) refuses it before anything is made.
+      const reservation = c.reserve(ours);
+      const made = v.image({ pool: reservation.pool, imageName: reservation.imageName });
+      if (!made) return { act: { effects: [{ ...c.build(reservation), name: c.name }] } };
+      return { act: { events: [shared.nameReserved(c.kind, c.name, ours), reservation, createdEvent(c.kind, ours, made)] } };
+    }
     default: {
       const never: never = verdict;
       throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
@@ -224,25 +235,35 @@ function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason:
 }
 
 /**
- * A step of this run failed. If the reservation is ours and its image not made, undo it: remove
- * what the failed build may have left, release the name, end the record — so the log says exactly
- * what was reserved and undone. An append that failed after the image was made keeps it: the next
- * create of the name records it (and the runner removes it when another writer ended the record).
+ * A step of this run failed. Nothing of ours to undo unless our image was made: then our one write
+ * was tried, and the log (read once more) says what of it landed — it may have landed whole (the
+ * answer after all), or in part: our record ended (fenced on what the log has of it; on 0 when it
+ * may still arrive), our name released, and only then our image removed. A build that failed
+ * leaves nothing in the log: what it may have left of the image is removed.
  */
-function failed<V>(v: View, kind: ImageKind, name: string, ours: string, ref: ImageRef | undefined): Decision<V> {
+function failed<K extends ImageKind, V, Res extends Reservation>(v: View, c: ImageCreate<K, V, Res>, ours: string): Decision<V> {
   const f = v.failed as NonNullable<View["failed"]>;
-  const mine = liveRecord(v.state({ kind, uuid: ours }), kind);
-  const named = nameState(v, kind, name)?.uuid === ours;
-  if ((!mine && !named) || (mine && ref && v.image(ref))) return { fail: f.error };
-  // Our name taken, our record's reservation unanswered: it may be in the log, or on its way. End it
-  // with the name (fenced on what the log has of it, or 0), never release the name alone.
-  const maybeMine = !!mine || (named && !!f.uncertain && !isEnded(v.state({ kind, uuid: ours })));
-  const reason = f.step === "effect" ? `image creation failed: ${f.error.message}` : f.fenced ? "name fenced off" : "its reservation failed";
-  return {
-    fail: f.error,
-    act: {
-      effects: f.step === "effect" && mine ? [{ op: "delete", pool: mine.pool, imageName: mine.imageName }] : [],
-      events: [...(named ? [shared.nameReleased(kind, name, ours)] : []), ...(maybeMine ? [shared.undone(kind, ours, reason)] : [])],
-    },
-  };
+  const kind = c.kind;
+  const built = f.effect && f.effect.op !== "delete" && f.effect.op !== "resize" && f.effect.imageName === KINDS[kind].imageName(ours);
+  if (built && f.effect) return { fail: f.error, act: { effects: [{ op: "delete", pool: f.effect.pool, imageName: f.effect.imageName }] } };
+  const made = madeImage(v, kind, ours);
+  if (!made) return { fail: f.error };
+  const name = { kind: "name" as const, of: kind, name: c.name };
+  const me = { kind, uuid: ours };
+  if (!v.fromLog(name) || !v.fromLog(me)) return { read: { fromLog: [name, me] } };
+  const mine = liveRecord(v.state(me), kind);
+  const named = nameState(v, kind, c.name)?.uuid === ours;
+  if (mine?.imageId && named) return { reply: c.reply(mine) }; // it all landed: the answer after all
+  // Our record, if it may still arrive (no answer) and the log has nothing on its subject: end it on 0.
+  const sealed = !v.state(me) && f.uncertain;
+  const reason = f.fenced ? "name fenced off" : "its reservation failed";
+  const events = [...(named ? [shared.nameReleased(kind, c.name, ours)] : []), ...(mine || sealed ? [shared.undone(kind, ours, reason)] : [])];
+  // A record of ours the log has without its image recorded is left for the CO's retry to complete.
+  if (mine && !mine.imageId && named) return { fail: f.error };
+  return { fail: f.error, act: { events, cleanup: [{ op: "delete", ...made }] } };
+}
+
+/** Our image, made by this run (before any event of ours), or undefined. */
+function madeImage(v: View, kind: ImageKind, ours: string): ImageRef | undefined {
+  return v.made.find((r) => r.imageName === KINDS[kind].imageName(ours));
 }

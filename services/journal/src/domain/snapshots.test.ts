@@ -54,13 +54,26 @@ const snapshotOf = (uuid: string, source: string, more: Record<string, unknown> 
 describe("CreateSnapshot", () => {
   const ask = (sourceUuid = V1) => createSnapshot(request("snapshot.create", { name: "snap-1", sourceUuid }));
 
-  test("new: reserved in its source volume's pool; a missing source is NotFound", () => {
+  const cut = { op: "snapshot" as const, pool: "default", from: `csi-vol-${V1}`, imageName: `csi-snap-${U(0)}`, name: "snap-1" };
+  const ours: [ImageRef, ImageInfo] = [{ pool: "default", imageName: `csi-snap-${U(0)}` }, image(`csi-snap-${U(0)}`, MiB, "s-1")];
+  const oneWrite = (reservation: EventBody) => ({
+    act: {
+      events: [
+        { type: "NameReserved" as const, kind: "snapshot" as const, name: "snap-1", uuid: U(0) },
+        reservation,
+        { type: "SnapshotCreated" as const, uuid: U(0), imageId: "s-1", sizeBytes: MiB },
+      ],
+    },
+  });
+
+  test("new: cut from its source volume's image first, then reserved in the source's pool and recorded in one act; a missing source is NotFound", () => {
     given(...landed(...volume(V1)))
       .when(ask())
-      .then({ act: { events: [{ type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }] } });
-    given(...landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }))
+      .then({ act: { effects: [cut] } });
+    given(...landed(...volume(V1)))
+      .made(ours)
       .when(ask())
-      .then({ act: { events: [snapshotOf(U(0), V1)] } });
+      .then(oneWrite(snapshotOf(U(0), V1)));
     given()
       .when(ask())
       .thenThrows("NotFound", /source volume/);
@@ -69,9 +82,10 @@ describe("CreateSnapshot", () => {
   test("the VolumeSnapshot and its content are recorded on the reservation, and a repeat need not match them", () => {
     const kubernetes = { volumeSnapshotNamespace: "shop", volumeSnapshotName: "db-daily", volumeSnapshotContentName: "snapcontent-1" };
     const with_ = (k?: object) => createSnapshot(request("snapshot.create", { name: "snap-1", sourceUuid: V1, ...(k ? { kubernetes: k } : {}) }));
-    given(...landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }))
+    given(...landed(...volume(V1)))
+      .made(ours)
       .when(with_(kubernetes))
-      .then({ act: { events: [snapshotOf(U(0), V1, { kubernetes })] } });
+      .then(oneWrite(snapshotOf(U(0), V1, { kubernetes })));
     const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V1, { kubernetes }), {
       type: "SnapshotCreated",
       uuid: S1,
@@ -87,15 +101,12 @@ describe("CreateSnapshot", () => {
     }
   });
 
-  test("our reservation is cut from the source's image, then recorded", () => {
-    const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: U(0) }, snapshotOf(U(0), V1));
+  test("a reservation cut by a writer that died before recording it (a log of an earlier version) is completed: SnapshotCreated", () => {
+    const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V1));
     given(...log)
+      .images([{ pool: "default", imageName: `csi-snap-${S1}` }, image(`csi-snap-${S1}`, MiB, "s-1")])
       .when(ask())
-      .then({ act: { effects: [{ op: "snapshot", pool: "default", from: `csi-vol-${V1}`, imageName: `csi-snap-${U(0)}` }] } });
-    given(...log)
-      .images([{ pool: "default", imageName: `csi-snap-${U(0)}` }, image(`csi-snap-${U(0)}`, MiB, "s-1")])
-      .when(ask())
-      .then({ act: { events: [{ type: "SnapshotCreated", uuid: U(0), imageId: "s-1", sizeBytes: MiB }] } });
+      .then({ act: { events: [{ type: "SnapshotCreated", uuid: S1, imageId: "s-1", sizeBytes: MiB }] } });
   });
 
   test("the name taken by a snapshot of another volume is AlreadyExists, whatever its state", () => {

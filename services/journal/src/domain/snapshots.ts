@@ -6,7 +6,7 @@ import type { Command } from "./decider.js";
 import { liveRecord } from "./evolve.js";
 import { KINDS } from "./kinds.js";
 import { snapshotView } from "./records.js";
-import { checkSnapshotReservation, decideImageCreate, digestOf } from "./reservation.js";
+import { checkSnapshotReservation, createRead, decideImageCreate, digestOf } from "./reservation.js";
 import { deleteImageAggregate, madeIn, poolIn } from "./volumes.js";
 
 export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<SnapshotView> {
@@ -14,11 +14,7 @@ export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<S
   const source = { kind: "volume" as const, uuid: req.sourceUuid };
   return {
     requestId: req.requestId,
-    first: {
-      locks: [{ kind: "name", of: "snapshot", name: req.name }, source],
-      states: [{ kind: "name", of: "snapshot", name: req.name }, source],
-      follow: true,
-    },
+    first: (ctx) => createRead("snapshot", req.name, ctx, [source]),
     decide: (v, ctx) => {
       const volume = madeIn(v, "volume", req.sourceUuid, req.sourcePoolId);
       return decideImageCreate(v, ctx, {
@@ -28,7 +24,7 @@ export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<S
         reserve: (uuid) => {
           if (!volume) throw notFound(`source volume ${req.sourceUuid} does not exist`);
           return {
-            type: "SnapshotReserved",
+            type: "SnapshotReserved" as const,
             uuid,
             name: req.name,
             instance: ctx.cluster.instance,

@@ -71,12 +71,14 @@ interface Given {
   read: Address[];
   /** Aggregates read from their own subject of the log (View.fromLog). */
   logged: Address[];
+  /** Images the run made itself (also in `images`). */
+  made: ImageRef[];
   failed?: Failure;
 }
 
 /** Start a spec from the log's events (all of them count as read under the run's locks). */
 export function given(...events: StoredEvent[]) {
-  return new Spec({ events, images: [], claims: [], appended: [], read: [], logged: [] });
+  return new Spec({ events, images: [], claims: [], appended: [], read: [], logged: [], made: [] });
 }
 
 class Spec {
@@ -85,6 +87,11 @@ class Spec {
   /** Images the run looked at (null: absent). */
   images(...images: [ImageRef, ImageInfo | null][]) {
     return new Spec({ ...this.g, images: [...this.g.images, ...images] });
+  }
+
+  /** Images the run made itself (and so looked at). */
+  made(...images: [ImageRef, ImageInfo][]) {
+    return new Spec({ ...this.g, images: [...this.g.images, ...images], made: [...this.g.made, ...images.map(([ref]) => ref)] });
   }
 
   /** Events this run appended itself (they are part of the log too). */
@@ -123,6 +130,7 @@ class Spec {
       image: (ref) => (images.has(imageKey(ref)) ? images.get(imageKey(ref)) : undefined),
       nodeClaims: (n) => new Map(this.g.claims).get(n) ?? 0,
       appended: this.g.appended,
+      made: this.g.made,
       ...(this.g.failed ? { failed: this.g.failed } : {}),
     };
     const ctx: Ctx = { cluster: CLUSTER, pools: POOLS, ids: U };

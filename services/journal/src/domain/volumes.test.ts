@@ -2,10 +2,11 @@
  * The volume deciders, as specifications: given the log, when a command decides, then its
  * decision (one round of a run) or the error it refuses with. No server.
  */
+import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { EventBody } from "@csi/contracts";
 import { volumeDigest } from "./reservation.js";
-import { given, image, landed, request, U } from "./spec.js";
+import { CLUSTER, given, image, landed, POOLS, request, U } from "./spec.js";
 import { createVolume, deleteVolume, expandVolume, modifyVolume, publishVolume, unpublishVolume } from "./volumes.js";
 
 const MiB = 1024 * 1024;
@@ -51,27 +52,37 @@ const undoneOther = (pool: string, reason?: string) => ({
 });
 
 describe("CreateVolume", () => {
-  test("a new name is reserved with a new uuid: NameReserved, then (the name ours) VolumeReserved", () => {
+  test("a new name: the image of a new uuid first, then NameReserved, VolumeReserved and VolumeCreated in one act", () => {
     const [name, record] = reserved(U(0)) as [EventBody, EventBody];
     given()
       .when(createVolume(ask()))
-      .then({ act: { events: [name] } });
-    given(...landed(name))
+      .then({ act: { effects: [{ op: "create", pool: "default", imageName: img(U(0)), sizeBytes: MiB, name: "pvc-1" }] } });
+    given()
+      .made([ref(U(0)), image(img(U(0)), MiB, "id-9")])
       .when(createVolume(ask()))
-      .then({ act: { events: [record] } });
+      .then({ act: { events: [name, record, { type: "VolumeCreated", uuid: U(0), imageId: "id-9", sizeBytes: MiB }] } });
   });
 
-  test("our own reservation, image not made: build it", () => {
-    given(...landed(...reserved(U(0))))
-      .when(createVolume(ask()))
-      .then({ act: { effects: [{ op: "create", pool: "default", imageName: img(U(0)), sizeBytes: MiB }] } });
+  test("the first read locks the name and the run's fresh uuid (gc waits for its events), and reads the name with its record", () => {
+    const first = createVolume(ask()).first;
+    const plan = typeof first === "function" ? first({ cluster: CLUSTER, pools: POOLS, ids: U }) : first;
+    assert.deepEqual(plan, {
+      locks: [
+        { kind: "name", of: "volume", name: "pvc-1" },
+        { kind: "volume", uuid: U(0) },
+      ],
+      states: [{ kind: "name", of: "volume", name: "pvc-1" }],
+      follow: true,
+    });
   });
 
-  test("our own reservation, image made: VolumeCreated with the image's id and size", () => {
-    given(...landed(...reserved(U(0))))
-      .images([ref(U(0)), image(img(U(0)), MiB, "id-9")])
+  test("our one write landed: the volume is answered", () => {
+    const d = given()
+      .made([ref(U(0)), image(img(U(0)))])
+      .appended(...volume(U(0)))
       .when(createVolume(ask()))
-      .then({ act: { events: [{ type: "VolumeCreated", uuid: U(0), imageId: "id-9", sizeBytes: MiB }] } });
+      .decision();
+    if (!("reply" in d) || d.reply.uuid !== U(0) || d.reply.sizeBytes !== MiB) throw new Error(`expected our volume, got ${JSON.stringify(d)}`);
   });
 
   test("a repeat is answered with the same volume, once its image is seen", () => {
@@ -89,9 +100,11 @@ describe("CreateVolume", () => {
 
   test("the PVC and PV it is made for are recorded on its reservation", () => {
     const kubernetes = { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-1" };
-    given(...landed((reserved(U(0)) as [EventBody])[0]))
+    const d = given()
+      .made([ref(U(0)), image(img(U(0)))])
       .when(createVolume(ask({ kubernetes })))
-      .then({ act: { events: [(reserved(U(0), { kubernetes }) as [EventBody, EventBody])[1]] } });
+      .decision();
+    assert.deepEqual("act" in d ? d.act?.events?.[1] : d, (reserved(U(0), { kubernetes }) as [EventBody, EventBody])[1]);
   });
 
   test("the PVC and PV are not part of what a repeat must match: another (or none) is answered with the volume as it is", () => {
@@ -164,11 +177,9 @@ describe("CreateVolume", () => {
     given()
       .when(createVolume(ask({ pool: "nope" })))
       .thenThrows("InvalidArgument", /unknown pool "nope"/);
-    const d = given(...landed((reserved(U(0)) as [EventBody])[0]))
-      .when(createVolume(ask()))
-      .decision();
-    const reservedIn = "act" in d ? (d.act?.events?.[0] as { pool?: string } | undefined)?.pool : undefined;
-    if (reservedIn !== "default") throw new Error(JSON.stringify(d));
+    const d = given().when(createVolume(ask())).decision();
+    const builtIn = "act" in d ? d.act?.effects?.[0]?.pool : undefined;
+    if (builtIn !== "default") throw new Error(JSON.stringify(d));
   });
 
   test("sources: missing is NotFound, in another pool InvalidArgument, larger than asked OutOfRange", () => {
@@ -201,60 +212,97 @@ describe("CreateVolume", () => {
       .thenThrows("NotFound", /source snapshot/);
   });
 
-  test("a failed build undoes our reservation: the image removed, the name released, the record ended", () => {
+  test("a failed build: nothing is in the log; what the build may have left of the image is removed", () => {
     const error = new Error("disk full");
-    given(...landed(...reserved(U(0))))
-      .failed({ step: "effect", error, fenced: false })
+    const build = { op: "create" as const, pool: "default", imageName: img(U(0)), sizeBytes: MiB, name: "pvc-1" };
+    given()
+      .failed({ step: "effect", effect: build, error, fenced: false })
       .when(createVolume(ask()))
-      .then({
-        fail: error,
-        act: {
-          effects: [{ op: "delete", pool: "default", imageName: img(U(0)) }],
-          events: [
-            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) },
-            { type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "image creation failed: disk full" },
-          ],
-        },
-      });
+      .then({ fail: error, act: { effects: [{ op: "delete", pool: "default", imageName: img(U(0)) }] } });
   });
 
-  test("an append that failed after the image was made keeps the image (the next create records it)", () => {
+  test("a failed step before our image was made (someone's stale reservation undone): nothing of ours to undo", () => {
     const error = new Error("log unavailable");
-    given(...landed(...reserved(U(0))))
-      .images([ref(U(0)), image(img(U(0)))])
+    given(...landed(...reserved(OTHER)))
+      .images([ref(OTHER), null])
       .failed({ step: "append", error, fenced: false })
       .when(createVolume(ask()))
       .then({ fail: error });
   });
 
-  test("our name taken, our record's reservation unanswered (it may have landed, or land yet): the name released and the record ended", () => {
+  describe("our one write failed: the log is read, then what landed is undone", () => {
     const error = new Error("no ack");
-    given(...landed((reserved(U(0)) as [EventBody])[0]))
-      .failed({ step: "append", error, fenced: false, uncertain: true })
-      .when(createVolume(ask()))
-      .then({
-        fail: error,
-        act: {
-          effects: [],
-          events: [
-            { type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) },
-            { type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "its reservation failed" },
-          ],
-        },
-      });
-    // Refused (an answer: it did not land): the name alone.
-    given(...landed((reserved(U(0)) as [EventBody])[0]))
-      .failed({ step: "append", error, fenced: false })
-      .when(createVolume(ask()))
-      .then({ fail: error, act: { effects: [], events: [{ type: "NameReleased", kind: "volume", name: "pvc-1", uuid: U(0) }] } });
-  });
+    const ours = [ref(U(0)), image(img(U(0)))] as const;
+    const both = [
+      { kind: "name" as const, of: "volume" as const, name: "pvc-1" },
+      { kind: "volume" as const, uuid: U(0) },
+    ];
+    const cleanup = [{ op: "delete" as const, pool: "default", imageName: img(U(0)) }];
+    const released = { type: "NameReleased" as const, kind: "volume" as const, name: "pvc-1", uuid: U(0) };
+    const undone = (reason: string) => ({ type: "ReservationUndone" as const, kind: "volume" as const, uuid: U(0), reason });
 
-  test("the name fenced off while the record's reservation landed: the record is undone, the name left alone", () => {
-    const error = new Error("fenced");
-    given(...landed(reserved(U(0))[1] as EventBody))
-      .failed({ step: "append", error, fenced: true })
-      .when(createVolume(ask()))
-      .then({ fail: error, act: { effects: [], events: [{ type: "ReservationUndone", kind: "volume", uuid: U(0), reason: "name fenced off" }] } });
+    test("first the name and our record are read from the log", () => {
+      given()
+        .made([...ours])
+        .failed({ step: "append", error, fenced: false, uncertain: true })
+        .when(createVolume(ask()))
+        .then({ read: { fromLog: both } });
+    });
+
+    test("unanswered, and the log has all of it: the volume is answered after all", () => {
+      const d = given(...volume(U(0)))
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: false, uncertain: true })
+        .when(createVolume(ask()))
+        .decision();
+      if (!("reply" in d) || d.reply.uuid !== U(0)) throw new Error(`expected our volume, got ${JSON.stringify(d)}`);
+    });
+
+    test("unanswered, and the log has none of it: our record sealed on 0 (it may still arrive), then the image removed", () => {
+      given()
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: false, uncertain: true })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [undone("its reservation failed")], cleanup } });
+    });
+
+    test("unanswered, the name landed and the record not: the name released, the record sealed, the image removed", () => {
+      given(...landed((reserved(U(0)) as [EventBody])[0]))
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: false, uncertain: true })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [released, undone("its reservation failed")], cleanup } });
+    });
+
+    test("the name fenced off while our record landed (the extra record): the record ended, the name left alone, the image removed", () => {
+      given(...landed(...reserved(OTHER).slice(0, 1), ...reserved(U(0)).slice(1), created(U(0))))
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: true })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [undone("name fenced off")], cleanup } });
+    });
+
+    test("refused outright (an answer: nothing landed): the image removed, nothing appended", () => {
+      given()
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: true })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [], cleanup } });
+    });
+
+    test("our record in the log without its VolumeCreated, and named: left for the CO's retry to complete", () => {
+      given(...landed(...reserved(U(0))))
+        .made([...ours])
+        .fromLog(...both)
+        .failed({ step: "append", error, fenced: false, uncertain: true })
+        .when(createVolume(ask()))
+        .then({ fail: error });
+    });
   });
 });
 

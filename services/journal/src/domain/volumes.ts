@@ -21,7 +21,7 @@ import type { Command, Ctx, PoolInfo, ReadPlan, View } from "./decider.js";
 import { liveRecord } from "./evolve.js";
 import { type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import { volumeView } from "./records.js";
-import { checkVolumeReservation, decideImageCreate, nameState, type VolumeAsk, volumeDigest } from "./reservation.js";
+import { checkVolumeReservation, createRead, decideImageCreate, nameState, type VolumeAsk, volumeDigest } from "./reservation.js";
 
 /** A configured pool of the cluster; an unknown one is InvalidArgument. */
 export function poolOf<P>(pools: ReadonlyMap<string, P>, cluster: string, name: string): P {
@@ -73,11 +73,7 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
   };
   return {
     requestId: req.requestId,
-    first: {
-      locks: [{ kind: "name", of: "volume", name: req.name }, ...(src ? [{ kind: src.kind, uuid: src.uuid }] : [])],
-      states: [{ kind: "name", of: "volume", name: req.name }, ...(src ? [{ kind: src.kind, uuid: src.uuid }] : [])],
-      follow: true,
-    },
+    first: (ctx) => createRead("volume", req.name, ctx, src ? [{ kind: src.kind, uuid: src.uuid }] : []),
     decide: (v, ctx) => {
       const { poolName, digest, ask } = askIn(ctx.cluster.defaultPool);
       poolIn(ctx, poolName); // a pool of this cluster, before anything else
@@ -97,7 +93,7 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
           const pool = poolIn(ctx, poolName);
           fitsPool(pool, sizeBytes);
           return {
-            type: "VolumeReserved",
+            type: "VolumeReserved" as const,
             uuid,
             name: req.name,
             instance: ctx.cluster.instance,
