@@ -144,8 +144,9 @@ describe("a snapshot's creation time is the same in every reply", () => {
     const nameEv = (await jsm.streams.getMessage(stream, { last_by_subj: subjects.nameEvents(CLUSTER, "snap", "default", name) }))?.json() as { uuid: string };
     const lastOf = () => jsm.streams.getMessage(stream, { last_by_subj: subjects.snapshotEvents(CLUSTER, nameEv.uuid) });
     const createdMsg = await lastOf();
-    assert.equal((createdMsg?.json() as { type: string }).type, "SnapshotCreated");
-    const createdSeq = createdMsg?.seq as number;
+    assert.ok(createdMsg, "the write is in the log");
+    assert.equal((createdMsg.json() as { type: string }).type, "SnapshotCreated");
+    const createdSeq = createdMsg.seq;
     await jsm.streams.deleteMessage(stream, createdSeq);
     // Right before it in the one write (nats-server 2.9 has no last-by-subject once the last record is removed).
     const reserved = (await jsm.streams.getMessage(stream, { seq: createdSeq - 1 }))?.json() as { type: string; uuid: string; time: string; imageName: string };
