@@ -219,8 +219,31 @@ describe("FCALL of the library: its cluster's keys, nobody else's", () => {
     assert.equal(await admin.exists(rec), 0, "nothing written");
     const lock = k1.uuidLock("volume", uuid(3));
     await assert.rejects(
-      journal.fcall(JOURNAL_FUNCTIONS.lockAndRead, 2, k1.projection, lock, "t", 5000, 1, 0, 0, 0, `${k2.prefix}csi.volume.`),
+      journal.fcall(JOURNAL_FUNCTIONS.lockAndRead, 2, k1.projection, lock, "t", 5000, 1, 0, 0, 0, `${k2.prefix}csi.volume.`, "", ""),
       refused(/record prefix is not in the projection key's hash tag/),
+    );
+    // A record's own name, locked through a prefix outside the hash tag: refused the same way.
+    const rec1 = k1.record("volume", uuid(3));
+    await assert.rejects(
+      journal.fcall(
+        JOURNAL_FUNCTIONS.lockAndRead,
+        5,
+        k1.projection,
+        lock,
+        rec1,
+        k1.dir("volume"),
+        k1.dirSeq("volume"),
+        "t",
+        5000,
+        1,
+        1,
+        0,
+        0,
+        "",
+        k2.nameLock("volume", ""),
+        "csi.volume.",
+      ),
+      refused(/name lock prefix is not in the projection key's hash tag/),
     );
     assert.equal(await admin.exists(lock), 0, "no lock taken");
   });

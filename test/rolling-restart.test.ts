@@ -138,11 +138,23 @@ async function followLog(nc: NatsConnection, cluster: string) {
   };
   return {
     volumes,
-    /** A copy (a clone's reservation) not yet created or undone, reserved by `replica` (any, if not given). */
+    /**
+     * A copy (a clone) in flight on `replica` (any, if not given): the journal said "copying an
+     * image" and its volume is not in the log yet (a create's events are appended in one write,
+     * after its image: docs/journal.md, "A create in three round trips").
+     */
     copyInFlight: (replica?: string) =>
-      waitFor(`a copy in flight${replica ? ` on ${replica}` : ""}`, () =>
-        [...volumes.values()].find((v) => v.source && !v.createdBy && !v.undone && (replica === undefined || v.reservedBy === replica)),
-      ),
+      waitFor(`a copy in flight${replica ? ` on ${replica}` : ""}`, () => {
+        for (const j of stack.journals.filter((x) => replica === undefined || x.name === replica)) {
+          for (const l of (j.process as ServiceProcess | undefined)?.logs ?? []) {
+            const line = parseLine(l);
+            if (line.msg !== "copying an image" || line.op !== "clone") continue;
+            const uuid = String(line.imageName).replace(/^csi-vol-/, "");
+            if (!volumes.has(uuid)) return { uuid, name: String(line.name), replica: j.name };
+          }
+        }
+        return undefined;
+      }),
     /** The reservation once it is created or undone. */
     settled: (uuid: string) =>
       waitFor(`volume ${uuid} created or undone`, () =>
@@ -302,6 +314,15 @@ class Load {
 
 // ------------------------------------------------------------------ stopping a service
 
+/** A service's JSON log line (another line, e.g. a runtime warning on stderr: nothing). */
+function parseLine(l: string): Record<string, unknown> {
+  try {
+    return JSON.parse(l);
+  } catch {
+    return {};
+  }
+}
+
 interface Drained {
   code: number | null;
   waitingFor: Record<string, number>;
@@ -323,14 +344,7 @@ async function terminate(s: StackService): Promise<Drained> {
     await p.kill();
     assert.fail(`${s.name} did not exit within its grace period after SIGTERM`);
   }
-  const json = (l: string): Record<string, unknown> => {
-    try {
-      return JSON.parse(l);
-    } catch {
-      return {}; // not a log line of the service (a runtime warning on stderr)
-    }
-  };
-  const line = (msg: RegExp) => p.logs.map(json).find((l) => typeof l.msg === "string" && msg.test(l.msg));
+  const line = (msg: RegExp) => p.logs.map(parseLine).find((l) => typeof l.msg === "string" && msg.test(l.msg));
   const started = line(/^draining/);
   const ended = line(/^drained/);
   return {

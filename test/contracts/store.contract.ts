@@ -241,6 +241,26 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.deepEqual(incomplete.states.get(addressKey(vol)), life.get(addressKey(vol)), "what is there is read all the same");
     });
 
+    test("lockAndRead with ownName also locks and reads the first record's request name; its lock is in the reading, and busy names it", async () => {
+      const life = folded(volumeLife());
+      await rebuild(life.values(), 8);
+      const got = read(await store.lockAndRead("t", TTL, { locks: [volLock], states: [vol], ownName: true }));
+      assert.deepEqual(
+        got.states,
+        new Map([
+          [addressKey(vol), life.get(addressKey(vol))],
+          [addressKey(volName), life.get(addressKey(volName))],
+        ]),
+      );
+      assert.deepEqual(got.locked, [nameLock], "the name's lock was taken");
+      busy(await lock("t2", [nameLock]), nameLock, "the name is locked by the first read");
+      busy(await store.lockAndRead("t3", TTL, { states: [vol], ownName: true }), nameLock, "another ownName read finds the name busy");
+      await store.applyAndUnlock([], [volLock, nameLock], "t");
+      read(await lock("t2", [nameLock]), "released with the others");
+      const none = read(await store.lockAndRead("t4", TTL, { states: [{ kind: "volume", uuid: uuid(7) }], ownName: true }));
+      assert.equal(none.locked, undefined, "no record, no name: nothing more locked");
+    });
+
     test("applyAndUnlock writes each trail's last state: reads and indexes show it, ended aggregates as tombstones", async () => {
       await rebuild();
       const e = events();

@@ -86,8 +86,19 @@ export class MemoryStore implements JournalStore {
     if (name?.kind === "name" && named?.kind === "name" && named.uuid) {
       for (const [k, s] of this.#read([{ kind: name.of, uuid: named.uuid }])) states.set(k, s);
     }
+    // `ownName`: the request name of the plan's first record, locked and read.
+    const first = plan.ownName ? plan.states?.find((a) => a.kind !== "name") : undefined;
+    const owner = first && states.get(addressKey(first));
+    const ownName = owner && owner.kind !== "name" && owner.record ? { kind: "name" as const, of: owner.kind, name: owner.record.name } : undefined;
+    if (ownName) {
+      if (!this.#take(lockKey(ownName), token, ttlMs)) {
+        for (const k of taken) this.#locks.delete(k);
+        return { ok: false, busy: ownName };
+      }
+      for (const [k, s] of this.#read([ownName])) states.set(k, s);
+    }
     const nodeClaims = new Map((plan.nodeClaims ?? []).map((n) => [n, this.#index(this.#keys.nodeClaims(n)).length]));
-    return { ok: true, read: { complete: this.#meta?.complete === true, states, nodeClaims } };
+    return { ok: true, read: { complete: this.#meta?.complete === true, states, nodeClaims, ...(ownName ? { locked: [ownName] } : {}) } };
   }
 
   async renew(lock: LockOn, token: string, ttlMs: number): Promise<boolean> {

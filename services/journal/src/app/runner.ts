@@ -232,12 +232,12 @@ class Run<R> implements View {
       await this.d.projector.current();
       const read = await this.#take(plan);
       if (this.d.projector.distrusted) {
-        await this.#release(locks); // Redis came back while we read (e.g. a Sentinel failover): read again once caught up
+        await this.#release([...locks, ...(read.locked ?? [])]); // Redis came back while we read (e.g. a Sentinel failover): read again once caught up
         continue;
       }
       if (read.complete) return read;
       // The projection is flushed or being rebuilt: wait for it (bounded → Unavailable), then read again.
-      await this.#release(locks);
+      await this.#release([...locks, ...(read.locked ?? [])]);
       await this.d.projector.ready();
     }
   }
@@ -246,8 +246,9 @@ class Run<R> implements View {
     const attempt = async () => {
       const res = await this.d.store.lockAndRead(this.#token, this.d.lockTtlMs, plan);
       if (!res.ok) throw new LockBusy(res.busy);
-      this.#held.push(...(plan.locks ?? []));
-      if ((plan.locks ?? []).length > 0) this.#startRenewing();
+      const taken = [...(plan.locks ?? []), ...(res.read.locked ?? [])];
+      this.#held.push(...taken);
+      if (taken.length > 0) this.#startRenewing();
       return res.read;
     };
     const started = performance.now();
@@ -310,6 +311,9 @@ class Run<R> implements View {
     }
     const pool = this.#pool(e.pool);
     const owner = e.op === "resize" ? undefined : this.#owner(e.imageName, e.name);
+    // A copy is the one long step of a command (seconds to minutes): said when it starts.
+    if (e.op === "clone" || e.op === "snapshot")
+      this.d.logger.info({ requestId: this.cmd.requestId, op: e.op, pool: e.pool, from: e.from, imageName: e.imageName, name: e.name }, "copying an image");
     const made =
       e.op === "create"
         ? await pool.createImage(e.imageName, e.sizeBytes, owner)

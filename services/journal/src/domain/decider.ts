@@ -25,6 +25,12 @@ export interface ReadPlan {
   states?: Address[];
   /** Also read the record each of these names points at (same round trip). */
   follow?: boolean;
+  /**
+   * Also lock and read the request name of the first record read (same round trip): a delete, which
+   * knows only the uuid, holds the record and its name from its first read. The lock taken is in
+   * the reading (`Reading.locked`).
+   */
+  ownName?: boolean;
   /** Nodes whose claim counts are read (ResourceExhausted past a node's maximum). */
   nodeClaims?: string[];
   /** Aggregates folded from their own subject of the log (what the projection has lost, or a fence check). */

@@ -133,7 +133,8 @@ export function deleteImageAggregate<K extends ImageKind>(
   const me = { kind, uuid: req.uuid };
   return {
     requestId: req.requestId,
-    first: { locks: [me], states: [me] },
+    // The record and its name, both locked, in one read.
+    first: { locks: [me], states: [me], ownName: true },
     decide: (v) => {
       if (v.appended.some((e) => e.event.type === KINDS[kind].deleted)) return { reply: { deleted: true } };
       const r = recordIn(v, kind, req.uuid, req.poolId);

@@ -20,6 +20,8 @@ export interface Reading {
   states: StateMap;
   /** Volumes each node of the plan holds claims on. */
   nodeClaims: Map<string, number>;
+  /** Locks taken besides the plan's (`ownName`: the record's name). */
+  locked?: LockOn[];
 }
 
 export type LockResult = { ok: true; read: Reading } | { ok: false; busy: LockOn };

@@ -11,6 +11,7 @@ const PINNED: Record<number, string> = {
   1: "87146843f6252e7eba6521f229e4a1198300141639b2bb01e172a2ebf680dbfc",
   2: "838d410f26ab19bf3bb1d07cf82fac50a84525f2bb2a3f099b6920be179fcc23",
   3: "3c297782a8922dccb42ad97fdefb9c9f01212618347ed59b38e47ce1d36efcd9",
+  4: "ef9a0ec546ea0e2506f47ed3ef4960ef5a664310fbe0d3bba3b5e7f13a1c143e",
 };
 
 describe("the journal's Redis function library", () => {

@@ -26,7 +26,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 
 /** Bump with any change of the Lua below (and pin the new SHA-256 in redis-functions.test.ts). */
-export const JOURNAL_FUNCTIONS_VERSION = 3;
+export const JOURNAL_FUNCTIONS_VERSION = 4;
 export const JOURNAL_LIBRARY = `csi_journal_v${JOURNAL_FUNCTIONS_VERSION}`;
 const fn = (name: string) => `${JOURNAL_LIBRARY}_${name}`;
 
@@ -96,37 +96,55 @@ local function mark(marks, cmd, k, arg)
 end
 
 -- KEYS: the projection key, the locks, the hashes to read whole, the hashes to read a field of, the
--- sets to count. ARGV: token, ttl ms, the four counts, a record key prefix ('' for none: else also
--- read the hash <prefix><value of the first field>), then one field name per field key.
+-- sets to count, then (with an own-name lock prefix) the name directory and its fence hash.
+-- ARGV: token, ttl ms, the four counts, a record key prefix ('' for none: else also read the hash
+-- <prefix><value of the first field>), an own-name lock prefix and directory field prefix ('' for
+-- none: else also lock <lock prefix><name of the first hash read whole> and read that name's
+-- directory entry and fence), then one field name per field key.
 -- Takes every lock (all or none) and reads. Returns {0, busy lock} or {1, complete, json...}.
 local function lock_and_read(keys, args)
   local nl, na, nf, nc = tonumber(args[3]), tonumber(args[4]), tonumber(args[5]), tonumber(args[6])
-  local r = args[7]
-  if #keys ~= 1 + nl + na + nf + nc or #args ~= 7 + nf then fail('lock_and_read: keys and arguments do not match their counts') end
+  local r, ol, of = args[7], args[8], args[9]
+  local no = ol ~= '' and 2 or 0
+  if #keys ~= 1 + nl + na + nf + nc + no or #args ~= 9 + nf then fail('lock_and_read: keys and arguments do not match their counts') end
   local tag = string.match(keys[1], '^{[^}]*}:')
   if r ~= '' and (not tag or string.sub(r, 1, #tag) ~= tag) then fail('lock_and_read: the record prefix is not in the projection key\\'s hash tag') end
+  if ol ~= '' and (not tag or string.sub(ol, 1, #tag) ~= tag) then fail('lock_and_read: the name lock prefix is not in the projection key\\'s hash tag') end
   local taken = {}
-  for i = 2, 1 + nl do
-    local k = keys[i]
+  local function take(k)
     if redis.call('SET', k, args[1], 'NX', 'PX', args[2]) then
       taken[#taken + 1] = k
-    else
-      for _, t in ipairs(taken) do redis.call('DEL', t) end
-      return {0, k}
+      return true
     end
+    for _, t in ipairs(taken) do redis.call('DEL', t) end
+    return false
+  end
+  for i = 2, 1 + nl do
+    if not take(keys[i]) then return {0, keys[i]} end
   end
   local o = 1 + nl
   local all = {}
   for i = 1, na do all[i] = redis.call('HGETALL', keys[o + i]) end
   o = o + na
+  local own = {}
+  if ol ~= '' and all[1] then
+    local name
+    for i = 1, #all[1], 2 do
+      if all[1][i] == 'csi.volname' then name = all[1][i + 1] end
+    end
+    if name and name ~= '' then
+      if not take(ol .. name) then return {0, ol .. name} end
+      own = {name, redis.call('HGET', keys[#keys - 1], of .. name) or '', redis.call('HGET', keys[#keys], name) or ''}
+    end
+  end
   local fields = {}
-  for i = 1, nf do fields[i] = redis.call('HGET', keys[o + i], args[7 + i]) or '' end
+  for i = 1, nf do fields[i] = redis.call('HGET', keys[o + i], args[9 + i]) or '' end
   o = o + nf
   local counts = {}
   for i = 1, nc do counts[i] = redis.call('SCARD', keys[o + i]) end
   local rec = {}
   if r ~= '' and fields[1] and fields[1] ~= '' then rec = redis.call('HGETALL', r .. fields[1]) end
-  return {1, redis.call('HGET', keys[1], 'complete') == '1' and 1 or 0, cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec)}
+  return {1, redis.call('HGET', keys[1], 'complete') == '1' and 1 or 0, cjson.encode(all), cjson.encode(fields), cjson.encode(counts), cjson.encode(rec), cjson.encode(own)}
 end
 
 -- KEYS: the projection key, the key index, then every key below (by index into KEYS).

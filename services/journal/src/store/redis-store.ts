@@ -47,7 +47,7 @@ export class CallKeys {
   }
 }
 
-type LockAndReadReply = [0, string] | [1, number, string, string, string, string];
+type LockAndReadReply = [0, string] | [1, number, string, string, string, string, string];
 
 /** A read plan as the lock_and_read function takes it: keys to lock, hashes, hash fields, set sizes. */
 export interface ReadSpec {
@@ -57,6 +57,8 @@ export interface ReadSpec {
   counts?: string[];
   /** Also read the hash `<recordPrefix><value of fields[0]>` (the record a name points at). */
   recordPrefix?: string;
+  /** Also lock `<lockPrefix><name of hashes[0]>` and read that name's entry (`dir`, field `<fieldPrefix><name>`) and fence (`dirSeq`). */
+  ownName?: { lockPrefix: string; fieldPrefix: string; dir: string; dirSeq: string };
 }
 
 /** cjson encodes an empty Lua table as {} rather than []. */
@@ -122,6 +124,7 @@ export class RedisStore implements JournalStore {
     const names = states.filter((a) => a.kind === "name");
     const records = states.filter((a) => a.kind !== "name");
     const followed = plan.follow ? names[0] : undefined;
+    const owned = plan.ownName ? records[0] : undefined;
     const spec: ReadSpec = {
       locks: locks.map((l) => this.lockKey(l)),
       hashes: records.map((a) => k.record(a.kind, a.uuid)),
@@ -131,9 +134,15 @@ export class RedisStore implements JournalStore {
       ]),
       counts: (plan.nodeClaims ?? []).map((n) => k.nodeClaims(n)),
       ...(followed ? { recordPrefix: k.record(followed.of, "") } : {}),
+      ...(owned
+        ? { ownName: { lockPrefix: k.nameLock(owned.kind, ""), fieldPrefix: k.dirField(owned.kind, ""), dir: k.dir(owned.kind), dirSeq: k.dirSeq(owned.kind) } }
+        : {}),
     };
     const res = await this.lockAndReadKeys(token, ttlMs, spec);
-    if (!res.ok) return { ok: false, busy: locks[spec.locks.indexOf(res.busy)] ?? { kind: "name", of: "volume", name: res.busy } };
+    if (!res.ok) {
+      const own = owned && spec.ownName && res.busy.startsWith(spec.ownName.lockPrefix) ? res.busy.slice(spec.ownName.lockPrefix.length) : undefined;
+      return { ok: false, busy: locks[spec.locks.indexOf(res.busy)] ?? { kind: "name", of: owned?.kind ?? "volume", name: own ?? res.busy } };
+    }
     const { read } = res;
     const out: StateMap = new Map();
     records.forEach((a, i) => {
@@ -145,13 +154,16 @@ export class RedisStore implements JournalStore {
       if (a === followed && uuid) out.set(addressKey({ kind: a.of, uuid }), stateFromHash(a.of, uuid, read.record));
     });
     const nodeClaims = new Map((plan.nodeClaims ?? []).map((n, i) => [n, read.counts[i] ?? 0]));
-    return { ok: true, read: { complete: read.projectionComplete, states: out, nodeClaims } };
+    const ownName = owned && read.own ? ({ kind: "name", of: owned.kind, name: read.own.name } as const) : undefined;
+    if (ownName && read.own) out.set(addressKey(ownName), nameFromRedis(ownName.of, ownName.name, read.own.uuid, read.own.seq));
+    return { ok: true, read: { complete: read.projectionComplete, states: out, nodeClaims, ...(ownName ? { locked: [ownName] } : {}) } };
   }
 
   /** lock_and_read with keys as they are (tests drive the function with it). */
   async lockAndReadKeys(token: string, ttlMs: number, spec: ReadSpec) {
     const counts = spec.counts ?? [];
-    const keys = [this.keys.projection, ...spec.locks, ...spec.hashes, ...spec.fields.map((f) => f[0]), ...counts];
+    const own = spec.ownName;
+    const keys = [this.keys.projection, ...spec.locks, ...spec.hashes, ...spec.fields.map((f) => f[0]), ...counts, ...(own ? [own.dir, own.dirSeq] : [])];
     const args = [
       token,
       ttlMs,
@@ -160,11 +172,14 @@ export class RedisStore implements JournalStore {
       spec.fields.length,
       counts.length,
       spec.recordPrefix ?? "",
+      own?.lockPrefix ?? "",
+      own?.fieldPrefix ?? "",
       ...spec.fields.map((f) => f[1]),
     ];
     const res = await this.#fcall<LockAndReadReply>(JOURNAL_FUNCTIONS.lockAndRead, keys, args);
     if (res[0] === 0) return { ok: false as const, busy: res[1] };
-    const [, complete, hashesJson, fieldsJson, countsJson, recordJson] = res;
+    const [, complete, hashesJson, fieldsJson, countsJson, recordJson, ownJson] = res;
+    const [ownName, ownUuid, ownSeq] = luaArray<string>(ownJson);
     const hashes = luaArray<string[] | Record<string, never>>(hashesJson).map(pairsToHash);
     const fields = luaArray<string>(fieldsJson);
     return {
@@ -175,6 +190,7 @@ export class RedisStore implements JournalStore {
         fields: spec.fields.map((_, i) => fields[i] || undefined),
         counts: luaArray<number>(countsJson),
         record: pairsToHash(luaArray<string>(recordJson)),
+        ...(ownName ? { own: { name: ownName, uuid: ownUuid || undefined, seq: Number(ownSeq || 0) } } : {}),
       },
     };
   }
