@@ -27,11 +27,12 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, watch, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { csiClient } from "@csi/runtime";
 import { startServer } from "@csi/testkit";
+import * as grpc from "@grpc/grpc-js";
 import { descendants, runInBenchDir } from "./lib/bench-dir.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
@@ -95,19 +96,17 @@ function exitWatch(child: ChildProcess, label: string, tail: string[]): { exited
   return { exited, done };
 }
 
-/** Resolve when the unix socket `sock` exists (a file event in its directory), reject if `exited` does first. */
-async function socketAppears(sock: string, exited: Promise<never>): Promise<void> {
-  let watcher: ReturnType<typeof watch> | undefined;
+/**
+ * Resolve once a gRPC channel to `sock` is READY, reject if `exited` comes first. A call fails at
+ * once while the socket is missing or not yet listening (ENOENT, ECONNREFUSED), even with the
+ * waitForReady call option; the channel's own wait reconnects with grpc's backoff until it is.
+ */
+async function channelReady(sock: string, exited: Promise<never>): Promise<void> {
+  const channel = new grpc.Client(`unix://${sock}`, grpc.credentials.createInsecure());
   try {
-    await Promise.race([
-      exited,
-      new Promise<void>((resolve) => {
-        watcher = watch(path.dirname(sock), () => existsSync(sock) && resolve());
-        if (existsSync(sock)) resolve(); // checked after the watch began: no event is missed
-      }),
-    ]);
+    await Promise.race([exited, new Promise<void>((resolve, reject) => channel.waitForReady(Date.now() + 120_000, (err) => (err ? reject(err) : resolve())))]);
   } finally {
-    watcher?.close();
+    channel.close();
   }
 }
 
@@ -139,10 +138,8 @@ async function startPeer(dir: string, peer: { name: string; label: string; comma
   };
   const identity = csiClient(`unix://${sock}`, "Identity");
   try {
-    // grpc-js fails a call at once while the socket file is missing, even with waitForReady;
-    // once it is there, waitForReady covers the moment between bind and listen.
-    await socketAppears(sock, exited);
-    const ready = { waitForReady: true, deadline: Date.now() + 60_000 };
+    await channelReady(sock, exited);
+    const ready = { deadline: Date.now() + 60_000 };
     const info = await Promise.race([exited, identity.GetPluginInfo({}, undefined, ready)]);
     const probe = await Promise.race([exited, identity.Probe({}, undefined, ready)]);
     check(!!info.name && probe.ready?.value !== false, `${peer.label} GetPluginInfo ${JSON.stringify(info)} Probe ${JSON.stringify(probe)}`);
