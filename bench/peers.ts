@@ -23,7 +23,8 @@
  *
  * CPU ms per operation of each driver's processes (for a peer: the process started and what runs
  * below it; for ours: controller, journal, nats-server, redis-server) from /proc, counting the
- * children each one waited for (bench/lib/cpu.ts); the client's (this process) apart.
+ * children each one waited for (bench/lib/cpu.ts); the client's (this process) apart. Per round,
+ * the machine's busy CPU (/proc/stat) outside all those processes: how much else ran meanwhile.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -34,7 +35,7 @@ import { csiClient } from "@csi/runtime";
 import { startServer } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
 import { descendants, runInBenchDir } from "./lib/bench-dir.js";
-import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
+import { cpuLine, cpuMeter, machineBusy, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
 
@@ -253,9 +254,13 @@ async function main({ dir, what }: { dir: string; what: string }) {
       for (const s of [warm.create, warm.remove]) if (s.f.errors > 0) failures.push(`${d.label} warm-up: ${s.f.firstErrors.join("; ")}`);
     }
     const results = new Map(drivers.map((d) => [d.label, new Map<number, { create: Step; remove: Step }[]>()]));
+    /** By level: the largest share of the machine's busy CPU in a round that was outside the drivers and the client. */
+    const outsideShare = new Map<number, number>();
     for (const c of LEVELS) {
       for (let r = 0; r < ROUNDS; r++) {
         console.log(`\nconcurrency ${c}, round ${r + 1} of ${ROUNDS} (N=${N} each)`);
+        const all = cpuMeter(Object.assign({ client: process.pid }, ...drivers.map((d) => d.procs)), true);
+        const busyBefore = machineBusy();
         for (const d of [...drivers.slice(r % drivers.length), ...drivers.slice(0, r % drivers.length)]) {
           const res = await round(d, c, N);
           print(`${d.label} create`, res.create);
@@ -263,9 +268,18 @@ async function main({ dir, what }: { dir: string; what: string }) {
           const byLevel = results.get(d.label) as Map<number, { create: Step; remove: Step }[]>;
           byLevel.set(c, [...(byLevel.get(c) ?? []), res]);
         }
+        const busy = machineBusy() - busyBefore;
+        const outside = busy - (all.perOp(1000).total ?? 0);
+        outsideShare.set(c, Math.max(outsideShare.get(c) ?? 0, outside / busy));
+        console.log(
+          `the machine was busy ${busy.toFixed(2)} CPU s in this round, ${outside.toFixed(2)} s (${((100 * outside) / busy).toFixed(0)}%) outside the drivers' and the client's processes`,
+        );
       }
     }
     summary(drivers, results);
+    console.log(
+      `busy CPU outside the drivers' and the client's processes, largest share in a round: ${LEVELS.map((c) => `c=${c} ${(100 * (outsideShare.get(c) ?? 0)).toFixed(0)}%`).join(", ")} (other work on the machine, and kernel threads such as the loop disk's)`,
+    );
   } finally {
     await Promise.all(drivers.map((d) => d.stop()));
     await Promise.all([nats.stop(), redis.stop()]);

@@ -76,3 +76,13 @@ export function cpuLine(perOp: Record<string, number>, digits = 2): string {
     .join("  ");
   return kernel === undefined ? line : `${line} (kernel ${kernel.toFixed(0)}%)`;
 }
+
+/**
+ * CPU seconds the whole machine has been busy so far, all cores (/proc/stat's first line: user,
+ * nice, system, irq, softirq; not idle, iowait or steal). Against the measured processes' CPU over
+ * the same span it tells how much else ran: other work, and kernel threads (a loop disk's I/O).
+ */
+export function machineBusy(): number {
+  const f = /^cpu\s+(.*)$/m.exec(readFileSync("/proc/stat", "utf8"))?.[1]?.split(/\s+/).map(Number) ?? [];
+  return [0, 1, 2, 5, 6].reduce((s, i) => s + (f[i] ?? 0), 0) / 100;
+}
