@@ -21,17 +21,15 @@
  * BENCH_REPLAY_EVENTS (200000), BENCH_DIR, BENCH_DISK ("ext4" or "here"), BENCH_PROFILE=<dir>
  * (CPU profiles of the journal, the controller and the bare chain's processes).
  */
-import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdirSync, readdirSync, readFileSync, rmSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
+import { mkdirSync, rmSync, unlinkSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createSizedFile } from "@csi/journal/testing";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
-import { cleanupUnder, type LocalServer, startServer, whyNoDevices } from "@csi/testkit";
-import { prepareDataDir } from "../scripts/lib/data-dir.js";
+import { type LocalServer, startServer } from "@csi/testkit";
 import { startBareChain } from "./lib/bare-chain.js";
+import { runInBenchDir } from "./lib/bench-dir.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { type Floors, measureFloors } from "./lib/primitives.js";
@@ -268,75 +266,4 @@ async function main({ dir, what }: { dir: string; what: string }) {
   if (ONLY.includes("replay")) await replayScenario(dir);
 }
 
-/** Every process below `root` (its children, theirs, …), from /proc. */
-function descendants(root: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
-    } catch {} // gone meanwhile
-  }
-  const out: number[] = [];
-  const todo = [root];
-  for (let pid = todo.pop(); pid !== undefined; pid = todo.pop()) {
-    for (const child of children.get(pid) ?? []) {
-      out.push(child);
-      todo.push(child);
-    }
-  }
-  return out;
-}
-
-/**
- * Where the run's data lives (JetStream, Redis AOF, the file pool). BENCH_DISK=ext4, the default
- * where loop devices can be used (root): a fresh 8 GiB ext4 with a journal on a loop device, as a
- * server's own data disk would be. BENCH_DISK=here: the bench directory itself. This VM's root
- * file system is an ext4 without a journal, where a create scans past every recently deleted
- * inode of its group, so the pool's create grows from ~30 µs to ~0.5 ms over a run and decides
- * the figures (docs/performance.md, "The file pool's create is the disk's").
- */
-function benchDisk(dir: string): { dir: string; what: string } {
-  const disk = process.env.BENCH_DISK ?? (whyNoDevices() ? "here" : "ext4");
-  if (disk === "here") return { dir, what: "the bench directory's own disk (BENCH_DISK=here)" };
-  if (disk !== "ext4") throw new Error(`BENCH_DISK=${disk}: use ext4 or here`);
-  const image = path.join(dir, "disk.img");
-  const mnt = path.join(dir, "disk");
-  writeFileSync(image, "");
-  truncateSync(image, 8 * 2 ** 30);
-  execFileSync("mkfs.ext4", ["-q", "-F", image]);
-  mkdirSync(mnt);
-  execFileSync("mount", ["-o", "loop", image, mnt]);
-  return { dir: mnt, what: "a fresh ext4 with a journal on a loop device (BENCH_DISK=ext4)" };
-}
-
-// Where `npm start` keeps its data (the repo's .data, prepared as it does: scripts/lib/data-dir.ts);
-// BENCH_DIR picks another. File creation costs differ a lot between directories on this VM.
-const benchRoot = process.env.BENCH_DIR ?? path.resolve(import.meta.dirname, "..", ".data");
-prepareDataDir(benchRoot);
-const dir = await mkdtemp(path.join(benchRoot, "bench-"));
-// Interrupted: end every process the bench started (servers, services, the bare chain), then
-// unmount the loop disk and remove it all.
-for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => {
-    for (const pid of descendants(process.pid)) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {}
-    }
-    setTimeout(() => void cleanupUnder(dir).finally(() => process.exit(130)), 500);
-  });
-}
-try {
-  await main(benchDisk(dir));
-} catch (err) {
-  failures.push((err as Error).message);
-} finally {
-  await cleanupUnder(dir); // unmounts and detaches BENCH_DISK's loop device first
-}
-if (failures.length > 0) {
-  console.log(`\nBENCH FAILED:\n  ${failures.join("\n  ")}`);
-  process.exit(1);
-}
+await runInBenchDir(main, failures);
