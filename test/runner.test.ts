@@ -25,6 +25,7 @@ let pool: FilePool;
 let log: MemoryLog;
 let projector: Projector;
 let journal: Journal;
+let store: MemoryStore;
 /** Each run's (appended, evolutions), as observeFold tells them. */
 const folds: [number, number][] = [];
 
@@ -34,7 +35,7 @@ before(async () => {
   assert.ok(cluster, "the cluster is configured");
   pool = new FilePool({ name: "default", id: 1, root: path.join(dir, "pool") });
   log = new MemoryLog({ cluster: CLUSTER, instance: cluster.instance });
-  const store = new MemoryStore({ keys: keysFor(CLUSTER, cluster.instance) });
+  store = new MemoryStore({ keys: keysFor(CLUSTER, cluster.instance) });
   const logger = createLogger("runner-test", "silent");
   projector = new Projector(log, store, logger, { waitMs: 2000 });
   journal = new Journal({
@@ -172,4 +173,72 @@ test("a journal whose Redis or event log is known down refuses a command before 
   assert.deepEqual(await readdir(path.join(dir, "pool")), imagesBefore, "no image made");
   // The same command on the journal that can serve goes through.
   ok(await command(() => journal.createVolume({ requestId: "c-up", name: "pvc-down", sizeBytes: MiB, limitBytes: 0, parameters: {}, capabilities: [cap] })));
+});
+
+/**
+ * The round trips a command makes to Redis and to the log (issue 25): every call of the store's
+ * and the log's command-path methods during `f`, with the events of each append.
+ */
+async function roundTrips(f: () => Promise<unknown>): Promise<string[]> {
+  const calls: string[] = [];
+  const spy = <O extends object>(o: O, names: string[]) => {
+    const restore: (() => void)[] = [];
+    for (const name of names) {
+      const rec = o as Record<string, unknown>;
+      const orig = rec[name] as (...a: unknown[]) => unknown;
+      rec[name] = (...a: unknown[]) => {
+        const n = name === "appendAll" ? `appendAll(${(a[0] as { body: { type: string } }[]).map((x) => x.body.type).join(",")})` : name;
+        calls.push(n);
+        return orig.apply(o, a);
+      };
+      restore.push(() => {
+        rec[name] = orig;
+      });
+    }
+    return () => {
+      for (const r of restore) r();
+    };
+  };
+  const unspyStore = spy(store, ["lockAndRead", "applyAndUnlock", "readStates", "completeStates"]);
+  // (the runner appends through appendAll only; its events are published one by one inside it, in one write)
+  const unspyLog = spy(log, ["appendAll", "history", "read"]);
+  try {
+    await f();
+  } finally {
+    unspyStore();
+    unspyLog();
+  }
+  return calls;
+}
+
+test("round trips: a create and a snapshot make three (lock + read, one write of three events, apply + unlock), a delete and an expand three", async () => {
+  assert.deepEqual(
+    await roundTrips(() => create("pvc-rt", MiB)),
+    ["lockAndRead", "appendAll(NameReserved,VolumeReserved,VolumeCreated)", "applyAndUnlock"],
+    "CreateVolume",
+  );
+  const v = (await journal.listVolumes({ maxEntries: 0 })).entries.find((x) => x.name === "pvc-rt");
+  assert.ok(v);
+  assert.deepEqual(
+    await roundTrips(() => command(() => journal.createSnapshot({ requestId: "s-rt", name: "snap-rt", sourceUuid: v.uuid, parameters: {} }))),
+    ["lockAndRead", "appendAll(NameReserved,SnapshotReserved,SnapshotCreated)", "applyAndUnlock"],
+    "CreateSnapshot",
+  );
+  assert.deepEqual(
+    await roundTrips(() => command(() => journal.expandVolume({ requestId: "e-rt", uuid: v.uuid, sizeBytes: 2 * MiB }))),
+    ["lockAndRead", "appendAll(VolumeExpanded)", "applyAndUnlock"],
+    "ControllerExpandVolume",
+  );
+  const snap = (await journal.listSnapshots({ sourceUuid: v.uuid, maxEntries: 0 })).entries[0];
+  assert.ok(snap);
+  assert.deepEqual(
+    await roundTrips(() => command(() => journal.deleteSnapshot({ requestId: "ds-rt", uuid: snap.uuid }))),
+    ["lockAndRead", "appendAll(SnapshotDeleted,NameReleased)", "applyAndUnlock"],
+    "DeleteSnapshot",
+  );
+  assert.deepEqual(
+    await roundTrips(() => command(() => journal.deleteVolume({ requestId: "d-rt", uuid: v.uuid }))),
+    ["lockAndRead", "appendAll(VolumeDeleted,NameReleased)", "applyAndUnlock"],
+    "DeleteVolume",
+  );
 });

@@ -2,9 +2,9 @@
  * One process of the bare chain (bench/lib/bare-chain.ts): a CreateVolume's hops and round trips
  * with no application code. `front` stands where the controller does (a gRPC unary method over a
  * unix socket → one NATS request), `back` where the journal does (per request: the journal's own
- * lock-and-read function, two events published together and acked by JetStream with their
- * fences, the pool's file create, the created event fenced on the volume's subject, the journal's
- * apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
+ * lock-and-read function (the name's and a fresh uuid's locks), the pool's file create, three
+ * events published together and acked by JetStream (the name and the reservation fenced, the
+ * created event right behind the reservation), the journal's apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
  * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
  *
  * node --conditions=source --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
@@ -86,18 +86,17 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
   const handle = async (m: Msg) => {
     const { name } = JSON.parse(m.string()) as { name: string };
     const token = randomUUID();
-    const lock = `{bare}:lock.name.volume.${name}`;
-    const [dir, dirSeq] = ["{bare}:dir.volume", "{bare}:dirseq.volume"];
-    await r.fcall(JOURNAL_FUNCTIONS.lockAndRead, 4, p, lock, dir, dirSeq, token, 30_000, 1, 0, 2, 0, "{bare}:volume.", name, name);
     const uuid = randomUUID();
-    const [, reservedSeq] = await Promise.all([
+    const lock = `{bare}:lock.name.volume.${name}`;
+    const uuidLock = `{bare}:lock.volume.${uuid}`;
+    const [dir, dirSeq] = ["{bare}:dir.volume", "{bare}:dirseq.volume"];
+    await r.fcall(JOURNAL_FUNCTIONS.lockAndRead, 5, p, lock, uuidLock, dir, dirSeq, token, 30_000, 2, 0, 2, 0, "{bare}:volume.", "", "", name, name);
+    createSizedFile(path.join(poolDir, `bare-${uuid}`), 1048576, 0o644);
+    const [, , createdSeq] = await Promise.all([
       pub.publish(`${BARE_EVENTS}.name.${name}`, event("NameReserved", uuid, name), { expectedLastSubjectSequence: 0 }),
       pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeReserved", uuid, name, { digest: "x".repeat(64) }), { expectedLastSubjectSequence: 0 }),
+      pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeCreated", uuid, name, { imageId: "1" })),
     ]);
-    createSizedFile(path.join(poolDir, `bare-${uuid}`), 1048576, 0o644);
-    const createdSeq = await pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeCreated", uuid, name, { imageId: "1" }), {
-      expectedLastSubjectSequence: reservedSeq,
-    });
     const rec = `{bare}:volume.${uuid}`;
     const k = new CallKeys(p, "{bare}:projection.keys");
     const muts = [
@@ -108,7 +107,10 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
         o: [["HSET", k.at(rec), "name", name, "pool", "default", "image", `csi-vol-${uuid}`, "size", "1048576", "state", "created"]],
       },
     ];
-    const locks = [[k.at(lock), token]];
+    const locks = [
+      [k.at(lock), token],
+      [k.at(uuidLock), token],
+    ];
     await r.fcall(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys.length, ...k.keys, JSON.stringify(muts), JSON.stringify(locks), "{}");
     m.respond(JSON.stringify({ uuid, name, sizeBytes: 1048576, pool: "default", imageName: `csi-vol-${uuid}` }));
   };
