@@ -21,6 +21,10 @@
  * skipped with a line saying so; any other BENCH_PEER_<NAME> is run too. Each one must answer
  * Identity.GetPluginInfo and Probe on its socket before the rounds begin.
  *
+ * With them, unless BENCH_PEERS_BARE=0, the bare chain (bench/lib/bare-chain.ts): the same
+ * processes, hops and round trips as our create with none of our code, through its own raw gRPC
+ * method — the floor of this design beside the peers (its "delete" only removes the file).
+ *
  * CPU ms per operation of each driver's processes (for a peer: the process started and what runs
  * below it; for ours: controller, journal, nats-server, redis-server) from /proc, counting the
  * children each one waited for (bench/lib/cpu.ts); the client's (this process) apart. Per round,
@@ -32,8 +36,9 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { csiClient } from "@csi/runtime";
-import { startServer } from "@csi/testkit";
+import { type LocalServer, startServer } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
+import { startBareChain } from "./lib/bare-chain.js";
 import { descendants, runInBenchDir } from "./lib/bench-dir.js";
 import { cpuLine, cpuMeter, machineBusy, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
@@ -55,13 +60,19 @@ const peerCap = { access_mode: csiCap.access_mode, mount: {} };
 
 const failures: string[] = [];
 
-/** A driver under test: where its CSI socket is, which processes are its own, and how to stop it. */
+/** A driver under test: how it is called, which processes are its own, and how to stop it. */
 interface Driver {
   label: string;
-  sock: string;
   procs: Processes;
-  parameters: Record<string, string>;
+  calls(): Calls;
   stop(): Promise<unknown>;
+}
+
+/** A create (answering the volume's id) and a delete of what it made. */
+interface Calls {
+  create(name: string): Promise<string>;
+  remove(id: string): Promise<unknown>;
+  close(): void;
 }
 
 /** One measured step of one driver: its figures and the CPU ms per operation of its processes and of the client. */
@@ -155,28 +166,41 @@ async function startPeer(dir: string, peer: { name: string; label: string; comma
   const procs: Processes = { [peer.name.toLowerCase()]: pid };
   for (const d of descendants(pid)) procs[`${peer.name.toLowerCase()}-${d}`] = d;
   const parameters = JSON.parse(process.env[`BENCH_PEER_${peer.name}_PARAMETERS`] ?? "{}") as Record<string, string>;
-  return { label: peer.label, sock, procs, parameters, stop };
+  return { label: peer.label, procs, calls: () => csiCalls(peer.label, sock, parameters), stop };
 }
 
-/** The CreateVolume and DeleteVolume every driver gets, each answer checked. */
-function driverCalls(d: Driver) {
-  const ctrl = csiClient(`unix://${d.sock}`, "Controller");
+/** The CreateVolume and DeleteVolume every CSI driver gets, each answer checked. */
+function csiCalls(label: string, sock: string, parameters: Record<string, string>): Calls {
+  const ctrl = csiClient(`unix://${sock}`, "Controller");
   return {
     close: () => ctrl.close(),
     create: async (name: string) => {
-      const v = (await ctrl.CreateVolume({ name, volume_capabilities: [peerCap], capacity_range: { required_bytes: String(MiB) }, parameters: d.parameters }))
-        .volume;
+      const v = (await ctrl.CreateVolume({ name, volume_capabilities: [peerCap], capacity_range: { required_bytes: String(MiB) }, parameters })).volume;
       const capacity = Number(v?.capacity_bytes ?? 0);
-      check(!!v?.volume_id && (capacity === 0 || capacity >= MiB), `${d.label} CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+      check(!!v?.volume_id && (capacity === 0 || capacity >= MiB), `${label} CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
       return v?.volume_id as string;
     },
     remove: (id: string) => ctrl.DeleteVolume({ volume_id: id }),
   };
 }
 
+/**
+ * The bare chain (bench/lib/bare-chain.ts): our create's processes, hops and round trips with none
+ * of our code — the floor of this design. Its "delete" removes the file only (not comparable).
+ */
+async function bareDriver(dir: string, nats: LocalServer, redis: LocalServer): Promise<Driver> {
+  const bare = await startBareChain(dir, nats, redis, path.join(dir, "pools", "bare"));
+  return {
+    label: "bare chain",
+    procs: { front: bare.pids.front, back: bare.pids.back, nats: nats.pid, redis: redis.pid },
+    calls: () => ({ create: bare.create, remove: bare.remove, close: () => {} }),
+    stop: async () => bare.stop(),
+  };
+}
+
 /** N creates then N deletes through one driver at concurrency c, each step's CPU read from /proc. */
 async function round(d: Driver, c: number, n: number): Promise<{ create: Step; remove: Step }> {
-  const calls = driverCalls(d);
+  const calls = d.calls();
   try {
     const ids: string[] = [];
     const tag = randomUUID().slice(0, 8);
@@ -225,8 +249,10 @@ function summary(drivers: Driver[], results: Map<string, Map<number, { create: S
           `${fmt(median(rs.map((r) => r.create.cpu.total ?? 0)))} | ${fmt(median(rs.map((r) => r.remove.f.opsPerSec)))} | ${fmt(median(rs.map((r) => r.create.client)))} |`,
       );
     }
-    const [ours, ...peers] = drivers.map((d) => best.get(d.label) ?? 0);
-    if (peers.length > 0) console.log(`|   | ours / fastest peer | ${((ours ?? 0) / Math.max(...peers)).toFixed(2)}× | | | | | |`);
+    const peers = drivers.filter((d) => d.label !== "ours" && d.label !== "bare chain").map((d) => best.get(d.label) ?? 0);
+    if (peers.length === 0) continue;
+    for (const mine of ["ours", "bare chain"].filter((l) => best.has(l)))
+      console.log(`|   | ${mine} / fastest peer | ${((best.get(mine) ?? 0) / Math.max(...peers)).toFixed(2)}× | | | | | |`);
   }
 }
 
@@ -243,11 +269,11 @@ async function main({ dir, what }: { dir: string; what: string }) {
     const svc = await startServices(dir, nats, redis);
     drivers.push({
       label: "ours",
-      sock: svc.sock.slice("unix://".length),
       procs: { ctl: svc.controller.child.pid, jrn: svc.journals[0]?.child.pid, nats: nats.pid, redis: redis.pid },
-      parameters: {},
+      calls: () => csiCalls("ours", svc.sock.slice("unix://".length), {}),
       stop: svc.stop,
     });
+    if (process.env.BENCH_PEERS_BARE !== "0") drivers.push(await bareDriver(dir, nats, redis));
     for (const p of peers) drivers.push(await startPeer(dir, p));
     for (const d of drivers) {
       const warm = await round(d, 16, WARMUP);

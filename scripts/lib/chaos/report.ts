@@ -31,7 +31,7 @@ export function formatReport(r: ChaosResult): string {
   }
   out.push(
     "",
-    "(orphans are counted as found: the run does not call `csictl gc` before the check)",
+    `gc after settle (as \`csictl gc --apply\`): ${r.leakedRemoved.length} leaked image(s) removed, each a create's leftover of a killed journal${r.leakedRemoved.length ? ` (${r.leakedRemoved.slice(0, 3).join(", ")}${r.leakedRemoved.length > 3 ? ", …" : ""})` : ""}`,
     "",
     formatTable(
       ["fault", "injected", "slowest recovery", "no op after", "another node took over (leader / master)"],
