@@ -175,7 +175,7 @@ class Run<R> implements View {
         if (isFenced(next.fail)) await this.#dropOrphans();
         throw next.fail;
       }
-      if ("read" in next) await this.#read(next.read);
+      if ("read" in next) await (this.failed ? this.#readAfterFailure(next.read, this.failed) : this.#read(next.read));
       else if (this.failed)
         throw this.failed.error; // told of a failure, a decider reads the log, replies or fails
       else if ("stat" in next) await this.#stat(next.stat);
@@ -189,6 +189,27 @@ class Run<R> implements View {
     const step = (err as { step?: Failure["step"] }).step ?? "append";
     const effect = error instanceof EffectFailed ? { effect: error.effect } : {};
     this.failed = { step, ...effect, error: error instanceof EffectFailed ? error.cause : error, fenced: isFenced(err), uncertain: isUncertain(err) };
+  }
+
+  /**
+   * A read the decider needs to undo a failed step: the log it reads is often what failed (a stream
+   * leader lost: a new one within seconds), so it is tried again for up to UNDO_READ_WAIT_MS before
+   * the run gives up and fails with the step's own error (what is left is for the retry and gc).
+   */
+  async #readAfterFailure(plan: ReadPlan, failed: Failure): Promise<void> {
+    try {
+      await retry(() => this.#read(plan), {
+        tries: Number.POSITIVE_INFINITY,
+        deadline: Date.now() + UNDO_READ_WAIT_MS,
+        firstDelayMs: 100,
+        maxDelayMs: 1000,
+        jitter: 0.2,
+        retryIf: (err) => err instanceof DriverError && err.code === "Unavailable",
+      });
+    } catch (err) {
+      this.d.logger.warn({ err, requestId: this.cmd.requestId }, "could not read the log to undo a failed step");
+      throw failed.error;
+    }
   }
 
   /** The aggregates of an act's events, read again from their subjects of the log (every record past what the run knows folded in). */
@@ -476,3 +497,5 @@ const liveOrEnded = (s: Aggregate | undefined) => s !== undefined && s.seq > 0;
 
 /** A failed step's undo fenced off is tried again at most this often, each time after reading the log. */
 const UNDO_RETRIES = 2;
+/** How long a run keeps trying to read the log it must undo by (a stream leader election takes 4–9 s). */
+const UNDO_READ_WAIT_MS = 12_000;

@@ -236,8 +236,8 @@ function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason:
 
 /**
  * A step of this run failed. Nothing of ours to undo unless our image was made: then our one write
- * was tried, and the log (read once more) says what of it landed — it may have landed whole (the
- * answer after all), or in part: our record ended (fenced on what the log has of it; on 0 when it
+ * was tried, and what of it landed is known from its acks (a refusal is an answer), or, when it got
+ * no answer, from the log read once more — it may have landed whole (the answer after all), or in part: our record ended (fenced on what the log has of it; on 0 when it
  * may still arrive), our name released, and only then our image removed. A build that failed
  * leaves nothing in the log: what it may have left of the image is removed.
  */
@@ -250,7 +250,8 @@ function failed<K extends ImageKind, V, Res extends Reservation>(v: View, c: Ima
   if (!made) return { fail: f.error };
   const name = { kind: "name" as const, of: kind, name: c.name };
   const me = { kind, uuid: ours };
-  if (!v.fromLog(name) || !v.fromLog(me)) return { read: { fromLog: [name, me] } };
+  // Unanswered: only the log can say what of it landed. Answered (refused, fenced): the acks said.
+  if (f.uncertain && (!v.fromLog(name) || !v.fromLog(me))) return { read: { fromLog: [name, me] } };
   const mine = liveRecord(v.state(me), kind);
   const named = nameState(v, kind, c.name)?.uuid === ours;
   if (mine?.imageId && named) return { reply: c.reply(mine) }; // it all landed: the answer after all

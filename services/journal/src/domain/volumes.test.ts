@@ -286,6 +286,19 @@ describe("CreateVolume", () => {
         .then({ fail: error, act: { events: [undone("name fenced off")], cleanup } });
     });
 
+    test("refused (an answer), decided on what the acks said, without reading the log", () => {
+      given()
+        .made([...ours])
+        .failed({ step: "append", error, fenced: false })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [], cleanup } });
+      given(...landed((reserved(U(0)) as [EventBody])[0]))
+        .made([...ours])
+        .failed({ step: "append", error, fenced: false })
+        .when(createVolume(ask()))
+        .then({ fail: error, act: { events: [released], cleanup } });
+    });
+
     test("refused outright (an answer: nothing landed): the image removed, nothing appended", () => {
       given()
         .made([...ours])
