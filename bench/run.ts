@@ -13,6 +13,9 @@
  *   2. scale: create/delete, ControllerGetVolume and a ListVolumes page with 100 and then 100,000
  *      volumes in the journal; Redis memory and JetStream bytes per volume (bench/scale.ts);
  *   3. replay: rebuild, start-up check and point-in-time replay of 200k events (bench/replay.ts).
+ * The services and the bare chain's processes run as the image runs them: plain node on what
+ * `npm run build` made (`npm run bench` builds first and sets CSI_RUN_BUILT=1); run by hand
+ * without it, they run from their sources through tsx, which costs ~0.3–1 ms of CPU per create.
  * Every answer is checked; a scenario with errors is reported as FAILED and the bench exits 1.
  * CPU ms and write system calls per operation are read from /proc for every process (bench =
  * this load generator).

@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { unlink } from "node:fs/promises";
 import path from "node:path";
-import { type LocalServer, SOURCE_NODE_ARGS } from "@csi/testkit";
+import { type LocalServer, RUN_BUILT, SOURCE_NODE_ARGS } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -21,7 +21,11 @@ const SCRIPT = path.join(import.meta.dirname, "bare-process.ts");
 
 function spawnBare(args: string[]) {
   const prof = process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
-  const child = spawn(process.execPath, [...prof, ...SOURCE_NODE_ARGS, SCRIPT, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  // As the services: built (plain node, type stripping, the packages' dist/) when they run built, else through tsx.
+  const child = spawn(process.execPath, [...prof, ...(RUN_BUILT ? [] : SOURCE_NODE_ARGS), SCRIPT, ...args], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, BARE_SUBJECT, BARE_METHOD, BARE_EVENTS },
+  });
   const ready = new Promise<void>((resolve, reject) => {
     child.stdout.on("data", (b: Buffer) => b.toString().includes("ready") && resolve());
     child.once("exit", (code) => reject(new Error(`bare ${args[0]} exited with ${code} before it was ready`)));

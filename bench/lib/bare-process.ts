@@ -7,8 +7,9 @@
  * created event right behind the reservation), the journal's apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
  * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
  *
- * node --conditions=source --import tsx bench/lib/bare-process.ts front <socket path> <nats url>
- * node --conditions=source --import tsx bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
+ * node [--conditions=source --import tsx] bench/lib/bare-process.ts front <socket path> <nats url>
+ * node [--conditions=source --import tsx] bench/lib/bare-process.ts back <nats url> <redis url> <pool dir>
+ * (with BARE_SUBJECT, BARE_METHOD and BARE_EVENTS in the environment; bench/lib/bare-chain.ts starts both)
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
@@ -18,7 +19,12 @@ import { AckedPublisher, connectNats, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
-import { BARE_EVENTS, BARE_METHOD, BARE_SUBJECT } from "./bare-chain.js";
+
+// Its names come from bench/lib/bare-chain.ts in the environment: this file imports nothing local,
+// so plain node (type stripping) runs it on the built packages, as the services run from dist/.
+const BARE_SUBJECT = process.env.BARE_SUBJECT as string;
+const BARE_METHOD = process.env.BARE_METHOD as string;
+const BARE_EVENTS = process.env.BARE_EVENTS as string;
 
 const raw = (b: Buffer) => b;
 
