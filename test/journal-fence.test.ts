@@ -46,6 +46,34 @@ test("a fenced writer keeps the image another writer recorded", async () => {
   });
 });
 
+test("gc while a create's image is made and its events not written yet: verify sees a leak, gc leaves it (the create holds its uuid's lock), the volume keeps its image", async () => {
+  const cluster = "f3";
+  const root = path.join(env.dir, "pools", cluster, "default");
+  const events = new EventLog(nc, { cluster });
+  await events.ensureStream();
+  const gated = new GatedPool({ name: "default", id: 1, root });
+  const a = journalReplica({ cluster, dir: env.dir, redis, events, pool: gated });
+  const operator = journalReplica({ cluster, dir: env.dir, redis, events, pool: new FilePool({ name: "default", id: 1, root }) });
+  let release = () => {};
+  gated.gate = new Promise((r) => (release = r));
+  const made = new Promise<void>((r) => (gated.made = r));
+  const creating = a.createVolume({ ...fencedAsk("pvc-gc-race"), requestId: "c" });
+  await made; // the image is in the pool; nothing of the create is in the log
+  const verify = await operator.audit.verify({ olderThanMs: 0, maxFindings: 1000 });
+  const leak = verify.findings.find((f) => f.type === "leakedImage");
+  assert.ok(leak?.type === "leakedImage", `verify reports the image no record names yet: ${JSON.stringify(verify.findings)}`);
+  const gc = await operator.audit.gc({ requestId: "gc", apply: true, olderThanMs: 0, maxActions: 1000 });
+  const action = gc.actions.find((x) => x.imageName === leak.imageName);
+  assert.deepEqual([action?.type, action?.outcome], ["removeLeakedImage", "skipped"], JSON.stringify(gc.actions));
+  assert.match(String(action?.reason), /busy/);
+  release();
+  const v = await creating;
+  assert.equal(v.imageName, leak.imageName, "the image gc left was the create's");
+  assert.deepEqual((await operator.getVolume({ uuid: v.uuid })).condition, { abnormal: false, message: "image present" });
+  const after = await operator.audit.verify({ olderThanMs: 0, maxFindings: 1000 });
+  assert.equal(after.counts.leakedImages, 0, "and nothing is leaked once its events are written");
+});
+
 /** An event log that loses the ack of the next NameReserved it appends: the event lands, the writer hears nothing. */
 class LosingAcks extends EventLog {
   loseNext = false;

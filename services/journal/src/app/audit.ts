@@ -140,9 +140,11 @@ export class Audit {
     const actions: GcAction[] = [];
     for (const action of chosen) {
       if (!req.apply) actions.push(action);
-      else if (action.type === "removeLeakedImage") actions.push(await this.j.run(removeLeakedImage(req.requestId, action)));
+      else if (action.type === "removeLeakedImage") actions.push(await busyIsSkipped(action, this.j.run(removeLeakedImage(req.requestId, action))));
       else if (action.type === "collectReservation")
-        actions.push(await this.j.run(collectReservation(req.requestId, action, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs })));
+        actions.push(
+          await busyIsSkipped(action, this.j.run(collectReservation(req.requestId, action, { now: this.#d.now().getTime(), olderThanMs: req.olderThanMs }))),
+        );
       else actions.push(await this.#removeLeftover(action, req.requestId));
     }
     const { taken } = takeWithin(actions, (x) => jsonBytes(x) + 1, replyBudget(this.#d.maxPayload) - 1024, false);
@@ -206,5 +208,19 @@ export class Audit {
     const dropped = await this.#d.store.projectionSize();
     const replayedTo = await this.#d.projector.rebuild("asked for (audit.rebuild)");
     return { dropped, replayedTo, ms: Math.round(performance.now() - started) };
+  }
+}
+
+/**
+ * A gc action whose locks another command holds (Aborted) is skipped, not the whole gc failed: that
+ * command is working on it — e.g. a create whose image is made and whose events are on their way
+ * (docs/journal.md, "A create in three round trips"). A later gc looks again.
+ */
+async function busyIsSkipped(action: GcAction, done: Promise<GcAction>): Promise<GcAction> {
+  try {
+    return await done;
+  } catch (err) {
+    if (!(err instanceof DriverError) || err.code !== "Aborted") throw err;
+    return { ...action, outcome: "skipped", reason: `busy: ${err.message}` };
   }
 }
