@@ -6,6 +6,7 @@
  * A then catches up with the log and decides again (as a CO's retry would): it answers B's volume.
  */
 import assert from "node:assert/strict";
+import { readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { EventLog, keysFor, RedisStore } from "@csi/journal/operator";
@@ -72,6 +73,30 @@ test("gc while a create's image is made and its events not written yet: verify s
   assert.deepEqual((await operator.getVolume({ uuid: v.uuid })).condition, { abnormal: false, message: "image present" });
   const after = await operator.audit.verify({ olderThanMs: 0, maxFindings: 1000 });
   assert.equal(after.counts.leakedImages, 0, "and nothing is leaked once its events are written");
+});
+
+test("gc while a snapshot is being copied: its temp file is left (the create holds its uuid's lock); a dead build's temp file is removed", async () => {
+  const cluster = "f4";
+  const root = path.join(env.dir, "pools", cluster, "default");
+  const events = new EventLog(nc, { cluster });
+  await events.ensureStream();
+  const a = journalReplica({ cluster, dir: env.dir, redis, events, pool: new FilePool({ name: "default", id: 1, root, holdCopyMs: 3_000 }) });
+  const operator = journalReplica({ cluster, dir: env.dir, redis, events, pool: new FilePool({ name: "default", id: 1, root }) });
+  const src = await operator.createVolume({ ...fencedAsk("pvc-gc-copy"), requestId: "src" });
+  const dead = `.tmp-csi-snap-11111111-2222-4333-8444-555555555555-0123456789ab`;
+  await writeFile(path.join(root, dead), "half a copy of a killed journal");
+  const copying = a.createSnapshot({ requestId: "s", name: "snap-gc-copy", sourceUuid: src.uuid, sourcePoolId: undefined, parameters: {} });
+  const temps = async () => (await readdir(root)).filter((f) => f.startsWith(".tmp-")).sort();
+  while ((await temps()).length < 2) await new Promise((r) => setTimeout(r, 20));
+  const live = (await temps()).find((f) => f !== dead) as string;
+  const gc = await operator.audit.gc({ requestId: "gc-copy", apply: true, olderThanMs: 0, maxActions: 1000 });
+  const outcome = (name: string) => gc.actions.filter((x) => x.imageName === name).map((x) => [x.type, x.outcome]);
+  assert.deepEqual(outcome(live), [["removeTempImage", "skipped"]], JSON.stringify(gc.actions));
+  assert.deepEqual(outcome(dead), [["removeTempImage", "done"]], JSON.stringify(gc.actions));
+  assert.deepEqual(await temps(), [live], "the live build's temp file is still there, the dead one's gone");
+  const snap = await copying; // the copy, held a few seconds, then published
+  assert.equal(snap.readyToUse, true);
+  assert.deepEqual(await temps(), [], "its temp file became the snapshot");
 });
 
 /** An event log that loses the ack of the next NameReserved it appends: the event lands, the writer hears nothing. */

@@ -134,6 +134,28 @@ describe("FilePool temp files of interrupted builds", () => {
     assert.deepEqual(await temps(p), [other], "only the other image's build is left to its own retry or the stale sweep");
   });
 
+  it("leftovers: the temp files of other builds with the aggregate their image is named after and their last touch; removeLeftover removes one still the same, never our own build's", async () => {
+    const p = new FilePool({ name: "t5", id: 13, root: path.join(dir, "t5"), holdCopyMs: 300 });
+    await p.createImage("src", MiB);
+    const uuid = "5a80a7bb-fe02-43ae-9e6c-84ee247b5a4e";
+    const dead = await leftover(p, `csi-snap-${uuid}`, 5_000); // a journal killed mid-copy
+    const building = p.snapshotImage("src", "src-snap");
+    while ((await temps(p)).length < 2) await new Promise((r) => setTimeout(r, 10));
+    const listed = await p.leftovers();
+    assert.deepEqual(
+      listed.map((l) => [l.kind, l.name, l.owner]),
+      [["temp", dead, { kind: "snapshot", uuid }]],
+      "the dead build's temp file, not ours in progress",
+    );
+    assert.ok(Math.abs((listed[0]?.since ?? 0) - (Date.now() - 5_000)) < 2_000, "since: its last touch");
+    assert.equal(await p.removeLeftover({ kind: "temp", name: dead, id: "0" }), false, "another inode: kept");
+    assert.equal(await p.removeLeftover({ kind: "temp", name: dead, id: listed[0]?.id ?? "" }), true);
+    await assert.rejects(p.removeLeftover({ kind: "temp", name: "src.img", id: "1" }), /not a temp file/);
+    assert.equal((await temps(p)).length, 1, "our own build's temp file stays");
+    await building;
+    assert.deepEqual(await temps(p), []);
+  });
+
   it("a build in progress keeps its temp file when its own image is deleted meanwhile", async () => {
     const p = new FilePool({ name: "t3", id: 11, root: path.join(dir, "t3"), holdCopyMs: 300 });
     await p.createImage("src", MiB);

@@ -38,7 +38,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { DriverError, MiB } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
-import type { ImageInfo, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
+import { imageOwner } from "../domain/audit.js";
+import type { ImageInfo, Leftover, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
 import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
 
 const IMG = ".img";
@@ -311,6 +312,36 @@ export class FilePool implements PoolBackend {
       this.#building.delete(tmp);
       await unlink(tmp).catch(() => {});
     }
+  }
+
+  /**
+   * The temp files of builds (verify's `tempImage`): each with the aggregate its image is named
+   * after, and its last touch as `since` (a live builder touches it every TMP_KEEPALIVE_MS). Not
+   * the ones this pool object is building. The file pool keeps no trash.
+   */
+  async leftovers(): Promise<Leftover[]> {
+    const out: Leftover[] = [];
+    for (const entry of await readdir(this.root).catch(() => [])) {
+      const image = tempOf(entry);
+      const file = path.join(this.root, entry);
+      if (image === undefined || this.#building.has(file)) continue;
+      const st = await lstat(file).catch(() => undefined);
+      if (!st?.isFile()) continue;
+      const owner = imageOwner(image);
+      out.push({ kind: "temp", name: entry, id: st.ino.toString(16), sizeBytes: st.size, since: st.mtimeMs, ...(owner ? { owner } : {}) });
+    }
+    return out;
+  }
+
+  /** A temp file removed if it is still the one listed (its inode) and not one of our own builds; false when it was gone. */
+  async removeLeftover(l: Pick<Leftover, "kind" | "name" | "id">): Promise<boolean> {
+    if (l.kind !== "temp" || tempOf(l.name) === undefined) throw new DriverError("InvalidArgument", `"${l.name.slice(0, 64)}" is not a temp file of this pool`);
+    const file = path.join(this.root, l.name);
+    if (this.#building.has(file)) return false;
+    const st = await lstat(file).catch(() => undefined);
+    if (!st?.isFile() || st.ino.toString(16) !== l.id) return false;
+    await unlink(file).catch(() => {});
+    return true;
   }
 
   /** Sweep temp files untouched for TMP_STALE_MS, at most every sweepEveryMs (a cheap check otherwise). */

@@ -16,6 +16,7 @@
  *   audit.purge    remove foreign records from the log (each read again first: only a record that
  *                  is still foreign is removed), then rebuild the projection
  */
+import { randomBytes } from "node:crypto";
 import {
   type CommandResult,
   DriverError,
@@ -160,7 +161,16 @@ export class Audit {
     const pool = this.#d.pools.get(action.pool);
     if (!pool?.removeLeftover) return { ...action, outcome: "skipped", reason: "the pool keeps no leftovers" };
     const kind = action.type === "purgeTrash" ? "trash" : "temp";
-    const removed = await pool.removeLeftover({ kind, name: action.imageName, id: action.imageId ?? "" });
+    // A temporary of a build still running belongs to a create that holds its uuid's lock (its
+    // events come after the image): removed only under that lock, else skipped.
+    const owner =
+      kind === "temp" && action.uuid && (action.kind === "volume" || action.kind === "snapshot") ? { kind: action.kind, uuid: action.uuid } : undefined;
+    const token = randomBytes(16).toString("hex");
+    const locked = owner ? await this.#d.store.lockAndRead(token, this.#d.lockTtlMs, { locks: [owner] }) : undefined;
+    if (locked && !locked.ok) return { ...action, outcome: "skipped", reason: `busy: a command on ${owner?.kind} ${owner?.uuid} holds its lock` };
+    const removed = await pool
+      .removeLeftover({ kind, name: action.imageName, id: action.imageId ?? "" })
+      .finally(() => (owner && locked?.ok ? this.#d.store.applyAndUnlock([], [owner], token).catch(() => 0) : undefined));
     if (!removed) return { ...action, outcome: "skipped", reason: kind === "trash" ? "clones still need it" : "it is gone" };
     this.#d.logger.info({ pool: action.pool, image: action.imageName, id: action.imageId, type: action.type, requestId }, "gc removed a leftover");
     return { ...action, outcome: "done" };
