@@ -14,8 +14,9 @@ import { after, before, describe, test } from "node:test";
 import { setImmediate as tick } from "node:timers/promises";
 import { DriverError, resolveClusters } from "@csi/contracts";
 import { keysFor, Projector } from "@csi/journal/operator";
-import { FilePool, Journal, MemoryLog, MemoryStore } from "@csi/journal/testing";
+import { FilePool, MemoryLog, MemoryStore } from "@csi/journal/testing";
 import { createLogger, SentAhead } from "@csi/runtime";
+import { testJournal } from "@csi/testkit";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;
@@ -58,18 +59,8 @@ before(async () => {
   log = new MemoryLog({ cluster: CLUSTER, instance: cluster.instance });
   store = new FailingStore({ keys: keysFor(CLUSTER, cluster.instance) });
   const projector = new Projector(log, store, logger);
-  const journal = new Journal({
-    cluster,
-    pools: new Map([["default", new FilePool({ name: "default", id: 1, root: path.join(dir, "pool") })]]),
-    log,
-    store,
-    projector,
-    actor: { service: "journal", replica: "projector-failures-test" },
-    logger,
-    lockTtlMs: 5000,
-    lockWaitMs: 200,
-    now: () => new Date(),
-  });
+  const pools = new Map([["default", new FilePool({ name: "default", id: 1, root: path.join(dir, "pool") })]]);
+  const journal = testJournal({ cluster, pools, log, store, projector, logger });
   await projector.start();
   // Events the projection's watermark is behind: a catch-up has them to apply, in many batches.
   for (let i = 0; i < 12; i++) {

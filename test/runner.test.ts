@@ -15,6 +15,7 @@ import { DriverError, resolveClusters } from "@csi/contracts";
 import { keysFor, Projector } from "@csi/journal/operator";
 import { FilePool, Journal, MemoryLog, MemoryStore } from "@csi/journal/testing";
 import { createLogger } from "@csi/runtime";
+import { testJournal } from "@csi/testkit";
 
 const CLUSTER = "c1";
 const MiB = 1024 * 1024;
@@ -38,17 +39,13 @@ before(async () => {
   store = new MemoryStore({ keys: keysFor(CLUSTER, cluster.instance) });
   const logger = createLogger("runner-test", "silent");
   projector = new Projector(log, store, logger, { waitMs: 2000 });
-  journal = new Journal({
+  journal = testJournal({
     cluster,
     pools: new Map([["default", pool]]),
     log,
     store,
     projector,
-    actor: { service: "journal", replica: "runner-test" },
     logger,
-    lockTtlMs: 5000,
-    lockWaitMs: 200,
-    now: () => new Date(),
     observeFold: (appended, evolutions) => void folds.push([appended, evolutions]),
   });
   await projector.start(); // an empty store: rebuilt (empty) and complete

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { resolveClusters } from "@csi/contracts";
 import { type EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
-import { distrustAfterRedisDrops, FilePool, type ImageInfo, Journal } from "@csi/journal/testing";
+import { distrustAfterRedisDrops, FilePool, type ImageInfo, Journal, type JournalDeps } from "@csi/journal/testing";
 import { createLogger } from "@csi/runtime";
 import type { Redis } from "ioredis";
 
@@ -44,19 +44,15 @@ export function journalReplica(o: {
   const store = new RedisStore(o.redis, keysFor(o.cluster, cluster.instance));
   const projector = new Projector(o.events, store, logger);
   if (o.redisDrops) distrustAfterRedisDrops(o.redis, projector);
-  const actor = { service: "journal", replica: randomUUID() };
-  return new Journal({
-    cluster,
-    pools: new Map([["default", o.pool]]),
-    log: o.events,
-    store,
-    projector,
-    actor,
-    logger,
-    lockTtlMs: o.lockTtlMs ?? 5000,
-    lockWaitMs: 200,
-    now: () => new Date(),
-  });
+  return testJournal({ cluster, pools: new Map([["default", o.pool]]), log: o.events, store, projector, logger, lockTtlMs: o.lockTtlMs ?? 5000 });
+}
+
+/**
+ * A Journal in this process on the given adapters, with the tests' defaults (a replica name of its
+ * own, a 5 s lock TTL, a 200 ms lock wait, the clock); `d` adds or replaces deps.
+ */
+export function testJournal(d: Pick<JournalDeps, "cluster" | "pools" | "log" | "store" | "projector" | "logger"> & Partial<JournalDeps>): Journal {
+  return new Journal({ actor: { service: "journal", replica: randomUUID() }, lockTtlMs: 5000, lockWaitMs: 200, now: () => new Date(), ...d });
 }
 
 const MiB = 1024 * 1024;

@@ -321,14 +321,9 @@ export class FilePool implements PoolBackend {
    */
   async leftovers(): Promise<Leftover[]> {
     const out: Leftover[] = [];
-    for (const entry of await readdir(this.root).catch(() => [])) {
-      const image = tempOf(entry);
-      const file = path.join(this.root, entry);
-      if (image === undefined || this.#building.has(file)) continue;
-      const st = await lstat(file).catch(() => undefined);
-      if (!st?.isFile()) continue;
-      const owner = imageOwner(image);
-      out.push({ kind: "temp", name: entry, id: st.ino.toString(16), sizeBytes: st.size, since: st.mtimeMs, ...(owner ? { owner } : {}) });
+    for await (const t of this.#temps()) {
+      const owner = imageOwner(t.image);
+      out.push({ kind: "temp", name: t.entry, id: t.st.ino.toString(16), sizeBytes: t.st.size, since: t.st.mtimeMs, ...(owner ? { owner } : {}) });
     }
     return out;
   }
@@ -354,13 +349,17 @@ export class FilePool implements PoolBackend {
 
   /** Remove the temp files that `which` names (untouched since `before`, if given), except our own builds. Best effort. */
   async #sweep(which: (entry: string) => boolean, before = Number.POSITIVE_INFINITY): Promise<void> {
-    const entries = await readdir(this.root).catch(() => []);
-    for (const entry of entries) {
-      if (tempOf(entry) === undefined || !which(entry)) continue;
+    for await (const t of this.#temps(which)) if (t.st.mtimeMs < before) await unlink(t.file).catch(() => {});
+  }
+
+  /** The temp files of the pool (those `which` names), except the ones this object is building: each with the image it builds. */
+  async *#temps(which: (entry: string) => boolean = () => true) {
+    for (const entry of await readdir(this.root).catch(() => [])) {
+      const image = tempOf(entry);
       const file = path.join(this.root, entry);
-      if (this.#building.has(file)) continue;
+      if (image === undefined || !which(entry) || this.#building.has(file)) continue;
       const st = await lstat(file).catch(() => undefined);
-      if (st?.isFile() && st.mtimeMs < before) await unlink(file).catch(() => {});
+      if (st?.isFile()) yield { entry, file, image, st };
     }
   }
 }

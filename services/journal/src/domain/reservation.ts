@@ -14,7 +14,7 @@
  */
 import { createHash } from "node:crypto";
 import { alreadyExists, type Capability, type ContentSource, DriverError, type EventBody, type Kind } from "@csi/contracts";
-import type { Act, Ctx, Decision, Effect, ImageRef, ReadPlan, View } from "./decider.js";
+import type { Act, Ctx, Decision, Effect, ReadPlan, View } from "./decider.js";
 import { type Address, isEnded, liveRecord, type NameState } from "./evolve.js";
 import { createdEvent, type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import type { ImageInfo } from "./pool-backend.js";
@@ -171,9 +171,9 @@ export type Reservation = Extract<EventBody, { type: "VolumeReserved" | "Snapsho
 
 /** The first read of a create: the name (and the record it points at) and the run's fresh uuid, locked; `also` besides. */
 export function createRead(kind: ImageKind, name: string, ctx: Ctx, also: Address[] = []): ReadPlan {
-  const named: Address = { kind: "name", of: kind, name };
+  const named = { kind: "name", of: kind, name } as const; // a lock and an address alike
   // The fresh uuid's lock: gc, which finds our image before our events land, waits for them and checks again.
-  return { locks: [{ kind: "name", of: kind, name }, { kind, uuid: ctx.ids(0) }, ...also], states: [named, ...also], follow: true };
+  return { locks: [named, { kind, uuid: ctx.ids(0) }, ...also], states: [named, ...also], follow: true };
 }
 
 export function decideImageCreate<K extends ImageKind, V, Res extends Reservation>(v: View, ctx: Ctx, c: ImageCreate<K, V, Res>): Decision<V> {
@@ -235,18 +235,20 @@ function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason:
 }
 
 /**
- * A step of this run failed. Nothing of ours to undo unless our image was made: then our one write
- * was tried, and what of it landed is known from its acks (a refusal is an answer), or, when it got
- * no answer, from the log read once more — it may have landed whole (the answer after all), or in part: our record ended (fenced on what the log has of it; on 0 when it
- * may still arrive), our name released, and only then our image removed. A build that failed
- * leaves nothing in the log: what it may have left of the image is removed.
+ * A step of this run failed. A build that failed leaves nothing in the log: what it may have left
+ * of the image is removed. Otherwise nothing of ours to undo unless our image was made: then our
+ * one write was tried, and what of it landed is known from its acks (a refusal is an answer), or,
+ * when it got no answer, from the log read once more. It may have landed whole (the answer after
+ * all), or in part: our record ended (fenced on what the log has of it; on 0 when it may still
+ * arrive), our name released, and only then our image removed.
  */
 function failed<K extends ImageKind, V, Res extends Reservation>(v: View, c: ImageCreate<K, V, Res>, ours: string): Decision<V> {
   const f = v.failed as NonNullable<View["failed"]>;
   const kind = c.kind;
-  const built = f.effect && f.effect.op !== "delete" && f.effect.op !== "resize" && f.effect.imageName === KINDS[kind].imageName(ours);
-  if (built && f.effect) return { fail: f.error, act: { effects: [{ op: "delete", pool: f.effect.pool, imageName: f.effect.imageName }] } };
-  const made = madeImage(v, kind, ours);
+  const ourImage = KINDS[kind].imageName(ours);
+  if (f.effect && f.effect.op !== "delete" && f.effect.imageName === ourImage)
+    return { fail: f.error, act: { effects: [{ op: "delete", pool: f.effect.pool, imageName: ourImage }] } };
+  const made = v.made.find((r) => r.imageName === ourImage);
   if (!made) return { fail: f.error };
   const name = { kind: "name" as const, of: kind, name: c.name };
   const me = { kind, uuid: ours };
@@ -262,9 +264,4 @@ function failed<K extends ImageKind, V, Res extends Reservation>(v: View, c: Ima
   // A record of ours the log has without its image recorded is left for the CO's retry to complete.
   if (mine && !mine.imageId && named) return { fail: f.error };
   return { fail: f.error, act: { events, cleanup: [{ op: "delete", ...made }] } };
-}
-
-/** Our image, made by this run (before any event of ours), or undefined. */
-function madeImage(v: View, kind: ImageKind, ours: string): ImageRef | undefined {
-  return v.made.find((r) => r.imageName === KINDS[kind].imageName(ours));
 }
