@@ -225,8 +225,9 @@ async function checkState(label: string): Promise<void> {
 }
 
 /**
- * Every replica of the event stream current again: a restarted node's copy of the stream catching up: up to 90 s (a busy machine: one .ci/run here
- * took 12 min instead of 9, and its restarted node was not current after 30 s).
+ * Every replica of the event stream current again (a restarted node has caught up), within 90 s:
+ * on a busy machine one .ci/run here took 12 min instead of 9, and its restarted node was not
+ * current after 30 s.
  */
 const streamHealed = () => ha.streamHealed(STREAM, 90_000);
 
