@@ -304,7 +304,7 @@ test("a short chaos run: ~200 operations, one fault of every kind, 3 journal rep
   skip: noDevices,
   timeout: 300_000,
 }, async () => {
-  const result = await runChaos({ ops: 200, faultsPerKind: 1, seed: 10, concurrency: 4, replicas: 3, ha: false, failoverBoundMs: 10_000 });
+  const result = await runChaos({ ops: 200, faultsPerKind: 1, seed: 10, concurrency: 4, replicas: 3, ha: false, powerCut: false, failoverBoundMs: 10_000 });
   const report = formatReport(result);
   assert.ok(result.ops.filter((o) => o.phase === "run").length >= 200, "at least --ops operations (more while the last faults run)");
   for (const k of KINDS_BY_MODE.single) assert.equal(result.faults.filter((f) => f.kind === k).length, 1, `${k}\n${report}`);
@@ -315,7 +315,7 @@ test("a short --ha chaos run: 3 NATS nodes, Redis + Sentinel, 3 journal replicas
   skip: noDevices ?? oldNats,
   timeout: 600_000,
 }, async () => {
-  const result = await runChaos({ ops: 120, faultsPerKind: 1, seed: 24, concurrency: 4, replicas: 3, ha: true, failoverBoundMs: 10_000 });
+  const result = await runChaos({ ops: 120, faultsPerKind: 1, seed: 24, concurrency: 4, replicas: 3, ha: true, powerCut: false, failoverBoundMs: 10_000 });
   const report = formatReport(result);
   process.stdout.write(`${report}\n`);
   for (const k of KINDS_BY_MODE.ha) {

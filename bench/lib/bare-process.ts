@@ -2,7 +2,7 @@
  * One process of the bare chain (bench/lib/bare-chain.ts): a CreateVolume's hops and round trips
  * with no application code. `front` stands where the controller does (a gRPC unary method over a
  * unix socket → one NATS request), `back` where the journal does (per request: the journal's own
- * lock-and-read function (the name's and a fresh uuid's locks), the pool's file create, three
+ * lock-and-read function (the name's and a fresh uuid's locks), the pool's durable file create, three
  * events published together and acked by JetStream (the name and the reservation fenced, the
  * created event right behind the reservation), the journal's apply-and-unlock function, the reply; both functions of the journal's Redis function library, FCALL). Transport settings are the services' own (connectNats'
  * write coalescing, AckedPublisher, ioredis auto-pipelining). Prints "ready" when it serves.
@@ -14,8 +14,8 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "@csi/journal/operator";
-import { CallKeys, createSizedFile } from "@csi/journal/testing";
-import { AckedPublisher, connectNats, redisConnectOptions } from "@csi/runtime";
+import { CallKeys, createDurableFile } from "@csi/journal/testing";
+import { AckedPublisher, connectNats, DirSync, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";
 import { Redis } from "ioredis";
@@ -89,6 +89,7 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
   await ensureJournalFunctions(r);
   const p = "{bare}:projection";
   await r.hset(p, "complete", "1");
+  const poolSync = new DirSync(poolDir);
   const handle = async (m: Msg) => {
     const { name } = JSON.parse(m.string()) as { name: string };
     const token = randomUUID();
@@ -97,7 +98,8 @@ async function back(natsUrl: string, redisUrl: string, poolDir: string): Promise
     const uuidLock = `{bare}:lock.volume.${uuid}`;
     const [dir, dirSeq] = ["{bare}:dir.volume", "{bare}:dirseq.volume"];
     await r.fcall(JOURNAL_FUNCTIONS.lockAndRead, 5, p, lock, uuidLock, dir, dirSeq, token, 30_000, 2, 0, 2, 0, "{bare}:volume.", "", "", name, name);
-    createSizedFile(path.join(poolDir, `bare-${uuid}`), 1048576, 0o644);
+    // As the file pool makes an image: the file and its directory entry fsynced before the events.
+    await createDurableFile(path.join(poolDir, `bare-${uuid}`), 1048576, 0o644, poolSync);
     const [, , createdSeq] = await Promise.all([
       pub.publish(`${BARE_EVENTS}.name.${name}`, event("NameReserved", uuid, name), { expectedLastSubjectSequence: 0 }),
       pub.publish(`${BARE_EVENTS}.volume.${uuid}`, event("VolumeReserved", uuid, name, { digest: "x".repeat(64) }), { expectedLastSubjectSequence: 0 }),

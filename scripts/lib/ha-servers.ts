@@ -13,9 +13,8 @@
  * three nodes and every sentinel knows the replica and the other two sentinels, so streams with 3
  * replicas can be made and a failover can happen at once.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { freePort, type LocalServer, SENTINEL_CONF, startServer } from "@csi/testkit";
+import { freePort, type LocalServer, SENTINEL_CONF, startServer, writeConfigDurable } from "@csi/testkit";
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
@@ -28,7 +27,13 @@ export const HA_DOWN_AFTER_MS = 1000;
 const HA_FAILOVER_TIMEOUT_MS = 3000;
 const HA_NATS_NODES = 3;
 const HA_SENTINELS = 3;
-const READY_WITHIN_MS = 30_000;
+/**
+ * The most the harness waits for a cluster to form or a stream to heal: a safety net, not a
+ * schedule (each wait ends at the event it waits for). nats-server promises no time for either; on a
+ * machine under heavy load (load ~20 on 2 cores) a 3-node cluster took more than 30 s to accept a
+ * stream at 3 replicas.
+ */
+const READY_WITHIN_MS = 180_000;
 
 export interface HaServers {
   /** n1, n2, n3. */
@@ -127,8 +132,7 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
       `sentinel failover-timeout ${HA_MASTER_NAME} ${HA_FAILOVER_TIMEOUT_MS}`,
       `sentinel parallel-syncs ${HA_MASTER_NAME} 1`,
     ];
-    mkdirSync(sdir, { recursive: true });
-    writeFileSync(path.join(sdir, SENTINEL_CONF), `${conf.join("\n")}\n`);
+    writeConfigDurable(path.join(sdir, SENTINEL_CONF), `${conf.join("\n")}\n`);
     sentinels.push(await startServer("sentinel", sdir));
   }
   // A failover needs a quorum that knows the replica: wait until every sentinel sees it and the others.
@@ -324,7 +328,13 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
       sentinels,
       sentinelAddrs,
       masterName: HA_MASTER_NAME,
-      env: { NATS_URL: natsUrl, REDIS_SENTINELS: sentinelAddrs, REDIS_MASTER_NAME: HA_MASTER_NAME, STREAM_REPLICAS: String(HA_NATS_NODES) },
+      env: {
+        NATS_URL: natsUrl,
+        NATS_MONITOR_URL: nats.flatMap((n) => (n.monitorUrl ? [n.monitorUrl] : [])).join(","),
+        REDIS_SENTINELS: sentinelAddrs,
+        REDIS_MASTER_NAME: HA_MASTER_NAME,
+        STREAM_REPLICAS: String(HA_NATS_NODES),
+      },
       named: () => [
         ...nats.map((server, i) => ({ name: `nats-n${i + 1}`, server })),
         ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),

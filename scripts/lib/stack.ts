@@ -244,6 +244,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     };
     const env = {
       NATS_URL: natsUrl,
+      // Our own nats-server: the journals check on its monitoring endpoint that it fsyncs every append.
+      ...(servers.nats?.monitorUrl ? { NATS_MONITOR_URL: servers.nats.monitorUrl } : {}),
+      // The stack's opt-out of durable acks (docs/operations.md, "Durability"): its servers and journals alike.
+      ...(process.env.CSI_UNSAFE_NO_FSYNC === "1" ? { LOG_FSYNC: "off" } : {}),
       REDIS_URL: redisUrl,
       DATA_DIR: opts.dataDir,
       LOG_LEVEL: process.env.LOG_LEVEL ?? "info",

@@ -3,6 +3,7 @@ export * from "./config.js";
 export * from "./csi.js";
 export * from "./csi-messages.js";
 export * from "./drain.js";
+export * from "./durable-fs.js";
 export * from "./journal-client.js";
 export * from "./keyed-mutex.js";
 export * from "./nats/acked-publish.js";

@@ -76,6 +76,8 @@ export const INVARIANTS = [
   "services come back after faults",
   "teardown completes",
   "journal failover within the bound",
+  "gc removes only images of uuids the log never named",
+  "after every power cut: what the CO was told is there",
 ] as const;
 export type InvariantName = (typeof INVARIANTS)[number];
 

@@ -30,6 +30,7 @@ export const FAULT_KINDS = [
   "nats-leader-kill",
   "redis-primary-kill",
   "nats-partition",
+  "power-cut",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -134,6 +135,8 @@ export interface FaultDeps {
   inFlightWaitMs?: number;
   /** How long a NATS node stays frozen: [min, max] ms (longer than the Raft election timeout, 4–9 s). */
   freezeMs?: [number, number];
+  /** `--power-cut`: cuts the power of the whole stack and brings it back (power-cut.ts); what it says goes in the record's note. */
+  powerCut?: () => Promise<string>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -328,6 +331,11 @@ const INJECT: Record<FaultKind, Injection> = {
   "nats-leader-kill": natsLeaderKill,
   "redis-primary-kill": redisPrimaryKill,
   "nats-partition": natsPartition,
+  "power-cut": async (d, hit) => {
+    if (!d.powerCut) throw new Error("a power cut needs the stack's data on the power-cut harness (--power-cut)");
+    hit();
+    return { target: "the whole stack", note: await d.powerCut() };
+  },
 };
 
 /** After a flush: wait (≤ 3 s) until a replica has started writing the projection again. */

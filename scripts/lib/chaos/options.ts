@@ -16,6 +16,11 @@ export interface ChaosOptions {
    * replica behind 3 Sentinels, and the HA fault kinds (faults.ts, KINDS_BY_MODE).
    */
   ha: boolean;
+  /**
+   * `--power-cut`: the stack's data on the power-cut harness (power-cut.ts), and power cuts as the
+   * only fault (`faultsPerKind` of them), each checked once the stack is up again (after-cut.ts).
+   */
+  powerCut: boolean;
   /** After a journal SIGKILL with ≥ 2 replicas up, in-flight and new creates must succeed within this (issue 10: 2 s). */
   failoverBoundMs: number;
   /** Write every service log line here (kept after the run). */
@@ -24,10 +29,10 @@ export interface ChaosOptions {
   jsonFile?: string | undefined;
 }
 
-export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, ha: false, failoverBoundMs: 2000 };
+export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, ha: false, powerCut: false, failoverBoundMs: 2000 };
 
 const USAGE =
-  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--ha] [--failover-bound-ms N] [--log FILE] [--json FILE]";
+  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--ha] [--power-cut] [--failover-bound-ms N] [--log FILE] [--json FILE]";
 
 export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): ChaosOptions {
   const { values } = parseArgs({
@@ -40,6 +45,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
       concurrency: { type: "string" },
       replicas: { type: "string" },
       ha: { type: "boolean" },
+      "power-cut": { type: "boolean" },
       "failover-bound-ms": { type: "string" },
       log: { type: "string" },
       json: { type: "string" },
@@ -60,6 +66,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
     concurrency: int("concurrency", values.concurrency, DEFAULTS.concurrency, 1),
     replicas: int("replicas", values.replicas, DEFAULTS.replicas, 1),
     ha: values.ha === true,
+    powerCut: values["power-cut"] === true,
     failoverBoundMs: int("failover-bound-ms", values["failover-bound-ms"], DEFAULTS.failoverBoundMs, 1),
     logFile: values.log,
     jsonFile: values.json,
@@ -72,6 +79,7 @@ export function repeatArgs(o: ChaosOptions): string[] {
     ...["--seed", String(o.seed), "--ops", String(o.ops), "--faults-per-kind", String(o.faultsPerKind)],
     ...["--concurrency", String(o.concurrency), "--replicas", String(o.replicas), "--failover-bound-ms", String(o.failoverBoundMs)],
     ...(o.ha ? ["--ha"] : []),
+    ...(o.powerCut ? ["--power-cut"] : []),
   ];
 }
 

@@ -27,12 +27,25 @@ import { streamCopiesOf } from "../ha-servers.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
 import { copiesDisagree } from "../stream-copies.js";
+import { judgeAfterCut, observeAfterCut } from "./after-cut.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
-import { type FaultRecord, faultDueAt, injectFault, type JournalLoad, KINDS_BY_MODE, loadOf, modeOf, planFaults, startService } from "./faults.js";
+import {
+  type FaultKind,
+  type FaultRecord,
+  faultDueAt,
+  injectFault,
+  type JournalLoad,
+  KINDS_BY_MODE,
+  loadOf,
+  modeOf,
+  planFaults,
+  startService,
+} from "./faults.js";
 import { type Failover, type FaultFigures, faultFigures, journalFailovers, slowestOp } from "./figures.js";
 import { nodeStateFileOf, observe } from "./observe.js";
 import type { ChaosOptions } from "./options.js";
+import { OpGate, PowerCuts, powerCutRound } from "./power-cut.js";
 import { type OpRecord, Workload } from "./workload.js";
 
 /** Calm before a journal kill, so that its failover is not measured together with the fault before it. */
@@ -89,7 +102,10 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
   let co: CoClient | undefined;
   let nc: NatsConnection | undefined;
   let redis: Redis | undefined;
+  let power: PowerCuts | undefined;
   try {
+    // --power-cut: the data directory is the harness's mount, cut and put back at the same path.
+    if (opts.powerCut) power = await PowerCuts.start(root, dataDir);
     if (opts.logFile) logStream = createWriteStream(opts.logFile, { flags: "w" });
     await mkdir(kubeletDir, { recursive: true });
     await mkdir(runDir, { recursive: true });
@@ -127,7 +143,9 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const workload = new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir, clock, namePrefix: `chaos${opts.seed}` });
 
     // ---------------------------------------------------------------- run: operations and faults
-    const kinds = KINDS_BY_MODE[modeOf(opts.ha)];
+    const kinds: readonly FaultKind[] = opts.powerCut ? ["power-cut"] : KINDS_BY_MODE[modeOf(opts.ha)];
+    const gate = new OpGate();
+    const afterCuts: Invariant = { name: "after every power cut: what the CO was told is there", violations: [] };
     const plan = planFaults(kinds, opts.faultsPerKind, seeded(opts.seed + 1));
     const stream = subjects.streamName(cluster.clusterID);
     const faults: FaultRecord[] = [];
@@ -155,6 +173,25 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
       );
       return loads.filter((l): l is JournalLoad => l !== undefined);
     };
+    const cutRound = (pc: PowerCuts) =>
+      powerCutRound({
+        power: pc,
+        stack: s,
+        kubeletDir,
+        gate,
+        startService,
+        ready: () => waitReady(s, signal),
+        violations: afterCuts.violations,
+        check: async () => {
+          const m = { volumes: [...workload.volumes.values()], snapshots: [...workload.snapshots.values()], nodeId: NODE_ID };
+          const c = await connect(natsConnectOptions({ natsUrl: s.natsUrl }, { maxReconnectAttempts: -1 }));
+          try {
+            return judgeAfterCut(m, await observeAfterCut(c, cluster.clusterID, m));
+          } finally {
+            await c.close();
+          }
+        },
+      });
     const injector = (async () => {
       for (const [i, kind] of plan.entries()) {
         while (started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
@@ -174,6 +211,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
               },
               random: seeded(opts.seed + 3 + i),
               clock,
+              ...(power ? { powerCut: () => cutRound(power as PowerCuts) } : {}),
             }),
           );
         } catch (err) {
@@ -205,9 +243,10 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
           await sleep(w > 0 ? 20 : TRICKLE_PAUSE_MS);
           if (w > 0) continue;
         }
+        await gate.enter();
         started++;
         if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
-        await workload.run(workload.choose());
+        await workload.run(workload.choose()).finally(() => gate.leave());
       }
     };
     await Promise.all([...Array.from({ length: opts.concurrency }, worker), injector]);
@@ -273,7 +312,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     if (ha) say("reading each NATS node's copy of the event stream");
     const copies = ha ? (await streamCopiesOf(ha.nats, stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
     const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
-    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound, replicas, leaked.invariant]);
+    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound, replicas, leaked.invariant, ...(power ? [afterCuts] : [])]);
     return {
       options: opts,
       invariants,
@@ -292,6 +331,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     await nc?.close().catch(() => {});
     redis?.disconnect();
     await stack?.stop();
+    await power?.end();
     await cleanupUnder(root);
     await new Promise<void>((resolve) => (logStream ? logStream.end(resolve) : resolve()));
   }

@@ -51,6 +51,18 @@ export const JournalConfig = z.object({
   redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
+  /** Whether the log server must fsync every append before its ack (adapters/log-durability.ts); "off" is the unsafe opt-out. */
+  logFsync: z.enum(["required", "off"]).default("required"),
+  /** The log servers' monitoring endpoints, where their sync setting is checked (comma list; unset: only their version is). */
+  natsMonitorUrl: z
+    .string()
+    .default("")
+    .transform((v) =>
+      v
+        .split(",")
+        .map((u) => u.trim())
+        .filter(Boolean),
+    ),
 });
 export type JournalConfig = z.infer<typeof JournalConfig>;
 
@@ -85,6 +97,14 @@ export const JOURNAL_SETTINGS = {
     help: "a Redis command unanswered this long fails UNAVAILABLE, and a connection silent this long is dropped (ms)",
   },
   rebuildWaitMs: { env: "REBUILD_WAIT_MS", help: "how long a command waits for a projection rebuild before answering Unavailable (ms)" },
+  logFsync: {
+    env: "LOG_FSYNC",
+    help: "required: refuse a log server that acknowledges appends before they are on disk (nats-server < 2.10, or without sync_interval: always); off: start anyway (UNSAFE: a power cut loses answered operations)",
+  },
+  natsMonitorUrl: {
+    env: "NATS_MONITOR_URL",
+    help: "the NATS servers' monitoring endpoints (http://host:8222, comma list), where the journal checks that they fsync every append",
+  },
 } as const satisfies Settings<z.input<typeof JournalConfig>>;
 
 export function journalConfig(argv: string[], env: NodeJS.ProcessEnv): JournalConfig {

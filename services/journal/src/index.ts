@@ -29,6 +29,7 @@ import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
 import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability } from "./adapters/guarded-log.js";
 import { restoreUnderWay } from "./adapters/log-backup.js";
+import { checkLogDurability } from "./adapters/log-durability.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
 import { observedLog } from "./adapters/observed-log.js";
 import { RbdPool } from "./adapters/rbd-pool.js";
@@ -173,6 +174,7 @@ async function openEventLog(
 ): Promise<{ jetStreamLog: JetStreamLog; reach: LogReachability; events: EventLog }> {
   const jetStreamLog = new JetStreamLog(nc, { cluster: cluster.clusterID, instance: cluster.instance, replicas: cfg.streamReplicas });
   o.metrics.watchForeign(jetStreamLog, o.log);
+  await checkLogDurability(nc, { fsync: cfg.logFsync, monitorUrls: cfg.natsMonitorUrl, log: o.log });
   await untilNoRestore(nc, cluster.clusterID, o.log);
   await jetStreamLog.ensureStream();
   const reach = new LogReachability((downSince) => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS, downSince), o.log);

@@ -7,7 +7,7 @@
  */
 
 export { AppendError, AppendUncertain, isFenced, isUncertain, SequenceConflict } from "./adapters/event-log.js";
-export { createSizedFile, FilePool } from "./adapters/file-pool.js";
+export { createDurableFile, createSizedFile, FilePool } from "./adapters/file-pool.js";
 export { MemoryLog } from "./adapters/memory-log.js";
 export { MemoryStore } from "./adapters/memory-store.js";
 export { META_PREFIX, RbdPool, type RbdPoolOptions } from "./adapters/rbd-pool.js";

@@ -90,7 +90,23 @@ export async function fencedRace(o: { a: Journal; gated: GatedPool; b: Journal; 
   assert.equal(await first, v.uuid, "A, fenced off, caught up and answered the volume B recorded");
   const got = await o.b.getVolume({ uuid: v.uuid });
   assert.deepEqual(got.condition, { abnormal: false, message: "image present" }, "the volume B answered still has its image");
-  const created = (await o.b.audit.history({ uuid: v.uuid, maxEntries: 0 })).events.filter((e) => e.event.type === "VolumeCreated");
+  const created = (await unavailableAgain(() => o.b.audit.history({ uuid: v.uuid, maxEntries: 0 }))).events.filter((e) => e.event.type === "VolumeCreated");
   assert.equal(created.length, 1, "one VolumeCreated");
   assert.match(String(created[0]?.event.requestId), /^b/, "B's: A's was fenced off");
+}
+
+/** How long a read is tried again while a replicated stream elects a leader (a loaded machine's Raft may hold one for a while). */
+const ELECTION_WAIT_MS = 60_000;
+
+/** `read` again while it fails Unavailable (no stream leader yet), up to ELECTION_WAIT_MS. */
+async function unavailableAgain<T>(read: () => Promise<T>): Promise<T> {
+  const end = Date.now() + ELECTION_WAIT_MS;
+  for (;;) {
+    try {
+      return await read();
+    } catch (err) {
+      if ((err as { code?: string }).code !== "Unavailable" || Date.now() > end) throw err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
 }

@@ -20,6 +20,7 @@ export * from "./machine.js";
 export * from "./metrics.js";
 export * from "./node-stack.js";
 export * from "./npm-start.js";
+export * from "./powercut.js";
 export * from "./processes.js";
 export * from "./rbd-node.js";
 export * from "./redis-functions.js";

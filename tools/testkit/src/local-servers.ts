@@ -4,9 +4,10 @@
  * test harness (per-file servers that tests can stop, kill and restart to inject faults).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
+import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, openSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 export type ServerKind = "nats" | "redis" | "sentinel";
 
@@ -14,6 +15,8 @@ export interface LocalServer {
   readonly kind: ServerKind;
   readonly port: number;
   readonly url: string;
+  /** A nats-server's monitoring endpoint (/varz, /healthz): the journal checks there that it fsyncs every write (NATS_MONITOR_URL). */
+  readonly monitorUrl?: string;
   readonly dataDir: string;
   /** Graceful stop (SIGTERM), waits for exit. */
   stop(): Promise<void>;
@@ -62,6 +65,56 @@ export function findBinary(name: "nats-server" | "redis-server"): string {
     if (!executableFile(chosen)) throw new Error(`${binaryEnv(name)}=${chosen}: not an executable file`);
     return chosen;
   }
+  if (name === "nats-server") return durableNatsServer();
+  return systemBinary(name);
+}
+
+/** What `--version` of a nats-server binary prints, as [major, minor, patch]. */
+function versionOf(bin: string): number[] {
+  const out = execFileSync(bin, ["--version"], { encoding: "utf8" }).trim();
+  const m = /v(\d+)\.(\d+)\.(\d+)/.exec(out);
+  if (!m) throw new Error(`${bin} --version: no version in ${JSON.stringify(out)}`);
+  return [Number(m[1]), Number(m[2]), Number(m[3])];
+}
+
+/** Whether a nats-server release can fsync every write before its ack (`sync_interval: always`, 2.10 and later). */
+export function canSyncAlways([major = 0, minor = 0]: readonly number[]): boolean {
+  return major > 2 || (major === 2 && minor >= 10);
+}
+
+let durableNats: string | undefined;
+
+/**
+ * The nats-server the stack and the tests run when NATS_SERVER_BIN names none: the system's if it
+ * can fsync every write before its ack (2.10 or later), else Debian trixie's, which
+ * scripts/install-nats-server.sh fetches from Debian's archive into a cache outside the
+ * repository (once; later calls reuse it). CSI_UNSAFE_NO_FSYNC=1 accepts the system's as it is.
+ */
+function durableNatsServer(): string {
+  if (durableNats) return durableNats;
+  const system = (() => {
+    try {
+      return systemBinary("nats-server");
+    } catch {
+      return undefined;
+    }
+  })();
+  if (system && (process.env.CSI_UNSAFE_NO_FSYNC === "1" || canSyncAlways(versionOf(system)))) {
+    durableNats = system;
+    return system;
+  }
+  const script = fileURLToPath(new URL("../../../scripts/install-nats-server.sh", import.meta.url));
+  try {
+    durableNats = execFileSync("bash", [script], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }).trim();
+  } catch (err) {
+    throw new Error(
+      `${system ? `${system} cannot fsync every write before its ack (it is older than 2.10)` : "no nats-server"}, and ${script} could not fetch one from Debian's archive (${(err as Error).message.split("\n")[0]}): set ${binaryEnv("nats-server")}, or CSI_UNSAFE_NO_FSYNC=1 to run without durable acks (docs/operations.md, "Durability")`,
+    );
+  }
+  return durableNats;
+}
+
+function systemBinary(name: "nats-server" | "redis-server"): string {
   const look = () => {
     for (const dir of [...(process.env.PATH ?? "").split(":"), "/usr/sbin", "/usr/bin", "/usr/local/bin"]) {
       const p = path.join(dir, name);
@@ -80,10 +133,8 @@ export function findBinary(name: "nats-server" | "redis-server"): string {
 
 /** The version the nats-server the tests run prints (`nats-server --version`: "v2.9.10" → [2, 9, 10]). */
 export function natsServerVersion(): { text: string; parts: number[] } {
-  const out = execFileSync(findBinary("nats-server"), ["--version"], { encoding: "utf8" }).trim();
-  const m = /v(\d+)\.(\d+)\.(\d+)/.exec(out);
-  if (!m) throw new Error(`nats-server --version: no version in ${JSON.stringify(out)}`);
-  return { text: `v${m[1]}.${m[2]}.${m[3]}`, parts: [Number(m[1]), Number(m[2]), Number(m[3])] };
+  const parts = versionOf(findBinary("nats-server"));
+  return { text: `v${parts.join(".")}`, parts };
 }
 
 /**
@@ -94,9 +145,45 @@ export function natsServerVersion(): { text: string; parts: number[] } {
  */
 export function whyNoReplicatedStreams(): string | undefined {
   const nats = natsServerVersion();
-  const [major = 0, minor = 0] = nats.parts;
-  if (major > 2 || (major === 2 && minor >= 10)) return undefined;
+  if (canSyncAlways(nats.parts)) return undefined;
   return `nats-server ${nats.text}: its stream replicas diverge after a leader kill (scripts/stream-divergence.ts); run with ${binaryEnv("nats-server")} naming a ≥ 2.10 (bash scripts/install-nats-server.sh prints one)`;
+}
+
+/**
+ * The arguments of a nats-server that fsyncs every write before its ack: a configuration file
+ * `<dataDir>.server.conf` with `jetstream { sync_interval: always }` that includes the caller's own
+ * (`-c file` among `extraArgs`, which it replaces), and a monitoring port. CSI_UNSAFE_NO_FSYNC=1
+ * leaves the server's default (fsync every 2 minutes: a power cut loses what was acknowledged since).
+ */
+function natsDurableArgs(dataDir: string, monitorPort: number, extraArgs: readonly string[]): string[] {
+  const i = extraArgs.indexOf("-c");
+  const given = i >= 0 ? extraArgs[i + 1] : undefined;
+  const rest = i >= 0 ? [...extraArgs.slice(0, i), ...extraArgs.slice(i + 2)] : [...extraArgs];
+  const conf = `${path.resolve(dataDir)}.server.conf`;
+  const lines = ["# Written by the stack's server launcher (tools/testkit/src/local-servers.ts)."];
+  // include resolves against this file's directory, and only relative paths.
+  if (given) lines.push(`include ${JSON.stringify(path.relative(path.dirname(conf), path.resolve(given)))}`);
+  if (process.env.CSI_UNSAFE_NO_FSYNC !== "1") lines.push("jetstream { sync_interval: always }");
+  writeConfigDurable(conf, `${lines.join("\n")}\n`);
+  return [...rest, "-c", conf, "-m", String(monitorPort)];
+}
+
+/**
+ * A server's configuration file written so that a power cut cannot take it back: the file fsynced,
+ * then its directory (a server restarted after a cut must find what it was started with).
+ */
+export function writeConfigDurable(file: string, text: string): void {
+  const dir = path.dirname(file);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(file, text);
+  for (const p of [file, dir]) {
+    const fd = openSync(p, "r");
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  }
 }
 
 /** TLS files of a server (PEM): its certificate and key, and the CA its clients' certificates would be checked against. */
@@ -206,7 +293,9 @@ export async function startServer(
   const spec = specs[kind];
   const bin = findBinary(kind === "nats" ? "nats-server" : "redis-server");
   const p = port ?? (await freePort());
-  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, extraArgs, opts.tls);
+  const monitorPort = kind === "nats" ? await freePort() : undefined;
+  const args = monitorPort ? natsDurableArgs(dataDir, monitorPort, extraArgs) : extraArgs;
+  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, args, opts.tls);
   const signal = async (sig: NodeJS.Signals) => {
     const c = child;
     child = undefined;
@@ -218,6 +307,7 @@ export async function startServer(
     kind,
     port: p,
     url: spec.url(p, opts.tls !== undefined),
+    ...(monitorPort ? { monitorUrl: `http://127.0.0.1:${monitorPort}` } : {}),
     dataDir,
     get running() {
       return child !== undefined;
@@ -229,7 +319,7 @@ export async function startServer(
     kill: () => signal("SIGKILL"),
     restart: async () => {
       await signal("SIGTERM");
-      child = await launch(bin, spec, p, dataDir, extraArgs, opts.tls);
+      child = await launch(bin, spec, p, dataDir, args, opts.tls);
     },
   };
 }

@@ -28,16 +28,23 @@
  *
  * Resize is grow-only. Its size check and truncate are serialized per name inside this process;
  * across processes the journal's per-name lock does that.
+ *
+ * Durable before it returns (docs/operations.md, "Durability"): every operation that changes the
+ * pool fsyncs what it changed before it returns, so the journal never writes an event naming an
+ * image that a power cut could take back: a new or resized image's file (its size), a built copy's
+ * file before it is linked, and the pool directory after every name it adds or removes (the
+ * directory fsyncs of concurrent operations are shared: DirSync). The pool root itself is made
+ * durable in its parent when it is created.
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, fstatSync, ftruncateSync, openSync } from "node:fs";
-import { chmod, link, lstat, mkdir, readdir, statfs, truncate, unlink, utimes } from "node:fs/promises";
+import { closeSync, fstatSync, fsync, ftruncateSync, openSync } from "node:fs";
+import { chmod, link, lstat, readdir, statfs, truncate, unlink, utimes } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { DriverError, MiB } from "@csi/contracts";
-import { KeyedMutex } from "@csi/runtime";
+import { DirSync, KeyedMutex, mkdirDurable, syncPath } from "@csi/runtime";
 import { imageOwner } from "../domain/audit.js";
 import type { ImageInfo, Leftover, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
 import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
@@ -59,6 +66,27 @@ export function createSizedFile(file: string, size: number, mode: number): bigin
   } finally {
     closeSync(fd);
   }
+}
+
+const fsyncFd = promisify(fsync);
+
+/**
+ * createSizedFile made durable: the file (its inode and size) fsynced on the thread pool, then its
+ * directory entry (`dir`, shared with concurrent creates). The journal's image create and the bench's
+ * durable bare chain both call it.
+ */
+export async function createDurableFile(file: string, size: number, mode: number, dir: DirSync): Promise<bigint> {
+  const fd = openSync(file, "wx", mode);
+  let ino: bigint;
+  try {
+    ftruncateSync(fd, size);
+    ino = fstatSync(fd, { bigint: true }).ino;
+    await fsyncFd(fd);
+  } finally {
+    closeSync(fd);
+  }
+  await dir.sync();
+  return ino;
 }
 const IMAGE_MODE = 0o644;
 const SNAPSHOT_MODE = 0o444;
@@ -96,6 +124,8 @@ export class FilePool implements PoolBackend {
   #nextSweep = 0;
   readonly #sweepEveryMs: number;
   readonly #holdCopyMs: number;
+  /** The pool directory's fsyncs, shared by concurrent operations. */
+  readonly #dir: DirSync;
 
   constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES, sweepEveryMs = SWEEP_EVERY_MS, holdCopyMs = 0 }: FilePoolOptions) {
     if (!Number.isSafeInteger(id) || id < 0) {
@@ -111,12 +141,13 @@ export class FilePool implements PoolBackend {
     this.maxImageBytes = maxImageBytes;
     this.#sweepEveryMs = sweepEveryMs;
     this.#holdCopyMs = holdCopyMs;
+    this.#dir = new DirSync(this.root);
   }
 
   /** mkdir -p the root and sweep stale temp files. Every operation calls it; it runs once. */
   init(): Promise<void> {
     this.#ready ??= (async () => {
-      await mkdir(this.root, { recursive: true, mode: 0o700 });
+      await mkdirDurable(this.root, 0o700);
       await this.#sweepStale();
     })().catch((err: unknown) => {
       this.#ready = undefined;
@@ -147,7 +178,7 @@ export class FilePool implements PoolBackend {
     // The journal creates each image name once, under its reservation lock; an image left
     // smaller by a crash is seen as incomplete (domain/reservation.ts).
     try {
-      return { name, id: createSizedFile(file, size, IMAGE_MODE).toString(16), sizeBytes: size, readOnly: false };
+      return { name, id: (await createDurableFile(file, size, IMAGE_MODE, this.#dir)).toString(16), sizeBytes: size, readOnly: false };
     } catch (err) {
       if (errno(err) !== "EEXIST") fail(err, `create image "${name}"`);
     }
@@ -167,6 +198,7 @@ export class FilePool implements PoolBackend {
       if (size <= img.sizeBytes) return img;
       try {
         await truncate(file, size);
+        await syncPath(file);
       } catch (err) {
         if (errno(err) === "ENOENT") throw new DriverError("NotFound", `image "${name}" not found`);
         fail(err, `resize image "${name}"`);
@@ -183,6 +215,8 @@ export class FilePool implements PoolBackend {
     } catch (err) {
       if (errno(err) !== "ENOENT") fail(err, `delete image "${name}"`);
     }
+    // Also when it was gone already: an earlier try may have unlinked it and died before this.
+    await this.#dir.sync().catch((err: unknown) => fail(err, `delete image "${name}"`));
     // Interrupted copies of this image: one readdir of the pool, so only when a copy built it
     // (a plain create never makes temp files; a delete must not cost O(images in the pool)).
     if (copied) await this.#sweep((entry) => tempOf(entry) === name);
@@ -293,9 +327,12 @@ export class FilePool implements PoolBackend {
       if (this.#holdCopyMs > 0) await sleep(this.#holdCopyMs);
       const built = await this.#stat(name, tmp);
       if (!built) throw new DriverError("Internal", `temp file for "${name}" vanished`);
+      await syncPath(tmp); // the copy's data and size, before any name points at it
       for (let attempt = 0; attempt < 3; attempt++) {
         try {
           await link(tmp, file);
+          await unlink(tmp).catch(() => {});
+          await this.#dir.sync();
           return built;
         } catch (err) {
           if (errno(err) !== "EEXIST") throw err;

@@ -6,9 +6,10 @@
  * constructor; a corrupt file is a clear Internal error, never a crash or a silent reset.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, open, readFile, rename, unlink } from "node:fs/promises";
+import { open, readFile, rename, unlink } from "node:fs/promises";
 import path from "node:path";
 import { DriverError } from "@csi/contracts";
+import { mkdirDurable } from "@csi/runtime";
 import type { z } from "zod";
 
 export class StateFile<T> {
@@ -54,7 +55,7 @@ export class StateFile<T> {
     const dir = path.dirname(this.file);
     const tmp = `${this.file}.tmp-${process.pid}-${randomBytes(6).toString("hex")}`;
     try {
-      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await mkdirDurable(dir, 0o700); // a new state directory is durable in its parent too
       const fh = await open(tmp, "wx", 0o600);
       try {
         await fh.writeFile(text, "utf8");
