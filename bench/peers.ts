@@ -53,6 +53,17 @@ const MiB = 1024 * 1024;
 /** The peers issue 25 names; any other BENCH_PEER_<NAME> is run as well. */
 const KNOWN: Record<string, string> = { HOSTPATH: "csi-driver-host-path", DEMOCRATIC: "democratic-csi" };
 /**
+ * Whether a driver's acknowledged creates are on disk when it answers (the table's "durable"
+ * column; docs/operations.md, "Durability"). The known peers' answers were read from their code
+ * and traced (strace, issue 32): neither fsyncs anything.
+ */
+const DURABILITY: Record<string, string> = {
+  ours: process.env.CSI_UNSAFE_NO_FSYNC === "1" ? "no: log not fsynced (CSI_UNSAFE_NO_FSYNC=1)" : "yes: log and image fsynced",
+  "bare chain": process.env.CSI_UNSAFE_NO_FSYNC === "1" ? "no: log not fsynced (CSI_UNSAFE_NO_FSYNC=1)" : "yes: log and file fsynced",
+  "csi-driver-host-path": "no: rewrites a JSON file, no fsync",
+  "democratic-csi": "no: makes a directory, no fsync",
+};
+/**
  * The capability every driver is asked for: single-node-writer, mount, no file system type
  * (democratic-csi's local-hostpath answers INVALID_ARGUMENT to any fs_type: its list is empty).
  */
@@ -236,7 +247,7 @@ const fmt = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x
 function summary(drivers: Driver[], results: Map<string, Map<number, { create: Step; remove: Step }[]>>): void {
   console.log(
     `\nmedians of ${ROUNDS} rounds of ${N} (creates/s range in brackets); CPU = ms per create of the driver's processes, the client's apart\n` +
-      "| c | driver | creates/s | p50 ms | p99 ms | CPU ms/create | deletes/s | client CPU ms/create |\n|---|---|---|---|---|---|---|---|",
+      "| c | driver | durable | creates/s | p50 ms | p99 ms | CPU ms/create | deletes/s | client CPU ms/create |\n|---|---|---|---|---|---|---|---|---|",
   );
   for (const c of LEVELS) {
     const best = new Map<string, number>();
@@ -245,14 +256,14 @@ function summary(drivers: Driver[], results: Map<string, Map<number, { create: S
       const rates = rs.map((r) => r.create.f.opsPerSec);
       best.set(d.label, median(rates));
       console.log(
-        `| ${c} | ${d.label} | ${fmt(median(rates))} (${fmt(Math.min(...rates))}–${fmt(Math.max(...rates))}) | ${fmt(median(rs.map((r) => r.create.f.p50)))} | ${fmt(median(rs.map((r) => r.create.f.p99)))} | ` +
+        `| ${c} | ${d.label} | ${DURABILITY[d.label] ?? "not known"} | ${fmt(median(rates))} (${fmt(Math.min(...rates))}–${fmt(Math.max(...rates))}) | ${fmt(median(rs.map((r) => r.create.f.p50)))} | ${fmt(median(rs.map((r) => r.create.f.p99)))} | ` +
           `${fmt(median(rs.map((r) => r.create.cpu.total ?? 0)))} | ${d.label === "bare chain" ? "– (a file removed)" : fmt(median(rs.map((r) => r.remove.f.opsPerSec)))} | ${fmt(median(rs.map((r) => r.create.client)))} |`,
       );
     }
     const peers = drivers.filter((d) => d.label !== "ours" && d.label !== "bare chain").map((d) => best.get(d.label) ?? 0);
     if (peers.length === 0) continue;
     for (const mine of ["ours", "bare chain"].filter((l) => best.has(l)))
-      console.log(`|   | ${mine} / fastest peer | ${((best.get(mine) ?? 0) / Math.max(...peers)).toFixed(2)}× | | | | | |`);
+      console.log(`|   | ${mine} / fastest peer | | ${((best.get(mine) ?? 0) / Math.max(...peers)).toFixed(2)}× | | | | | |`);
   }
 }
 

@@ -30,7 +30,7 @@ import os from "node:os";
 import path from "node:path";
 import { createSizedFile } from "@csi/journal/testing";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
-import { type LocalServer, startServer } from "@csi/testkit";
+import { type LocalServer, natsServerVersion, startServer } from "@csi/testkit";
 import { startBareChain } from "./lib/bare-chain.js";
 import { runInBenchDir } from "./lib/bench-dir.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
@@ -256,6 +256,12 @@ async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, 
 async function main({ dir, what }: { dir: string; what: string }) {
   console.log(
     `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; data (JetStream, Redis AOF, file pool) in ${dir}: ${what}`,
+  );
+  // Every row below (ours, the bare chain, the NATS floors) runs on these servers: say what an ack means.
+  console.log(
+    process.env.CSI_UNSAFE_NO_FSYNC === "1"
+      ? "acknowledged writes are NOT durable (CSI_UNSAFE_NO_FSYNC=1): nats-server at its default sync (images are still fsynced)"
+      : `acknowledged writes are durable: nats-server ${natsServerVersion().text} with sync_interval: always, images and their directory fsynced (docs/operations.md, "Durability")`,
   );
   const nats = await startServer("nats", path.join(dir, "nats"));
   const redis = await startServer("redis", path.join(dir, "redis"));

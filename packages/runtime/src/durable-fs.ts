@@ -6,6 +6,7 @@
  * did survives a power cut.
  */
 import { randomBytes } from "node:crypto";
+import { closeSync, fsyncSync, mkdirSync, openSync, writeFileSync } from "node:fs";
 import { mkdir, open, rename, unlink } from "node:fs/promises";
 import path from "node:path";
 
@@ -24,21 +25,48 @@ export function syncParent(p: string): Promise<void> {
   return syncPath(path.dirname(path.resolve(p)));
 }
 
-/**
- * mkdir -p whose new directories are durable: each directory it made is fsynced into its parent
- * (the first one made is the one whose parent existed).
- */
-export async function mkdirDurable(dir: string, mode = 0o700): Promise<void> {
-  const first = await mkdir(dir, { recursive: true, mode });
-  if (first === undefined) return;
+/** The directories mkdir -p made, parents first (`first`: the one mkdir says it made first). */
+function madeDirs(dir: string, first: string): string[] {
   const made: string[] = [];
   for (let d = path.resolve(dir); ; d = path.dirname(d)) {
     made.push(d);
     if (d === path.resolve(first) || d === path.dirname(d)) break;
   }
-  // Parents before children: a child's entry is only reachable once its parent's is.
-  for (const d of made.reverse()) await syncParent(d);
+  return made.reverse();
+}
+
+/**
+ * mkdir -p whose new directories are durable: each directory it made is fsynced into its parent
+ * (parents before children: a child's entry is only reachable once its parent's is).
+ */
+export async function mkdirDurable(dir: string, mode = 0o700): Promise<void> {
+  const first = await mkdir(dir, { recursive: true, mode });
+  if (first === undefined) return;
+  for (const d of madeDirs(dir, first)) await syncParent(d);
   await syncPath(path.resolve(dir));
+}
+
+function fsyncPathSync(p: string): void {
+  const fd = openSync(p, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * writeFileDurable's synchronous sibling, for start-up code (a server's configuration file): the
+ * directories made durable as mkdirDurable does, the file written and fsynced, then its directory.
+ * Not atomic: for files nobody reads while they are written.
+ */
+export function writeFileDurableSync(file: string, data: string | Uint8Array): void {
+  const dir = path.dirname(path.resolve(file));
+  const first = mkdirSync(dir, { recursive: true });
+  if (first !== undefined) for (const d of madeDirs(dir, first)) fsyncPathSync(path.dirname(d));
+  writeFileSync(file, data);
+  fsyncPathSync(file);
+  fsyncPathSync(dir);
 }
 
 /**

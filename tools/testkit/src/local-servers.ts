@@ -4,10 +4,11 @@
  * test harness (per-file servers that tests can stop, kill and restart to inject faults).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, openSync, statSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdirSync, statSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { writeFileDurableSync } from "@csi/runtime";
 
 export type ServerKind = "nats" | "redis" | "sentinel";
 
@@ -168,23 +169,8 @@ function natsDurableArgs(dataDir: string, monitorPort: number, extraArgs: readon
   return [...rest, "-c", conf, "-m", String(monitorPort)];
 }
 
-/**
- * A server's configuration file written so that a power cut cannot take it back: the file fsynced,
- * then its directory (a server restarted after a cut must find what it was started with).
- */
-export function writeConfigDurable(file: string, text: string): void {
-  const dir = path.dirname(file);
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(file, text);
-  for (const p of [file, dir]) {
-    const fd = openSync(p, "r");
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-  }
-}
+/** A server's configuration file written so that a power cut cannot take it back (a server restarted after a cut must find what it was started with). */
+export const writeConfigDurable = writeFileDurableSync;
 
 /** TLS files of a server (PEM): its certificate and key, and the CA its clients' certificates would be checked against. */
 export interface ServerTls {
