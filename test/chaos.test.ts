@@ -14,7 +14,17 @@ import { keysFor } from "@csi/journal/operator";
 import { whyNoDevices, whyNoReplicatedStreams } from "@csi/testkit";
 import { checkFindings, checkObservation, type Keyspace, mergeInvariants, type Observation } from "../scripts/lib/chaos/check.js";
 import { backoffMs, isRetryable } from "../scripts/lib/chaos/co-client.js";
-import { FAULT_KINDS, type FaultRecord, faultDueAt, KINDS_BY_MODE, loadedReplica, loadOf, modeOf, planFaults } from "../scripts/lib/chaos/faults.js";
+import {
+  FAULT_KINDS,
+  type FaultRecord,
+  faultDueAt,
+  KINDS_BY_MODE,
+  loadedReplica,
+  loadOf,
+  modeOf,
+  POWER_CUT_KINDS,
+  planFaults,
+} from "../scripts/lib/chaos/faults.js";
 import { faultFigures, journalFailovers, journalKillFigures, recoveryMs } from "../scripts/lib/chaos/figures.js";
 import { DEFAULTS, parseChaosArgs, repeatArgs } from "../scripts/lib/chaos/options.js";
 import { formatReport } from "../scripts/lib/chaos/report.js";
@@ -55,7 +65,7 @@ test("options: --ha picks the replicated stack (3 journal replicas unless --repl
 });
 
 test("fault kinds per mode: each kind in a mode, none twice; --ha replaces the single servers' restarts by leader/primary kills and the freeze", () => {
-  const all = [...KINDS_BY_MODE.single, ...KINDS_BY_MODE.ha];
+  const all = [...KINDS_BY_MODE.single, ...KINDS_BY_MODE.ha, ...POWER_CUT_KINDS];
   assert.deepEqual(new Set(all), new Set(FAULT_KINDS), "every kind is injected in some mode");
   for (const kinds of Object.values(KINDS_BY_MODE)) assert.equal(new Set(kinds).size, kinds.length);
   assert.equal(KINDS_BY_MODE[modeOf(false)], KINDS_BY_MODE.single);

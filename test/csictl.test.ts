@@ -405,18 +405,21 @@ describe("replay, verify, gc on a running stack", () => {
     assert.doesNotMatch(human.stdout, /found/, "the summary is a note, on stderr");
 
     type Gc = { apply: boolean; actions: { type: string; imageName: string; outcome: string }[] };
-    const dry = await json<Gc>("gc", "--older-than", "1h");
+    // Made just now: younger than the grace (--older-than, 15 min by default), kept; --older-than 0 plans its removal.
+    const young = await json<Gc>("gc", "--older-than", "1h");
+    assert.deepEqual([young.apply, young.actions.map((a) => [a.type, a.imageName, a.outcome])], [false, [["removeLeakedImage", image, "skipped"]]]);
+    const dry = await json<Gc>("gc", "--older-than", "0");
     assert.deepEqual([dry.apply, dry.actions.map((a) => [a.type, a.imageName, a.outcome])], [false, [["removeLeakedImage", image, "planned"]]]);
-    const dryHuman = await csictl(["gc"]);
+    const dryHuman = await csictl(["gc", "--older-than", "0"]);
     assert.equal(dryHuman.code, 0);
     assert.match(dryHuman.stdout, new RegExp(`^removeLeakedImage\\s+default/${image}\\s+volume ${image.slice(8)}\\s+planned\\s+-$`, "m"));
     assert.match(dryHuman.stderr, /1 planned \(dry run: nothing touched; --apply to act\)/);
     await access(file); // a dry run leaves it
 
-    const applied = await csictl(["gc", "--apply", "--request-id", "gc-cli"]);
+    const applied = await csictl(["gc", "--apply", "--older-than", "0", "--request-id", "gc-cli"]);
     assert.equal(applied.code, 0, applied.stderr);
     assert.match(applied.stdout, new RegExp(`^removeLeakedImage\\s+default/${image}\\s+volume ${image.slice(8)}\\s+done\\s+\\d+$`, "m"));
-    assert.match(applied.stderr, /request gc-cli: 1 done/);
+    assert.match(applied.stderr, /request gc-cli, older than 0s: 1 done/);
     await assert.rejects(access(file), "removed");
 
     const clean = await csictl(["verify"]);

@@ -32,7 +32,8 @@ let clustersFile: string;
 
 const launch = (extra: Record<string, string> = {}) => spawnJournal({ natsUrl: env.nats.url, redisUrl: env.redis.url, clustersFile, cluster: CLUSTER }, extra);
 const poolDir = () => path.join(env.dir, "pools", CLUSTER, "default");
-const poolFiles = async () => (await readdir(poolDir())).sort();
+/** Every file of the pool but its binding to the log (.csi-pool.json). */
+const poolFiles = async () => (await readdir(poolDir())).filter((f) => f !== ".csi-pool.json").sort();
 const cap = [{ accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const }];
 const create = (name: string, more: Partial<CommandRequest<"volume.create">> = {}) =>
   client.call(CLUSTER, "volume.create", { requestId: randomUUID(), name, sizeBytes: 4 * MiB, capabilities: cap, ...more }, { timeoutMs: DEADLINE_MS });

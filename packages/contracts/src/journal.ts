@@ -194,6 +194,20 @@ export const GroupSnapshotGet = z.object({ uuid: Uuid, snapshotUuids: members.op
 const page = <T extends z.ZodTypeAny>(entry: T) => z.object({ entries: z.array(entry), nextToken: z.string().optional() });
 
 export const Deleted = z.object({ deleted: z.boolean() });
+/**
+ * A node that, by its own reports, still holds a volume whose claim was just released (a CO that
+ * skipped NodeUnstageVolume: Docker Swarm): what it holds, and the released claim's capability, so
+ * that the controller can ask the node to let go of a staging no target uses any more.
+ */
+export const NodeHold = z.object({
+  nodeId: z.string().max(128),
+  staged: z.string().max(4096).optional(),
+  published: z.array(z.string().max(4096)).max(16),
+  device: z.string().max(4096).optional(),
+  capability: Capability.optional(),
+});
+export type NodeHold = z.infer<typeof NodeHold>;
+export const UnpublishResult = Deleted.extend({ held: z.array(NodeHold).max(16).default([]) });
 export const PoolStatus = z.object({ pool: z.string(), poolId: z.number(), totalBytes: z.number(), freeBytes: z.number(), maxImageBytes: z.number() });
 export const PoolStat = z.object({ pool: z.string().optional() });
 
@@ -235,8 +249,11 @@ export const ReplayResult = z.object({
   nextToken: z.string().optional(),
 });
 
-/** How old a reservation without an image must be before verify calls it orphaned (and gc may collect it). */
-export const DEFAULT_ORPHAN_AGE_MS = 10 * 60 * 1000;
+/**
+ * How old a reservation without an image must be before verify calls it orphaned (and gc may
+ * collect it), and a leaked image before gc may remove it: well past a CO's retry horizon.
+ */
+export const DEFAULT_ORPHAN_AGE_MS = 15 * 60 * 1000;
 const OrphanAge = z
   .number()
   .int()
@@ -357,7 +374,15 @@ export const AuditGc = z.object({
   ...RequestMeta,
   /** false (the default): a dry run, nothing is touched. */
   apply: z.boolean().default(false),
+  /** Reservations without an image older than this are collected; leaked images too, unless `graceMs` says otherwise. */
   olderThanMs: OrphanAge,
+  /** How old a leaked image must be before gc may remove it (default: `olderThanMs`). */
+  graceMs: z
+    .number()
+    .int()
+    .nonnegative()
+    .max(10 * 365 * 24 * 3600 * 1000)
+    .optional(),
   /** At most this many actions per call. */
   maxActions: z.number().int().min(1).max(MAX_PAGE_ENTRIES).default(1000),
 });
@@ -422,7 +447,7 @@ export const journalContract = {
   "volume.get": { request: VolumeGet, result: VolumeView },
   "volume.list": { request: VolumeList, result: page(VolumeView) },
   "volume.publish": { request: VolumePublish, result: PublishResult },
-  "volume.unpublish": { request: VolumeUnpublish, result: Deleted },
+  "volume.unpublish": { request: VolumeUnpublish, result: UnpublishResult },
   "snapshot.create": { request: SnapshotCreate, result: SnapshotView },
   "snapshot.delete": { request: SnapshotDelete, result: Deleted },
   "snapshot.get": { request: SnapshotGet, result: SnapshotView },

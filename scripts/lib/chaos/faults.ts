@@ -59,6 +59,9 @@ export const KINDS_BY_MODE: Readonly<Record<StackMode, readonly FaultKind[]>> = 
   ],
 };
 
+/** The kinds of a `--power-cut` run (single or `--ha`): the cut of the whole stack only (power-cut.ts). */
+export const POWER_CUT_KINDS: readonly FaultKind[] = ["power-cut"];
+
 /** Which faults an operation depends on: node-agent faults only matter to node operations. */
 export const NODE_FAULTS: ReadonlySet<FaultKind> = new Set(["node-agent-kill"]);
 

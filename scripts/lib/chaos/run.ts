@@ -39,6 +39,7 @@ import {
   KINDS_BY_MODE,
   loadOf,
   modeOf,
+  POWER_CUT_KINDS,
   planFaults,
   startService,
 } from "./faults.js";
@@ -143,7 +144,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     const workload = new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir, clock, namePrefix: `chaos${opts.seed}` });
 
     // ---------------------------------------------------------------- run: operations and faults
-    const kinds: readonly FaultKind[] = opts.powerCut ? ["power-cut"] : KINDS_BY_MODE[modeOf(opts.ha)];
+    const kinds: readonly FaultKind[] = opts.powerCut ? POWER_CUT_KINDS : KINDS_BY_MODE[modeOf(opts.ha)];
     const gate = new OpGate();
     const afterCuts: Invariant = { name: "after every power cut: what the CO was told is there", violations: [] };
     const plan = planFaults(kinds, opts.faultsPerKind, seeded(opts.seed + 1));

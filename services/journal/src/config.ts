@@ -51,6 +51,11 @@ export const JournalConfig = z.object({
   redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
+  /** Bind pools that belong to another log (or to none, under an empty log) to this one at start (docs/operations.md, "A pool knows its log"). */
+  poolRebind: z
+    .enum(["0", "1"])
+    .default("0")
+    .transform((v) => v === "1"),
   /** Whether the log server must fsync every append before its ack (adapters/log-durability.ts); "off" is the unsafe opt-out. */
   logFsync: z.enum(["required", "off"]).default("required"),
   /** The log servers' monitoring endpoints, where their sync setting is checked (comma list; unset: only their version is). */
@@ -97,6 +102,10 @@ export const JOURNAL_SETTINGS = {
     help: "a Redis command unanswered this long fails UNAVAILABLE, and a connection silent this long is dropped (ms)",
   },
   rebuildWaitMs: { env: "REBUILD_WAIT_MS", help: "how long a command waits for a projection rebuild before answering Unavailable (ms)" },
+  poolRebind: {
+    env: "POOL_REBIND",
+    help: "1: bind pools that belong to another event log (or hold images under an empty log) to this one; gc never removes their older images. Once, after a lost log that cannot be restored",
+  },
   logFsync: {
     env: "LOG_FSYNC",
     help: "required: refuse a log server that acknowledges appends before they are on disk (nats-server < 2.10, or without sync_interval: always); off: start anyway (UNSAFE: a power cut loses answered operations)",

@@ -84,6 +84,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   metrics.watchRedis(redis);
 
   const { jetStreamLog, reach, events } = await openEventLog(nc, cfg, cluster, { ops, metrics, log });
+  const trustedSince = await bindPools(pools, jetStreamLog, { cluster: clusterID, rebind: cfg.poolRebind, log });
   // On one account, journals make the streams and queues nodes use; in the account layout they are
   // the FLEET account's, made by `csictl fleet init` (docs/security.md).
   const streams = { replicas: cfg.streamReplicas };
@@ -114,6 +115,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
     unavailable: () => unavailableWhy(redisLink, reach),
     afterEffect: (e) => faults(`image:${e.op}`),
+    trustedSince,
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
   const svc = await serveJournal(nc, clusterID, journal, log, JOURNAL_VERSION, {
@@ -181,6 +183,38 @@ async function openEventLog(
   reach.watch(nc);
   o.ops.readiness.add("log", () => reach.check());
   return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };
+}
+
+/**
+ * Every pool bound to the cluster's log (PoolBackend.bind): a pool of another log, another pool
+ * or cluster on the same place, or another log's images under an empty log refuse the start,
+ * naming both (docs/operations.md, "A pool knows its log"). Returns, per pool, since when gc may
+ * trust that an image no record names is this log's leftover: its binding, or the log's restore,
+ * whichever is later.
+ */
+async function bindPools(
+  pools: Map<string, PoolBackend>,
+  jetStreamLog: JetStreamLog,
+  o: { cluster: string; rebind: boolean; log: Logger },
+): Promise<Map<string, number>> {
+  const id = await jetStreamLog.identity();
+  if (!id) throw new DriverError("Unavailable", "the event log's stream is gone right after it was made sure of");
+  const restored = id.restoredAt ? Date.parse(id.restoredAt) : 0;
+  const since = new Map<string, number>();
+  for (const [name, pool] of pools) {
+    if (!pool.bind) {
+      since.set(name, restored);
+      continue;
+    }
+    const b = await pool.bind({ cluster: o.cluster, pool: name, log: id.identity }, { logRecords: id.records, rebind: o.rebind });
+    if (b.previous)
+      o.log.warn(
+        { pool: name, log: id.identity, previous: b.previous },
+        "POOL_REBIND: the pool was bound to this log; its older images are never removed by gc",
+      );
+    since.set(name, Math.max(b.boundAt, restored));
+  }
+  return since;
 }
 
 /** Why the journal cannot serve a command now (the runner's `unavailable`): its Redis or its event log known down. */

@@ -225,8 +225,9 @@ function auditCommands(program: Command): void {
     .command("gc")
     .description("clean what verify finds (leaked images, orphaned reservations): a dry run unless --apply; every action is an event in the log")
     .option("--apply", "act: remove the images and collect the reservations (default: only list what would be done)")
-    .option("--older-than <duration>", "only reservations older than this, e.g. 10m, 2h, 1d (default: 10m)")
+    .option("--older-than <duration>", "only leaked images and reservations older than this, e.g. 15m, 2h, 1d (default: 15m)")
     .option("--max-actions <n>", "at most n actions in one run (default 1000)")
+    .option("--yes", `with --apply: remove more than ${10} at once`)
     .addOption(requestIdOption())
     .action(act(async (s, o) => (await audit()).gc(s, o)));
 }

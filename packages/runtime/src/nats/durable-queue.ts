@@ -46,9 +46,19 @@ export async function ensureStream(jsm: JetStreamManager, config: Partial<Stream
   )
     return;
   await jsm.streams.add(config).catch(async (err: unknown) => {
-    await jsm.streams.info(config.name).catch(() => {
-      throw err;
-    });
+    // Made by another creator meanwhile (its config may differ: the log's identity): fine once it is
+    // there. In a cluster the stream may take a moment to answer its info after the add.
+    for (let i = 0; ; i++) {
+      if (
+        await jsm.streams.info(config.name).then(
+          () => true,
+          () => false,
+        )
+      )
+        return;
+      if (i >= 20) throw err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
   });
 }
 

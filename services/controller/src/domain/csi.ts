@@ -148,6 +148,10 @@ export function confirmCapabilities(v: VolumeView, caps: Capability[], req: Requ
 export const limitsWorkId = (uuid: string, seq: number, nodeId: string) =>
   `limits-${uuid}-${seq}-${createHash("sha256").update(nodeId).digest("hex").slice(0, 16)}`;
 
+/** The id of an unstage asked of a node released with the volume still staged: one per call, node and staging path (a node unstages idempotently). */
+export const letGoWorkId = (uuid: string, nodeId: string, stagingPath: string, requestId: string) =>
+  `letgo-${uuid}-${createHash("sha256").update(`${nodeId}\0${stagingPath}\0${requestId}`).digest("hex").slice(0, 16)}`;
+
 /** The volume context shows the parameters and the I/O limits in force (so ControllerGetVolume/ListVolumes show current values). */
 export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {
   const clusterID = cluster.clusterID;

@@ -11,6 +11,7 @@ import {
   contentSourceOf,
   createLimits,
   csiVolume,
+  letGoWorkId,
   limitsWorkId,
   servedCapabilities,
   servedCapability,
@@ -152,6 +153,26 @@ export const controllerUnpublishVolume: ControllerRpc<"ControllerUnpublishVolume
   required(req.volume_id, "volume_id");
   const l = cs.locate(req.volume_id);
   if (!l) return {}; // CSI: a volume we cannot have is unpublished everywhere
-  await cs.call(l.cluster.clusterID, "volume.unpublish", { requestId: ctx.requestId, ...cs.ref(l), ...(req.node_id ? { nodeId: req.node_id } : {}) }, ctx);
+  const r = await cs.call(
+    l.cluster.clusterID,
+    "volume.unpublish",
+    { requestId: ctx.requestId, ...cs.ref(l), ...(req.node_id ? { nodeId: req.node_id } : {}) },
+    ctx,
+  );
+  // A node released while it still has the volume staged, no target left (Docker Swarm sends no
+  // NodeUnstageVolume): it is asked to let go, so the volume can be deleted (docs/controller.md).
+  // A target still published is a pod's mount: left alone (DeleteVolume stays refused).
+  const letGo = r.held.filter((h) => h.staged !== undefined && h.published.length === 0 && h.capability !== undefined);
+  await Promise.all(
+    letGo.map((h) =>
+      cs.nodeWork.send(h.nodeId, {
+        id: letGoWorkId(l.parts.uuid, h.nodeId, h.staged ?? "", ctx.requestId),
+        op: "unstage",
+        volumeId: req.volume_id,
+        stagingPath: h.staged ?? "",
+        capability: h.capability ?? { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" },
+      }),
+    ),
+  );
   return {};
 };

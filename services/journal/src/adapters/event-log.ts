@@ -11,6 +11,7 @@
  * log (memory-log.ts) uses them too.
  */
 
+import { randomUUID } from "node:crypto";
 import { DriverError, type EventBody, type JournalEvent, MAX_WRITTEN_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
 import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
 import {
@@ -195,8 +196,46 @@ export async function historyOf(log: EventLog, subjectList: string[]): Promise<L
 }
 
 /** How a stream of event records is made: file storage, kept forever (the log, and a restore's staging stream). */
-export function logStreamConfig(name: string, wildcard: string, replicas: number, description: string): Partial<StreamConfig> & { name: string } {
-  return { name, subjects: [wildcard], storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, description };
+export function logStreamConfig(
+  name: string,
+  wildcard: string,
+  replicas: number,
+  description: string,
+  metadata?: Record<string, string>,
+): Partial<StreamConfig> & { name: string } {
+  return {
+    name,
+    subjects: [wildcard],
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    num_replicas: replicas,
+    description,
+    ...(metadata ? { metadata } : {}),
+  };
+}
+
+/**
+ * Who a log is, beyond its stream (docs/operations.md, "A pool knows its log"): the identity its
+ * pools are bound to. Kept in the stream's metadata: made when a journal creates the stream, carried
+ * by a backup and put back by its restore (with the time of the restore), so that a log restored
+ * is the same log and one made anew over lost data is another. A stream made before identities
+ * (or by nats-server 2.9, which keeps no metadata) is known by its creation time.
+ */
+export interface LogIdentity {
+  identity: string;
+  /** When a restore replaced the log (ISO time): images made before it may be volumes the restored log does not know. */
+  restoredAt?: string;
+  /** Records in the stream (0: a log that never held anything). */
+  records: number;
+}
+export const LOG_ID_KEY = "csi_log_id";
+export const LOG_RESTORED_KEY = "csi_restored_at";
+
+/** The identity of a stream, from its info. Pure. */
+export function identityOf(info: Pick<StreamInfo, "config" | "created" | "state">): LogIdentity {
+  const meta = info.config.metadata ?? {};
+  const restoredAt = meta[LOG_RESTORED_KEY];
+  return { identity: meta[LOG_ID_KEY] ?? `created:${info.created}`, ...(restoredAt ? { restoredAt } : {}), records: info.state.messages };
 }
 
 /** A replica the leader has not heard from in this long is out of touch (Raft heartbeats come every second). */
@@ -262,11 +301,24 @@ export class JetStreamLog implements EventLog {
     return this.#jsm;
   }
 
-  /** Create the stream if it does not exist (idempotent; safe from several replicas at once). */
-  async ensureStream(): Promise<void> {
+  /**
+   * Create the stream if it does not exist (idempotent; safe from several replicas at once: the
+   * first one's identity wins), with a new identity or the one given (a restore's).
+   */
+  async ensureStream(identity: { identity?: string; restoredAt?: string } = {}): Promise<void> {
     const jsm = await this.#manager();
     const { cluster, replicas } = this.opts;
-    await ensureStream(jsm, logStreamConfig(this.stream, subjects.eventsWildcard(cluster), replicas ?? 1, `CSI journal events of cluster ${cluster}`));
+    const metadata = { [LOG_ID_KEY]: identity.identity ?? randomUUID(), ...(identity.restoredAt ? { [LOG_RESTORED_KEY]: identity.restoredAt } : {}) };
+    await ensureStream(
+      jsm,
+      logStreamConfig(this.stream, subjects.eventsWildcard(cluster), replicas ?? 1, `CSI journal events of cluster ${cluster}`, metadata),
+    );
+  }
+
+  /** The log's identity (its stream's), or undefined when the stream does not exist. */
+  async identity(): Promise<LogIdentity | undefined> {
+    const info = await reachingNats("event log", async () => streamInfoOrNone(await this.#manager(), this.stream));
+    return info && identityOf(info);
   }
 
   /** Last sequence of one subject (0 when it has none), whatever the record there is: the subject's fence. */

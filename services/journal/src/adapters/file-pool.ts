@@ -38,15 +38,16 @@
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, fstatSync, fsync, ftruncateSync, openSync } from "node:fs";
-import { chmod, link, lstat, readdir, statfs, truncate, unlink, utimes } from "node:fs/promises";
+import { type BigIntStats, closeSync, fstatSync, fsync, ftruncateSync, openSync } from "node:fs";
+import { chmod, link, lstat, readdir, readFile, statfs, truncate, unlink, utimes } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { DriverError, MiB } from "@csi/contracts";
-import { DirSync, KeyedMutex, mkdirDurable, syncPath } from "@csi/runtime";
+import { DirSync, KeyedMutex, mkdirDurable, syncPath, writeFileDurable } from "@csi/runtime";
+import { z } from "zod";
 import { imageOwner } from "../domain/audit.js";
-import type { ImageInfo, Leftover, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
+import type { ImageInfo, Leftover, PoolBackend, PoolBinding, PoolCapacity, PoolOwnerRef } from "../domain/pool-backend.js";
 import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
 
 const IMG = ".img";
@@ -75,19 +76,22 @@ const fsyncFd = promisify(fsync);
  * directory entry (`dir`, shared with concurrent creates). The journal's image create and the bench's
  * durable bare chain both call it.
  */
-export async function createDurableFile(file: string, size: number, mode: number, dir: DirSync): Promise<bigint> {
+export async function createDurableFile(file: string, size: number, mode: number, dir: DirSync): Promise<{ ino: bigint; createdAt: number }> {
   const fd = openSync(file, "wx", mode);
-  let ino: bigint;
+  let st: BigIntStats;
   try {
     ftruncateSync(fd, size);
-    ino = fstatSync(fd, { bigint: true }).ino;
+    st = fstatSync(fd, { bigint: true });
     await fsyncFd(fd);
   } finally {
     closeSync(fd);
   }
   await dir.sync();
-  return ino;
+  return { ino: st.ino, createdAt: bornAt(st) };
 }
+
+/** A file's birth time (statx), or its change time where the filesystem keeps none. */
+const bornAt = (st: BigIntStats): number => Number(st.birthtimeMs > 0n ? st.birthtimeMs : st.ctimeMs);
 const IMAGE_MODE = 0o644;
 const SNAPSHOT_MODE = 0o444;
 /** A live builder touches its temp file this often... */
@@ -178,7 +182,8 @@ export class FilePool implements PoolBackend {
     // The journal creates each image name once, under its reservation lock; an image left
     // smaller by a crash is seen as incomplete (domain/reservation.ts).
     try {
-      return { name, id: (await createDurableFile(file, size, IMAGE_MODE, this.#dir)).toString(16), sizeBytes: size, readOnly: false };
+      const made = await createDurableFile(file, size, IMAGE_MODE, this.#dir);
+      return { name, id: made.ino.toString(16), sizeBytes: size, readOnly: false, createdAt: made.createdAt };
     } catch (err) {
       if (errno(err) !== "EEXIST") fail(err, `create image "${name}"`);
     }
@@ -286,7 +291,7 @@ export class FilePool implements PoolBackend {
     });
     if (!st) return undefined;
     if (!st.isFile()) throw new DriverError("Internal", `image "${name}" is not a regular file`);
-    return { name, id: st.ino.toString(16), sizeBytes: Number(st.size), readOnly: (st.mode & 0o200n) === 0n };
+    return { name, id: st.ino.toString(16), sizeBytes: Number(st.size), readOnly: (st.mode & 0o200n) === 0n, createdAt: bornAt(st) };
   }
 
   async #source(name: string, file: string): Promise<ImageInfo> {
@@ -352,6 +357,41 @@ export class FilePool implements PoolBackend {
   }
 
   /**
+   * The pool's binding to its log (`<root>/.csi-pool.json`, written durably): see PoolBackend.bind.
+   * No binding yet: an empty pool, or one of a log that already holds records (a pool of this log
+   * from before bindings), is bound now — images made before the binding are then never removed by gc;
+   * images and an empty log are another log's pool, refused (unless `rebind`).
+   */
+  async bind(to: PoolOwnerRef, o: { logRecords: number; rebind: boolean }): Promise<PoolBinding> {
+    await this.init();
+    const file = path.join(this.root, BINDING_FILE);
+    const found = await readBinding(file);
+    const here = `pool "${to.pool}" of cluster ${to.cluster} (${this.root})`;
+    if (found && (found.cluster !== to.cluster || found.pool !== to.pool))
+      throw new DriverError(
+        "FailedPrecondition",
+        `${this.root} is already pool "${found.pool}" of cluster ${found.cluster}: two pools cannot share one directory`,
+      );
+    if (found && found.log === to.log) return found;
+    if (found && !o.rebind)
+      throw new DriverError(
+        "FailedPrecondition",
+        `${here} belongs to event log ${found.log}, and this journal's log is ${to.log}: the log was lost, replaced, or is another stack's. Restore it (csictl log restore), or start a journal once with POOL_REBIND=1 to bind the pool to this log (gc never removes the images made before)`,
+      );
+    if (!found && !o.rebind && o.logRecords === 0) {
+      const images = (await this.listImages()).length;
+      if (images > 0)
+        throw new DriverError(
+          "FailedPrecondition",
+          `${here} holds ${images} images and belongs to no log, and this journal's log is empty: it is another log's pool. Restore that log, or start a journal once with POOL_REBIND=1 to bind the pool to this one (gc never removes the images made before)`,
+        );
+    }
+    const binding: PoolBinding = { ...to, boundAt: Date.now(), ...(found ? { previous: found.log } : {}) };
+    await writeFileDurable(file, `${JSON.stringify(binding)}\n`, 0o600);
+    return binding;
+  }
+
+  /**
    * The temp files of builds (verify's `tempImage`): each with the aggregate its image is named
    * after, and its last touch as `since` (a live builder touches it every TMP_KEEPALIVE_MS). Not
    * the ones this pool object is building. The file pool keeps no trash.
@@ -399,6 +439,36 @@ export class FilePool implements PoolBackend {
       if (st?.isFile()) yield { entry, file, image, st };
     }
   }
+}
+
+/** The file of a pool's binding to its log, in the pool's directory. */
+const BINDING_FILE = ".csi-pool.json";
+const Binding = z.object({
+  cluster: z.string().max(128),
+  pool: z.string().max(128),
+  log: z.string().max(128),
+  boundAt: z.number(),
+  previous: z.string().max(128).optional(),
+});
+
+/** The binding in `file`, undefined when there is none; one that cannot be read is refused (never overwritten). */
+async function readBinding(file: string): Promise<PoolBinding | undefined> {
+  const text = await readFile(file, "utf8").catch((err: unknown) => {
+    if (errno(err) === "ENOENT") return undefined;
+    throw err;
+  });
+  if (text === undefined) return undefined;
+  const parsed = Binding.safeParse(
+    (() => {
+      try {
+        return JSON.parse(text);
+      } catch {
+        return undefined;
+      }
+    })(),
+  );
+  if (!parsed.success) throw new DriverError("FailedPrecondition", `${file} is not a pool binding this driver wrote: look at it, move it away if it is not`);
+  return parsed.data;
 }
 
 function errno(err: unknown): unknown {

@@ -62,7 +62,7 @@ import {
   MAX_KEY_BYTES,
   type ReadOptions,
 } from "../domain/log-backup.js";
-import { JetStreamLog, logStreamConfig, streamInfoOrNone } from "./event-log.js";
+import { identityOf, JetStreamLog, logStreamConfig, streamInfoOrNone } from "./event-log.js";
 
 /** Publishes of a restore in flight at once (acks are awaited in order). */
 const IMPORT_WINDOW = 1024;
@@ -119,7 +119,7 @@ export async function exportLog(nc: NatsConnection, cluster: string, write: (tex
   const present = info.state.messages === 0 ? 0 : (await new JetStreamLog(nc, { cluster, ...(apiPrefix ? { apiPrefix } : {}) }).info()).last;
   const first = info.state.messages === 0 ? last + 1 : info.state.first_seq;
   const w = new BackupWriter(opts.key);
-  await write(w.header({ cluster, stream, firstSeq: 1, lastSeq: last, exportedAt: new Date().toISOString() }));
+  await write(w.header({ cluster, stream, firstSeq: 1, lastSeq: last, exportedAt: new Date().toISOString(), logIdentity: identityOf(info).identity }));
   let count = 0;
   let next = 1; // the next sequence the file must account for
   const gapTo = async (seq: number) => {
@@ -449,7 +449,10 @@ export async function importLog(nc: NatsConnection, cluster: string, input: stri
       await jsm.streams.delete(subjects.restoreStreamName(cluster)).catch(() => {});
       throw err;
     }
-    await switchLog(nc, jsm, cluster, checked, { read, replicas, progress, replacing: !!before, onStep: opts.onStep });
+    // The restored log is the backed-up one (its pools are bound to it): its identity, else (an older
+    // backup) the one of the log it replaces; restored now, which gc reads (docs/operations.md).
+    const identity = { identity: checked.header.logIdentity ?? (before ? identityOf(before).identity : undefined), restoredAt: new Date().toISOString() };
+    await switchLog(nc, jsm, cluster, checked, { read, replicas, progress, replacing: !!before, onStep: opts.onStep, identity });
     await jsm.streams.delete(subjects.restoreStreamName(cluster));
     const { lastSeq } = checked.header;
     return {
@@ -505,13 +508,14 @@ async function switchLog(
   jsm: JetStreamManager,
   cluster: string,
   c: Checked,
-  o: WriteOptions & { replacing: boolean; onStep: ImportOptions["onStep"] },
+  o: WriteOptions & { replacing: boolean; onStep: ImportOptions["onStep"]; identity: { identity?: string | undefined; restoredAt: string } },
 ): Promise<void> {
   const stream = subjects.streamName(cluster);
   try {
     if (o.replacing) await jsm.streams.delete(stream);
     await o.onStep?.("deleted");
-    await new JetStreamLog(nc, { cluster, replicas: o.replicas }).ensureStream();
+    const { identity, restoredAt } = o.identity;
+    await new JetStreamLog(nc, { cluster, replicas: o.replicas }).ensureStream({ ...(identity ? { identity } : {}), restoredAt });
     const w = new SequencedWriter(
       nc,
       jsm,

@@ -421,7 +421,14 @@ export class RbdPool implements PoolBackend {
 
 function infoOf(raw: RawInfo): ImageInfo {
   const owner = ownerOf(raw.meta);
-  return { name: raw.name, id: raw.id, sizeBytes: raw.size, readOnly: raw.snaps.includes(raw.name), ...(owner ? { owner } : {}) };
+  return {
+    name: raw.name,
+    id: raw.id,
+    sizeBytes: raw.size,
+    readOnly: raw.snaps.includes(raw.name),
+    ...(owner ? { owner } : {}),
+    ...(Number.isFinite(raw.created) ? { createdAt: raw.created * 1000 } : {}),
+  };
 }
 
 /** What an image's metadata says of its owner (each part cut to its bound: anyone with the pool's caps can write metadata), or undefined without any. */

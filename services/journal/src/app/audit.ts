@@ -20,6 +20,7 @@ import { randomBytes } from "node:crypto";
 import {
   type CommandResult,
   DriverError,
+  type Finding,
   type GcAction,
   isUuid,
   jsonBytes,
@@ -28,6 +29,7 @@ import {
   type PurgeAction,
   quote,
   replyBudget,
+  subjects,
   takeWithin,
 } from "@csi/contracts";
 import {
@@ -37,7 +39,9 @@ import {
   emptyReplay,
   gcPlan,
   type Heartbeat,
+  imageOwner,
   inspect,
+  type LeakProof,
   pointOf,
   removeLeakedImage,
   replayEntries,
@@ -124,7 +128,22 @@ export class Audit {
     const heartbeats = withProjection ? await this.heartbeats(claimedNodes(states)) : new Map();
     const clusterID = this.#d.cluster.clusterID;
     const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs, foreign, clusterID, marksOwners, leftovers });
-    return { findings, upTo, states };
+    return { findings, upTo, states, images };
+  }
+
+  /** What gc needs to judge the leaked images of `findings` (domain/audit.ts, LeakProof): the device reports of each read from the log. */
+  async #leakProof(findings: readonly Finding[], images: Map<string, ImageInfo[]>, graceMs: number): Promise<LeakProof> {
+    const createdAt = new Map<string, number>();
+    for (const [pool, list] of images) for (const i of list) if (i.createdAt !== undefined) createdAt.set(`${pool}/${i.name}`, i.createdAt);
+    const trustedSince = new Map([...this.#d.pools.keys()].map((p) => [p, this.#d.trustedSince?.get(p) ?? 0]));
+    const reported = new Set<string>();
+    for (const f of findings) {
+      const owner = f.type === "leakedImage" ? imageOwner(f.imageName) : undefined;
+      if (owner?.kind !== "volume") continue;
+      const records = await this.#d.log.history([subjects.deviceEvents(this.#d.cluster.clusterID, owner.uuid)]);
+      if (eventsOf(records).length > 0) reported.add(owner.uuid);
+    }
+    return { createdAt, trustedSince, reported, now: this.#d.now().getTime(), graceMs };
   }
 
   async verify(req: ParsedRequest<"audit.verify">): Promise<CommandResult<"audit.verify">> {
@@ -135,12 +154,12 @@ export class Audit {
   }
 
   async gc(req: ParsedRequest<"audit.gc">): Promise<CommandResult<"audit.gc">> {
-    const { findings, states } = await this.#observe(false, req.olderThanMs);
-    const plan = gcPlan(findings, states);
+    const { findings, states, images } = await this.#observe(false, req.olderThanMs);
+    const plan = gcPlan(findings, states, await this.#leakProof(findings, images, req.graceMs ?? req.olderThanMs));
     const chosen = plan.slice(0, req.maxActions);
     const actions: GcAction[] = [];
     for (const action of chosen) {
-      if (!req.apply) actions.push(action);
+      if (!req.apply || action.outcome === "skipped") actions.push(action);
       else if (action.type === "removeLeakedImage") actions.push(await busyIsSkipped(action, this.j.run(removeLeakedImage(req.requestId, action))));
       else if (action.type === "collectReservation")
         actions.push(

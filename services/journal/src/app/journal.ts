@@ -44,6 +44,11 @@ export interface JournalDeps extends RunnerDeps {
   maxPayload?: number;
   /** The last heartbeat of nodes (audit.verify's stale claims); without it every claimed node counts as silent. */
   heartbeats?: HeartbeatReader;
+  /**
+   * Per pool, since when an image no record names may be this log's leftover (epoch ms): its
+   * binding to the log, or the log's restore, whichever is later. gc never removes one made before.
+   */
+  trustedSince?: ReadonlyMap<string, number>;
 }
 
 export class Journal {

@@ -22,7 +22,7 @@
  *   after catching up, up to FENCED_ATTEMPTS, as a CO's retry would be, without the round trip.
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { type Actor, aborted, DriverError, type JournalEvent, type ResolvedCluster, type StoredEvent } from "@csi/contracts";
+import { type Actor, aborted, DriverError, type JournalEvent, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
 import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
 import { AppendError, isFenced, isUncertain } from "../adapters/event-log.js";
@@ -39,6 +39,7 @@ import {
   type ReadPlan,
   type View,
 } from "../domain/decider.js";
+import { type DeviceUse, deviceUse } from "../domain/devices.js";
 import { type Address, type Aggregate, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
 import { KINDS, subjectOf } from "../domain/kinds.js";
 import { eventsOf } from "../domain/log-records.js";
@@ -122,6 +123,7 @@ class Run<R> implements View {
   /** Aggregates read from their own subject of the log in this run (View.fromLog). */
   readonly #logged = new Set<string>();
   readonly #claims = new Map<string, number>();
+  readonly #devices = new Map<string, DeviceUse>();
   readonly #ids: string[] = [];
   readonly #ctx: Ctx;
   #renewTimer?: NodeJS.Timeout;
@@ -150,6 +152,9 @@ class Run<R> implements View {
   }
   nodeClaims(nodeId: string) {
     return this.#claims.get(nodeId) ?? 0;
+  }
+  devices(uuid: string) {
+    return this.#devices.get(uuid);
   }
 
   async go(): Promise<R> {
@@ -225,11 +230,15 @@ class Run<R> implements View {
   // ---------------------------------------------------------------- reads
 
   async #read(plan: ReadPlan): Promise<void> {
+    // The nodes' reports are read beside the lock + read, in the same wave: no new hold can begin
+    // meanwhile without a claim, which the lock + read sees.
+    const devices = Promise.all((plan.devices ?? []).map((uuid) => this.#readDevices(uuid)));
     if (plan.locks?.length || plan.states?.length || plan.nodeClaims?.length) {
-      const read = await this.#lockAndRead(plan);
+      const read = await this.#lockAndRead(plan).finally(() => devices.catch(() => {}));
       for (const [key, s] of read.states) this.#fold.know(key, s);
       for (const [node, n] of read.nodeClaims) this.#claims.set(node, n);
     }
+    await devices;
     for (const a of plan.fromLog ?? []) {
       const history = await this.d.log.history([this.#subject(a)]);
       // An aggregate this run's own events changed: what the log has past them is folded in (evolve
@@ -238,6 +247,11 @@ class Run<R> implements View {
       else this.#fold.know(a, foldOne(a, undefined, history), true);
       this.#logged.add(addressKey(a));
     }
+  }
+
+  async #readDevices(uuid: string): Promise<void> {
+    const records = await this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, uuid)]);
+    this.#devices.set(uuid, deviceUse(eventsOf(records).map((e) => e.event)));
   }
 
   #subject(a: Address): string {

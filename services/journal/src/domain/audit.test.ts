@@ -1,7 +1,7 @@
 /** Audit, pure: replay to a point, what verify finds, what gc may do. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { foreignWhy, gcPlan, imageOwner, inspect, mayCollect, mayRemoveImage, pointOf, replayAt, replayEntries } from "./audit.js";
+import { foreignWhy, gcPlan, imageOwner, inspect, type LeakProof, mayCollect, mayRemoveImage, pointOf, replayAt, replayEntries, whyKeepLeak } from "./audit.js";
 import { addressKey, foldInto, type RecordState } from "./evolve.js";
 import { events, SNAP, T0, VOL } from "./fixtures.js";
 
@@ -78,7 +78,9 @@ test("gc: plans only leaked images and orphaned reservations; re-checks refuse l
   const live = foldInto(new Map(), [e.volReserved({}, T0), e.volCreated(), e.claimed()]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
   assert.match(mayRemoveImage(live, img("x")) ?? "", /owns it now/);
   assert.equal(mayRemoveImage(undefined, undefined), "the image is gone");
-  assert.equal(mayRemoveImage({ kind: "volume", uuid: VOL, seq: 9 }, img("x")), undefined, "an ended volume's image may go");
+  // gc removes only with proof that the log never named the uuid: an ended volume's image is kept (reported).
+  assert.match(mayRemoveImage({ kind: "volume", uuid: VOL, seq: 9 }, img("x")) ?? "", /the log names volume/, "an ended volume's image is kept");
+  assert.equal(mayRemoveImage(undefined, img("x")), undefined, "a uuid the log never named: its image may go");
 
   const o = { now, olderThanMs: 3600_000 };
   const reserved = foldInto(new Map(), [e.volReserved({}, T0)]).get(addressKey({ kind: "volume", uuid: VOL })) as RecordState;
@@ -168,4 +170,37 @@ test("verify on a pool whose images carry their owner (RBD): foreign images apar
   assert.equal(foreignWhy(undefined, false, "c1"), undefined, "a pool without owner metadata (files): every image is judged by its name");
   assert.match(mayRemoveImage(undefined, img("x"), { marksOwners: true, clusterID: "c1" }) ?? "", /not this cluster's/);
   assert.equal(mayRemoveImage(undefined, { ...img("x"), owner: ours }, { marksOwners: true, clusterID: "c1" }), undefined);
+});
+
+test("gc's proof: a leaked image goes only when ours, never named by the log, made after its pool's binding and any restore, past the grace, never reported by a node", () => {
+  const now = Date.parse("2026-06-01T12:00:00Z");
+  const name = `csi-vol-${VOL}`;
+  const proof = (over: Partial<LeakProof> = {}): LeakProof => ({
+    createdAt: new Map([[`default/${name}`, now - 3_600_000]]),
+    trustedSince: new Map([["default", now - 7_200_000]]),
+    reported: new Set(),
+    now,
+    graceMs: 900_000,
+    ...over,
+  });
+  const leak = { pool: "default", imageName: name };
+  assert.equal(whyKeepLeak(leak, new Map(), proof()), undefined, "proven: it may go");
+  assert.match(whyKeepLeak({ pool: "default", imageName: "left-by-hand" }, new Map(), proof()) ?? "", /not named after/);
+  const ended = foldInto(new Map(), [events().volReserved({}, T0), events().volCreated()]);
+  assert.match(whyKeepLeak(leak, ended, proof()) ?? "", /the log names volume/);
+  assert.match(whyKeepLeak(leak, new Map(), proof({ createdAt: new Map() })) ?? "", /does not tell when/);
+  assert.match(
+    whyKeepLeak(leak, new Map(), proof({ trustedSince: new Map([["default", now - 60_000]]) })) ?? "",
+    /made before .* bound to this log or the log restored/,
+  );
+  assert.match(whyKeepLeak(leak, new Map(), proof({ trustedSince: new Map() })) ?? "", /made before/, "a pool of unknown binding trusts nothing");
+  assert.match(whyKeepLeak(leak, new Map(), proof({ graceMs: 7_200_000 })) ?? "", /younger than the grace/);
+  assert.match(whyKeepLeak(leak, new Map(), proof({ reported: new Set([VOL]) })) ?? "", /a node reported/);
+  assert.deepEqual(
+    gcPlan([{ type: "leakedImage", pool: "default", imageName: name, imageId: "1", sizeBytes: 1 }], new Map(), proof({ reported: new Set([VOL]) })).map((a) => [
+      a.outcome,
+      a.reason,
+    ]),
+    [["skipped", "kept: a node reported a device of it"]],
+  );
 });

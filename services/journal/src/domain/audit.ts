@@ -287,15 +287,54 @@ export function imageOwner(imageName: string): { kind: "volume" | "snapshot"; uu
 }
 
 /**
- * What gc would do about the findings: leaked images, orphaned reservations, trash entries nothing
- * needs, temporaries whose build cannot be running (its aggregate ended or made: a reservation not
- * made yet is collected instead, with its temporaries). Never anything else: no foreign image.
+ * What gc needs to prove a leaked image abandoned (docs/operations.md, "gc removes only with
+ * proof"): when each was made, since when each pool's images no record names may be this log's
+ * (its binding, the log's restore), the uuids a node ever reported a device of, and the grace.
  */
-export function gcPlan(findings: Finding[], states: States = new Map()): GcAction[] {
+export interface LeakProof {
+  /** Image creation times by `pool/imageName` (epoch ms; absent: unknown). */
+  createdAt: ReadonlyMap<string, number>;
+  trustedSince: ReadonlyMap<string, number>;
+  /** Uuids some node reported a device state of. */
+  reported: ReadonlySet<string>;
+  now: number;
+  graceMs: number;
+}
+
+/**
+ * Why a leaked image is kept (not provably an abandoned create of this log), or undefined when gc
+ * may remove it: named after one of our aggregates; no event of the log ever names its uuid; made
+ * after its pool was bound to this log and after any restore, and longer ago than the grace; and
+ * no node ever reported a device of it. Pure.
+ */
+export function whyKeepLeak(f: { pool: string; imageName: string }, states: States, p: LeakProof): string | undefined {
+  const owner = imageOwner(f.imageName);
+  if (!owner) return "not named after a volume or snapshot of this driver";
+  if (states.has(addressKey(owner))) return `the log names ${owner.kind} ${owner.uuid}`;
+  const made = p.createdAt.get(`${f.pool}/${f.imageName}`);
+  if (made === undefined) return "its pool does not tell when it was made";
+  const since = p.trustedSince.get(f.pool) ?? Number.POSITIVE_INFINITY;
+  if (made <= since)
+    return `made before ${Number.isFinite(since) ? new Date(since).toISOString() : "its pool was bound"}, when its pool was bound to this log or the log restored: it may be another log's, or a volume the log lost`;
+  if (p.now - made <= p.graceMs) return `younger than the grace period (${Math.round(p.graceMs / 60_000)} min): a create may still answer with it`;
+  if (p.reported.has(owner.uuid)) return "a node reported a device of it";
+  return undefined;
+}
+
+/**
+ * What gc would do about the findings: leaked images proven abandoned (`proof`; the others listed
+ * as skipped, with the reason they are kept), orphaned reservations, trash entries nothing needs,
+ * temporaries whose build cannot be running (its aggregate ended or made: a reservation not made
+ * yet is collected instead, with its temporaries). Never anything else: no foreign image.
+ */
+export function gcPlan(findings: Finding[], states: States = new Map(), proof?: LeakProof): GcAction[] {
   return findings.flatMap((f): GcAction[] => {
     switch (f.type) {
-      case "leakedImage":
-        return [{ type: "removeLeakedImage", pool: f.pool, imageName: f.imageName, ...(imageOwner(f.imageName) ?? {}), outcome: "planned" }];
+      case "leakedImage": {
+        const action = { type: "removeLeakedImage" as const, pool: f.pool, imageName: f.imageName, ...(imageOwner(f.imageName) ?? {}) };
+        const kept = proof && whyKeepLeak(f, states, proof);
+        return [kept ? { ...action, outcome: "skipped", reason: `kept: ${kept}` } : { ...action, outcome: "planned" }];
+      }
       case "orphanedReservation":
         return [{ type: "collectReservation", pool: f.pool, imageName: f.imageName, kind: f.kind, uuid: f.uuid, outcome: "planned" }];
       case "trashedImage":
@@ -329,6 +368,7 @@ export function mayRemoveImage(
 ): string | undefined {
   if (!image) return "the image is gone";
   if (owner && owner.kind !== "name" && owner.record) return `${owner.kind} ${owner.uuid} owns it now`;
+  if (owner && owner.kind !== "name") return `the log names ${owner.kind} ${owner.uuid}`;
   const why = foreignWhy(image.owner, foreign.marksOwners, foreign.clusterID);
   return why && `not this cluster's: ${why}`;
 }
@@ -354,10 +394,15 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
   const ref = { pool: action.pool, imageName: action.imageName };
   return {
     requestId,
-    first: { locks: [{ kind: "image", ...ref }, ...(owner ? [owner] : [])], ...(owner ? { fromLog: [owner] } : {}) },
+    first: {
+      locks: [{ kind: "image", ...ref }, ...(owner ? [owner] : [])],
+      ...(owner ? { fromLog: [owner], ...(owner.kind === "volume" ? { devices: [owner.uuid] } : {}) } : {}),
+    },
     decide: (v, ctx) => {
       const [done] = v.appended;
       if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
+      if (owner?.kind === "volume" && (v.devices(owner.uuid)?.reported ?? 0) > 0)
+        return { reply: { ...action, outcome: "skipped", reason: "kept: a node reported a device of it" } };
       const image = v.image(ref);
       if (image === undefined) return { stat: [ref] };
       const foreign = { marksOwners: ctx.pools.get(action.pool)?.marksOwners ?? false, clusterID: ctx.cluster.clusterID };

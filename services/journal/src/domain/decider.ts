@@ -12,6 +12,7 @@
  * log. A decider refuses by throwing a DriverError (the runner answers it to the caller).
  */
 import type { DriverError, EventBody, Kind, ResolvedCluster, StoredEvent } from "@csi/contracts";
+import type { DeviceUse } from "./devices.js";
 import { type Address, type Aggregate, addressKey } from "./evolve.js";
 import type { ImageInfo } from "./pool-backend.js";
 
@@ -35,6 +36,8 @@ export interface ReadPlan {
   nodeClaims?: string[];
   /** Aggregates folded from their own subject of the log (what the projection has lost, or a fence check). */
   fromLog?: Address[];
+  /** Volumes whose nodes' device reports are read from the log (View.devices): what the nodes hold of them. */
+  devices?: string[];
 }
 
 /** An image of a pool. `pool` "*": every pool of the cluster (an image whose record is lost). */
@@ -106,6 +109,8 @@ export interface View {
   image(ref: ImageRef): ImageInfo | null | undefined;
   /** Volumes the node holds claims on (read with `nodeClaims`). */
   nodeClaims(nodeId: string): number;
+  /** What the nodes hold of a volume, by their own reports (read with `devices`); undefined when not read. */
+  devices(uuid: string): DeviceUse | undefined;
   /** Every event this run appended, as stored. */
   appended: readonly StoredEvent[];
   /** The images this run made (create, clone, snapshot), in order. */

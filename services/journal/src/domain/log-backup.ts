@@ -61,6 +61,8 @@ export const BackupHeader = z
     firstSeq: z.number().int().min(1),
     lastSeq: z.number().int().min(0),
     exportedAt: z.string(),
+    /** The exported log's identity (its pools are bound to it): a restore gives it to the log it makes. Older backups lack it. */
+    logIdentity: z.string().min(1).max(128).optional(),
     seal: z.enum(["hmac-sha256", "sha256"]).optional(),
     keyId: z
       .string()
@@ -71,7 +73,7 @@ export const BackupHeader = z
   .refine((h) => (h.seal === "hmac-sha256") === (h.keyId !== undefined), { message: "keyId goes with an hmac-sha256 seal, and only with it" });
 export type BackupHeader = z.infer<typeof BackupHeader>;
 /** What an export says of itself; the writer adds the format, version and seal. */
-export type BackupHeaderFields = Pick<BackupHeader, "cluster" | "stream" | "firstSeq" | "lastSeq" | "exportedAt">;
+export type BackupHeaderFields = Pick<BackupHeader, "cluster" | "stream" | "firstSeq" | "lastSeq" | "exportedAt" | "logIdentity">;
 
 export const BackupMessage = z.object({
   seq: z.number().int().min(1),
@@ -157,9 +159,19 @@ export class BackupWriter {
   }
 
   header(h: BackupHeaderFields): string {
-    const { cluster, stream, firstSeq, lastSeq, exportedAt } = h; // only these: the writer says what the seal is
+    const { cluster, stream, firstSeq, lastSeq, exportedAt, logIdentity } = h; // only these: the writer says what the seal is
     const seal = this.key ? { seal: "hmac-sha256" as const, keyId: this.key.id } : { seal: "sha256" as const };
-    const head = { format: BACKUP_FORMAT, version: BACKUP_VERSION, cluster, stream, firstSeq, lastSeq, exportedAt, ...seal } satisfies BackupHeader;
+    const head = {
+      format: BACKUP_FORMAT,
+      version: BACKUP_VERSION,
+      cluster,
+      stream,
+      firstSeq,
+      lastSeq,
+      exportedAt,
+      ...(logIdentity ? { logIdentity } : {}),
+      ...seal,
+    } satisfies BackupHeader;
     const line = `${JSON.stringify(head)}\n`;
     this.#seal.update(line);
     return line;

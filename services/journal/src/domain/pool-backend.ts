@@ -15,6 +15,8 @@ export interface ImageInfo {
   readOnly: boolean;
   /** What the image says of its owner, on backends that write it (RBD image metadata): absent where it carries none. */
   owner?: Partial<ImageOwner>;
+  /** When the image was made (epoch ms; the file's birth time, RBD's create timestamp), where the backend tells: gc's proof of age. */
+  createdAt?: number;
 }
 
 /**
@@ -103,4 +105,25 @@ export interface PoolBackend {
    * image's path; RBD: the Ceph pool, monitors and user — never a key). Invalid name → InvalidArgument.
    */
   publishContext(name: string): Record<string, string>;
+  /**
+   * Bind the pool to its log (pools that keep a binding: the file pool), at a journal's start:
+   * resolves with when it was bound to this log, or refuses (FailedPrecondition, naming both) a
+   * pool bound to another log, another pool or cluster on the same place, or a pool that holds
+   * images and no binding while the log is empty (docs/operations.md, "A pool knows its log").
+   */
+  bind?(to: PoolOwnerRef, o: { logRecords: number; rebind: boolean }): Promise<PoolBinding>;
+}
+
+/** Whose a pool is: the cluster and pool it serves, and the identity of the log that owns it. */
+export interface PoolOwnerRef {
+  cluster: string;
+  pool: string;
+  log: string;
+}
+
+export interface PoolBinding extends PoolOwnerRef {
+  /** When the pool was bound to this log (epoch ms): gc never removes an image made before (it may be another log's). */
+  boundAt: number;
+  /** The log it was bound to before a rebind, if any. */
+  previous?: string;
 }

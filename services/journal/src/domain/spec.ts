@@ -19,6 +19,7 @@ import {
 } from "@csi/contracts";
 import type { Command, Ctx, Decision, Failure, ImageRef, PoolInfo, View } from "./decider.js";
 import { imageKey } from "./decider.js";
+import { deviceUse } from "./devices.js";
 import { type Address, addressKey, Fold } from "./evolve.js";
 import type { ImageInfo } from "./pool-backend.js";
 
@@ -73,12 +74,14 @@ interface Given {
   logged: Address[];
   /** Images the run made itself (also in `images`). */
   made: ImageRef[];
+  /** Volumes whose device reports the run read (View.devices: from the DeviceStateReported among `events`). */
+  devicesRead: string[];
   failed?: Failure;
 }
 
 /** Start a spec from the log's events (all of them count as read under the run's locks). */
 export function given(...events: StoredEvent[]) {
-  return new Spec({ events, images: [], claims: [], appended: [], read: [], logged: [], made: [] });
+  return new Spec({ events, images: [], claims: [], appended: [], read: [], logged: [], made: [], devicesRead: [] });
 }
 
 class Spec {
@@ -109,6 +112,11 @@ class Spec {
     return new Spec({ ...this.g, read: [...this.g.read, ...addresses], logged: [...this.g.logged, ...addresses] });
   }
 
+  /** The nodes' device reports of these volumes were read (they are the DeviceStateReported events given). */
+  devicesRead(...uuids: string[]) {
+    return new Spec({ ...this.g, devicesRead: [...this.g.devicesRead, ...uuids] });
+  }
+
   nodeClaims(nodeId: string, n: number) {
     return new Spec({ ...this.g, claims: [...this.g.claims, [nodeId, n]] });
   }
@@ -129,6 +137,8 @@ class Spec {
       fromLog: (a) => this.g.logged.some((x) => addressKey(x) === addressKey(a)),
       image: (ref) => (images.has(imageKey(ref)) ? images.get(imageKey(ref)) : undefined),
       nodeClaims: (n) => new Map(this.g.claims).get(n) ?? 0,
+      devices: (uuid) =>
+        this.g.devicesRead.includes(uuid) ? deviceUse(this.g.events.map((e) => e.event).filter((e) => "uuid" in e && e.uuid === uuid)) : undefined,
       appended: this.g.appended,
       made: this.g.made,
       ...(this.g.failed ? { failed: this.g.failed } : {}),

@@ -340,6 +340,7 @@ describe("DeleteVolume", () => {
 
   test("removes the image, appends VolumeDeleted and releases the name that points at it; then answers deleted: true", () => {
     given(...volume(OTHER))
+      .devicesRead(OTHER)
       .when(del())
       .then({
         act: {
@@ -354,6 +355,48 @@ describe("DeleteVolume", () => {
       .appended(...landed({ type: "VolumeDeleted", uuid: OTHER }))
       .when(del())
       .then({ reply: { deleted: true } });
+  });
+});
+
+describe("DeleteVolume while a node holds the volume (its own device reports)", () => {
+  const del = () => deleteVolume(request("volume.delete", { uuid: OTHER }));
+  const report = (state: string, more: Record<string, unknown> = {}): EventBody =>
+    ({ type: "DeviceStateReported", uuid: OTHER, nodeId: "n1", state, via: "grpc", at: "2026-01-01T00:00:00.000Z", ...more }) as EventBody;
+  const staged = [report("attached", { device: "/dev/loop3" }), report("staged", { device: "/dev/loop3", path: "/stage/v" })];
+
+  test("its reports are read with its first read; unread, the decider asks for them", () => {
+    assert.deepEqual((del().first as { devices?: string[] }).devices, [OTHER]);
+    given(...volume(OTHER))
+      .when(del())
+      .then({ read: { devices: [OTHER] } });
+  });
+
+  test("staged, with no claim left (the CO skipped NodeUnstageVolume): FailedPrecondition naming the node, the path and the device", () => {
+    given(...volume(OTHER), ...landed(...staged))
+      .devicesRead(OTHER)
+      .when(del())
+      .thenThrows("FailedPrecondition", /node n1 has it staged at \/stage\/v, attached as \/dev\/loop3/);
+    given(...volume(OTHER), ...landed(...staged, report("published", { path: "/pod/t" }), report("unpublished", { path: "/pod/t" })))
+      .devicesRead(OTHER)
+      .when(del())
+      .thenThrows("FailedPrecondition", /staged at \/stage\/v/);
+    given(...volume(OTHER), ...landed(...staged, report("unstaged", { path: "/stage/v" })))
+      .devicesRead(OTHER)
+      .when(del())
+      .thenThrows("FailedPrecondition", /attached as \/dev\/loop3/);
+  });
+
+  test("let go (unstaged and detached), or only failed steps: the delete goes on", () => {
+    const act = given(...volume(OTHER), ...landed(...staged, report("unstaged", { path: "/stage/v" }), report("detached", { device: "/dev/loop3" })))
+      .devicesRead(OTHER)
+      .when(del())
+      .decision();
+    assert.ok("act" in act, JSON.stringify(act));
+    const failedOnly = given(...volume(OTHER), ...landed(report("failed", { reason: "mkfs failed" })))
+      .devicesRead(OTHER)
+      .when(del())
+      .decision();
+    assert.ok("act" in failedOnly, JSON.stringify(failedOnly));
   });
 });
 
@@ -435,7 +478,7 @@ describe("ControllerPublishVolume / ControllerUnpublishVolume: claims", () => {
     const unpublish = (nodeId?: string) => unpublishVolume(request("volume.unpublish", { uuid: OTHER, ...(nodeId ? { nodeId } : {}) }));
     given()
       .when(unpublish("n1"))
-      .then({ reply: { deleted: false } });
+      .then({ reply: { deleted: false, held: [] } });
     given(...volume(OTHER), ...landed(claimed("n1", "MULTI_NODE_READER_ONLY"), claimed("n2", "MULTI_NODE_READER_ONLY")))
       .when(unpublish())
       .then({
@@ -446,5 +489,23 @@ describe("ControllerPublishVolume / ControllerUnpublishVolume: claims", () => {
           ],
         },
       });
+  });
+
+  test("unpublish of a node that still has it staged (the CO skipped NodeUnstageVolume): released, and the reply names what the node holds", () => {
+    const unpublish = unpublishVolume(request("volume.unpublish", { uuid: OTHER, nodeId: "n1" }));
+    assert.deepEqual((unpublish.first as { devices?: string[] }).devices, [OTHER]);
+    const report = (state: string, more: Record<string, unknown>): EventBody =>
+      ({ type: "DeviceStateReported", uuid: OTHER, nodeId: "n1", state, via: "grpc", at: "2026-01-01T00:00:00.000Z", ...more }) as EventBody;
+    const staged = landed(report("attached", { device: "/dev/loop3" }), report("staged", { path: "/stage/v" }));
+    const decision = given(...volume(OTHER), ...landed(claimed("n1", "SINGLE_NODE_WRITER")), ...staged)
+      .appended(...landed({ type: "VolumeUnclaimed", uuid: OTHER, nodeId: "n1" }))
+      .devicesRead(OTHER)
+      .when(unpublish)
+      .decision();
+    assert.ok("reply" in decision && decision.reply.deleted, JSON.stringify(decision));
+    assert.deepEqual(
+      decision.reply.held.map(({ capability, ...h }) => ({ ...h, accessMode: capability?.accessMode })),
+      [{ nodeId: "n1", device: "/dev/loop3", staged: "/stage/v", published: [], accessMode: "SINGLE_NODE_WRITER" }],
+    );
   });
 });

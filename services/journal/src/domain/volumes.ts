@@ -18,6 +18,7 @@ import {
 } from "@csi/contracts";
 import { decideClaim } from "./claims.js";
 import type { Command, Ctx, PoolInfo, ReadPlan, View } from "./decider.js";
+import { describeHold } from "./devices.js";
 import { liveRecord } from "./evolve.js";
 import { type ImageKind, KINDS, type RecordOf, shared } from "./kinds.js";
 import { volumeView } from "./records.js";
@@ -154,12 +155,23 @@ export function deleteImageAggregate<K extends ImageKind>(
   };
 }
 
+/**
+ * A volume is deleted only once no node holds it: no claim, and no node's own report of a device,
+ * a staging or a target still there (a CO may release the claim without the node letting go:
+ * Docker Swarm never sends NodeUnstageVolume). Its device reports are read beside its first read.
+ */
 export function deleteVolume(req: ParsedRequest<"volume.delete">): Command<{ deleted: boolean }> {
-  return deleteImageAggregate("volume", req, (r) => {
+  const command = deleteImageAggregate("volume", req, (r, v) => {
     if (r.claims.length > 0)
       throw new DriverError("FailedPrecondition", `volume is published to ${r.claims.map((c) => c.nodeId).join(", ")}: unpublish it first`);
+    const holds = v.devices(r.uuid)?.holds;
+    if (!holds) return { read: { devices: [r.uuid] } };
+    if (holds.length > 0)
+      throw new DriverError("FailedPrecondition", `volume is in use: ${holds.map(describeHold).join("; ")}: NodeUnpublishVolume and NodeUnstageVolume first`);
     return undefined;
   });
+  const first = command.first as ReadPlan;
+  return { ...command, first: { ...first, devices: [req.uuid] } };
 }
 
 /** The one volume of a command on an existing volume, locked and read. */
@@ -231,16 +243,29 @@ export function publishVolume(req: ParsedRequest<"volume.publish">): Command<Com
   };
 }
 
-/** ControllerUnpublishVolume: release the node's claim (or every claim without a node); idempotent. */
+/**
+ * ControllerUnpublishVolume: release the node's claim (or every claim without a node); idempotent.
+ * The reply names what the released nodes still hold by their own reports (`held`: a CO that
+ * skipped NodeUnstageVolume, as Docker Swarm does), with the volume's capability: the controller
+ * asks such a node to let go of a staging no target uses (docs/journal.md, "In use means in use").
+ */
 export function unpublishVolume(req: ParsedRequest<"volume.unpublish">): Command<CommandResult<"volume.unpublish">> {
+  const first = onVolume(req).first;
   return {
-    ...onVolume(req),
+    requestId: req.requestId,
+    first: { ...first, devices: [req.uuid] },
     decide: (v) => {
-      if (v.appended.length > 0) return { reply: { deleted: true } };
       const r = recordIn(v, "volume", req.uuid, req.poolId);
+      const mine = (nodeId: string) => req.nodeId === undefined || nodeId === req.nodeId;
+      const capability = r?.capabilities[0];
+      const held = (v.devices(req.uuid)?.holds ?? [])
+        .filter((h) => mine(h.nodeId))
+        .slice(0, 16)
+        .map((h) => ({ ...h, published: h.published.slice(0, 16), ...(capability ? { capability } : {}) }));
+      if (v.appended.length > 0) return { reply: { deleted: true, held } };
       // CSI: a volume that is gone is unpublished everywhere.
-      const released = r?.claims.filter((c) => req.nodeId === undefined || c.nodeId === req.nodeId) ?? [];
-      if (!r || released.length === 0) return { reply: { deleted: false } };
+      const released = r?.claims.filter((c) => mine(c.nodeId)) ?? [];
+      if (!r || released.length === 0) return { reply: { deleted: false, held } };
       return { act: { events: released.map((c) => ({ type: "VolumeUnclaimed" as const, uuid: r.uuid, nodeId: c.nodeId })) } };
     },
   };

@@ -58,10 +58,15 @@ export async function list(): Promise<LoopDevice[]> {
   return parseLosetupJson(stdout);
 }
 
-/** The loop device that currently maps `imagePath`, if any (the first by name if several do). */
-export async function findByBackingFile(imagePath: string): Promise<string | undefined> {
+/**
+ * The loop device that currently maps `imagePath`, if any (the first by name if several do).
+ * `evenDeleted`: also one whose file was unlinked since it was attached (the kernel still shows the
+ * path it was attached at): the unstage of a volume this node attached detaches it whatever became
+ * of the file, so that nothing holds a deleted image.
+ */
+export async function findByBackingFile(imagePath: string, opts: { evenDeleted?: boolean } = {}): Promise<string | undefined> {
   const want = await canonicalPath(imagePath);
-  const hits = (await list()).filter((d) => !d.deleted && d.backingFile === want);
+  const hits = (await list()).filter((d) => (opts.evenDeleted || !d.deleted) && d.backingFile === want);
   hits.sort((a, b) => a.device.localeCompare(b.device, "en", { numeric: true }));
   return hits[0]?.device;
 }

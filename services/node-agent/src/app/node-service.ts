@@ -384,7 +384,7 @@ export class NodeService {
       if (top) throw new DriverError("FailedPrecondition", `a ${top.fsType} filesystem this node did not mount covers ${quote(path, 128)}`);
       if (v.staging) this.#report(v, "unstaged", req.origin, { path });
       await this.d.ioLimits?.unstaging(v, req.origin); // before the detach frees the device number for another volume
-      const device = await loop.findByBackingFile(v.imagePath);
+      const device = await loop.findByBackingFile(v.imagePath, { evenDeleted: true });
       if (device) {
         await loop.detach(device, { backingFile: v.imagePath });
         this.#report(v, "detached", req.origin, { device });

@@ -93,23 +93,38 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
   return faults === 0 ? EXIT.ok : EXIT.failed;
 }
 
-export async function gc(s: Session, o: { apply?: boolean; olderThan?: string; maxActions?: string; requestId?: string }): Promise<void> {
+/** More removals than this in one `gc --apply` need --yes or --max-actions (docs/csictl.md, "gc"). */
+export const GC_HANDFUL = 10;
+
+export async function gc(s: Session, o: { apply?: boolean; olderThan?: string; maxActions?: string; requestId?: string; yes?: boolean }): Promise<void> {
   const olderThanMs = o.olderThan === undefined ? undefined : parseDuration(o.olderThan);
   const maxActions = count(o.maxActions, "--max-actions");
   const cluster = s.cluster().clusterID;
   const requestId = o.requestId ?? `csictl-${randomUUID()}`;
-  const r = await (await s.journal()).call(cluster, "audit.gc", {
-    requestId,
-    apply: !!o.apply,
-    ...(olderThanMs === undefined ? {} : { olderThanMs }),
-    ...(maxActions === undefined ? {} : { maxActions }),
-  });
+  const journal = await s.journal();
+  const ask = (apply: boolean) =>
+    journal.call(cluster, "audit.gc", {
+      requestId,
+      apply,
+      ...(olderThanMs === undefined ? {} : { olderThanMs }),
+      ...(maxActions === undefined ? {} : { maxActions }),
+    });
+  if (o.apply && !o.yes && maxActions === undefined) {
+    const planned = (await ask(false)).actions.filter((a) => a.outcome === "planned").length;
+    if (planned > GC_HANDFUL)
+      throw usageError(
+        `gc would remove ${planned} images and reservations: --yes to remove them all, or --max-actions N for the first N (a dry run lists them)`,
+      );
+  }
+  const r = await ask(!!o.apply);
   s.out.result({ cluster, requestId, ...r }, (h) => (r.actions.length === 0 ? "" : table(GC_HEAD, r.actions.map(gcRow), h)));
+  const kept = r.actions.filter((a) => a.outcome === "skipped" && a.reason?.startsWith("kept:")).length;
   const what = r.apply
     ? `${r.actions.filter((a) => a.outcome === "done").length} done`
-    : `${r.actions.length} planned (dry run: nothing touched; --apply to act)`;
-  const age = olderThanMs === undefined ? "" : `, reservations older than ${formatDuration(olderThanMs)}`;
+    : `${r.actions.filter((a) => a.outcome === "planned").length} planned (dry run: nothing touched; --apply to act)`;
+  const keptNote = kept > 0 ? `; ${kept} kept, not proven abandoned (the reason is in the table)` : "";
+  const age = olderThanMs === undefined ? "" : `, older than ${formatDuration(olderThanMs)}`;
   s.out.note(
-    `cluster ${cluster}, request ${requestId}${age}: ${r.actions.length === 0 ? "nothing to collect" : what}${r.truncated ? "; more left: run it again" : ""}`,
+    `cluster ${cluster}, request ${requestId}${age}: ${r.actions.length === 0 ? "nothing to collect" : `${what}${keptNote}`}${r.truncated ? "; more left: run it again" : ""}`,
   );
 }
