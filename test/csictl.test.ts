@@ -238,8 +238,8 @@ describe("volumes, history, rebuild, clusters, nodes on a running stack", () => 
       ["VolumeExpanded", "h-expand"],
       ["VolumeClaimed", "h-publish"],
       ["VolumeUnclaimed", "h-unpublish"],
-      ["VolumeDeleted", "h-delete"],
       ["NameReleased", "h-delete"],
+      ["VolumeDeleted", "h-delete"],
     ]);
     const reports = rows.filter((r) => r.type === "DeviceStateReported");
     assert.deepEqual(

@@ -230,14 +230,14 @@ test("round trips: a create and a snapshot make three (lock + read, one write of
   assert.ok(snap);
   assert.deepEqual(
     await roundTrips(() => command(() => journal.deleteSnapshot({ requestId: "ds-rt", uuid: snap.uuid }))),
-    ["lockAndRead", "appendAll(SnapshotDeleted,NameReleased)", "applyAndUnlock"],
+    ["lockAndRead", "appendAll(NameReleased,SnapshotDeleted)", "applyAndUnlock"],
     "DeleteSnapshot",
   );
   // A delete also reads the nodes' device reports of the volume (in use means in use): beside its
   // lock + read, in the same wave (the memory log's history is a read), so it still waits three times.
   assert.deepEqual(
     await roundTrips(() => command(() => journal.deleteVolume({ requestId: "d-rt", uuid: v.uuid }))),
-    ["history", "read", "lockAndRead", "appendAll(VolumeDeleted,NameReleased)", "applyAndUnlock"],
+    ["history", "read", "lockAndRead", "appendAll(NameReleased,VolumeDeleted)", "applyAndUnlock"],
     "DeleteVolume",
   );
 });

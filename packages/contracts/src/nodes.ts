@@ -29,7 +29,15 @@ export const NodeRegistration = z.object({
   /** When this registration/heartbeat was sent (ISO). */
   time: z.string(),
   heartbeatMs: z.number().int().positive(),
+  /**
+   * The uuids of every volume the node holds (staged, published or attached) by its own state,
+   * as of `time`; absent from older agents, or when it holds more than MAX_HOLDING. It corrects the
+   * device reports a crash may have lost (docs/journal.md, "In use means in use").
+   */
+  holding: z.array(z.string().max(64)).max(1024).optional(),
 });
+/** The most volumes a registration lists as held (beyond: none listed, the reports alone count). */
+export const MAX_HOLDING = 1024;
 export type NodeRegistration = z.infer<typeof NodeRegistration>;
 
 export const NODES_STREAM = "CSI_NODES";

@@ -4,7 +4,7 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { type Clusters, inboxPrefix, NodeQueueMessage, nodeQueues } from "@csi/contracts";
+import { type Clusters, inboxPrefix, MAX_HOLDING, NodeQueueMessage, nodeQueues } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -66,7 +66,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
-  const heartbeat = register(nc, fleet, cfg, topology, log);
+  const heartbeat = register(nc, fleet, cfg, topology, log, () => svc.volumes().map((v) => v.uuid));
   await heartbeat.beat();
 
   // Made by the node itself where it may, else by a journal once it sees the registration above, or
@@ -166,19 +166,24 @@ async function openNodeService(
 }
 
 /** The node's registration in the fleet, renewed by its heartbeat. */
-function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, topology: Record<string, string>, log: Logger) {
+function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, topology: Record<string, string>, log: Logger, holding: () => string[]) {
   return startHeartbeat(
     nc,
     fleet,
-    () => ({
-      nodeId: cfg.nodeId,
-      maxVolumes: cfg.maxVolumes,
-      topology,
-      capabilities: [...NODE_CAPABILITIES],
-      version: NODE_AGENT_VERSION,
-      time: new Date().toISOString(),
-      heartbeatMs: cfg.heartbeatMs,
-    }),
+    () => {
+      const held = [...new Set(holding())];
+      return {
+        nodeId: cfg.nodeId,
+        maxVolumes: cfg.maxVolumes,
+        topology,
+        capabilities: [...NODE_CAPABILITIES],
+        version: NODE_AGENT_VERSION,
+        time: new Date().toISOString(),
+        heartbeatMs: cfg.heartbeatMs,
+        // What this node holds by its own state: the journal trusts it over reports older than it.
+        ...(held.length <= MAX_HOLDING ? { holding: held } : {}),
+      };
+    },
     log,
   );
 }

@@ -12,7 +12,12 @@ import type { Heartbeat } from "../domain/audit.js";
 export async function lastHeartbeats(nc: NatsConnection, fleet: FleetAccess, nodeIds: string[]): Promise<Map<string, Heartbeat | undefined>> {
   const jsm = fleetManager(nc, fleet);
   const regs = await Promise.all(nodeIds.map((nodeId) => nodeRegistration(jsm, nodeId)));
-  return new Map(nodeIds.map((nodeId, i) => [nodeId, regs[i] ? { time: regs[i].time, heartbeatMs: regs[i].heartbeatMs } : undefined]));
+  return new Map(
+    nodeIds.map((nodeId, i) => {
+      const r = regs[i];
+      return [nodeId, r ? { time: r.time, heartbeatMs: r.heartbeatMs, ...(r.holding ? { holding: r.holding } : {}) } : undefined];
+    }),
+  );
 }
 
 /**

@@ -39,7 +39,7 @@ import {
   type ReadPlan,
   type View,
 } from "../domain/decider.js";
-import { type DeviceUse, deviceUse } from "../domain/devices.js";
+import { type DeviceUse, deviceUse, type NodeHolding, reconcileHolds } from "../domain/devices.js";
 import { type Address, type Aggregate, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../domain/evolve.js";
 import { KINDS, subjectOf } from "../domain/kinds.js";
 import { eventsOf } from "../domain/log-records.js";
@@ -80,6 +80,8 @@ export interface RunnerDeps {
   unavailable?: () => string | undefined;
   /** Told of each pool step once it returned, before the run goes on (fault injection: a crash between an image and its event). */
   afterEffect?: (e: Effect) => Promise<void>;
+  /** The nodes' latest registrations (what each says it holds): they correct lost device reports. Without it, reports alone count. */
+  heartbeats?: (nodeIds: string[]) => Promise<ReadonlyMap<string, NodeHolding | undefined>>;
 }
 
 /** Runs of one command fenced off before it gives up (see the top). */
@@ -249,9 +251,12 @@ class Run<R> implements View {
     }
   }
 
+  /** The nodes' reports of a volume, corrected by the registrations of the nodes they name (domain/devices.ts). */
   async #readDevices(uuid: string): Promise<void> {
     const records = await this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, uuid)]);
-    this.#devices.set(uuid, deviceUse(eventsOf(records).map((e) => e.event)));
+    const use = deviceUse(eventsOf(records).map((e) => e.event));
+    const regs = use.holds.length > 0 && this.d.heartbeats ? await this.d.heartbeats(use.holds.map((h) => h.nodeId)) : new Map();
+    this.#devices.set(uuid, reconcileHolds(use, uuid, regs));
   }
 
   #subject(a: Address): string {

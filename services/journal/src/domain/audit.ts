@@ -99,6 +99,8 @@ export const STALE_HEARTBEATS = 3;
 export interface Heartbeat {
   time: string;
   heartbeatMs: number;
+  /** The volumes the node held by its own state at `time` (its registration's `holding`), where it says. */
+  holding?: readonly string[];
 }
 
 export interface Observed {

@@ -12,6 +12,8 @@ type Report = Extract<JournalEvent, { type: "DeviceStateReported" }>;
 
 export interface DeviceHold {
   nodeId: string;
+  /** The node's time of its last report of the volume (ISO): a registration later than it corrects it. */
+  lastAt?: string;
   /** The device attached to the volume's image (a loop device), if any. */
   device?: string;
   /** The staging path mounted, if any. */
@@ -40,7 +42,7 @@ export function deviceHolds(events: readonly JournalEvent[]): DeviceHold[] {
   for (const e of events) {
     if (e.type !== "DeviceStateReported") continue;
     const h = byNode.get(e.nodeId) ?? { nodeId: e.nodeId, published: [] };
-    byNode.set(e.nodeId, step(h, e));
+    byNode.set(e.nodeId, { ...step(h, e), lastAt: e.at });
   }
   return [...byNode.values()].filter(holds);
 }
@@ -67,6 +69,27 @@ function step(h: DeviceHold, r: Report): DeviceHold {
       // healed (a repair of what the node holds already), failed (a step that did nothing), limited (I/O limits).
       return h;
   }
+}
+
+/** What a node's registration says it holds, by its own state as of `time` (its clock, as its reports'). */
+export interface NodeHolding {
+  time: string;
+  holding?: readonly string[];
+}
+
+/**
+ * The holds of `uuid` that stand once each node's registration had its say: a node whose latest
+ * registration is later than its last report of the volume and does not list it has let go (a
+ * report of that was lost: the agent crashed before sending it); one that lists it still holds it,
+ * whatever the reports. A registration that lists nothing (an older agent) changes nothing. Pure.
+ */
+export function reconcileHolds(use: DeviceUse, uuid: string, regs: ReadonlyMap<string, NodeHolding | undefined>): DeviceUse {
+  const holds = use.holds.filter((h) => {
+    const r = regs.get(h.nodeId);
+    if (!r?.holding || r.holding.includes(uuid)) return true;
+    return h.lastAt !== undefined && Date.parse(h.lastAt) >= Date.parse(r.time);
+  });
+  return { ...use, holds };
 }
 
 /** One line of what a node holds, for an error a CO shows its user: "node n1 has it staged at /p (device /dev/loop3)". */

@@ -148,7 +148,10 @@ export function deleteImageAggregate<K extends ImageKind>(
       return {
         act: {
           effects: [{ op: "delete", pool: r.pool, imageName: r.imageName, copied }],
-          events: [shared.deleted(kind, r.uuid), ...(nameState(v, kind, r.name)?.uuid === r.uuid ? [shared.nameReleased(kind, r.name, r.uuid)] : [])],
+          // The name first: JetStream stores a prefix of one connection's write, and a record deleted
+          // with its name still pointing at it is a state no retry can mend (the deleted record keeps no
+          // name), while a live record whose name is released is one the delete's retry completes.
+          events: [...(nameState(v, kind, r.name)?.uuid === r.uuid ? [shared.nameReleased(kind, r.name, r.uuid)] : []), shared.deleted(kind, r.uuid)],
         },
       };
     },
@@ -261,7 +264,7 @@ export function unpublishVolume(req: ParsedRequest<"volume.unpublish">): Command
       const held = (v.devices(req.uuid)?.holds ?? [])
         .filter((h) => mine(h.nodeId))
         .slice(0, 16)
-        .map((h) => ({ ...h, published: h.published.slice(0, 16), ...(capability ? { capability } : {}) }));
+        .map(({ lastAt: _, ...h }) => ({ ...h, published: h.published.slice(0, 16), ...(capability ? { capability } : {}) }));
       if (v.appended.length > 0) return { reply: { deleted: true, held } };
       // CSI: a volume that is gone is unpublished everywhere.
       const released = r?.claims.filter((c) => mine(c.nodeId)) ?? [];
