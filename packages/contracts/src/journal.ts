@@ -342,6 +342,22 @@ export const Finding = z.discriminatedUnion("type", [
   z.object({ type: z.literal("missingImage"), kind: Kind, uuid: Uuid, name: z.string(), pool: z.string(), imageName: z.string() }),
   /** A projection key whose value differs from what the log says. */
   z.object({ type: z.literal("projectionDrift"), key: z.string() }),
+  /**
+   * A made volume or snapshot whose image is not the size its record says (an older log restored:
+   * a volume expanded after the backup; or an image changed behind the driver's back). Never touched.
+   */
+  z.object({
+    type: z.literal("imageSizeDiffers"),
+    kind: Kind,
+    uuid: Uuid,
+    name: z.string(),
+    pool: z.string(),
+    imageName: z.string(),
+    recordBytes: z.number(),
+    imageBytes: z.number(),
+  }),
+  /** A node that, by its own registration, still holds a volume this log has no live record of (its device left attached or staged). */
+  z.object({ type: z.literal("strayDevice"), nodeId: z.string().max(128), uuid: z.string().max(64), since: z.string() }),
   /** A claim of a node that stopped heartbeating (or never registered). */
   z.object({ type: z.literal("staleClaim"), uuid: Uuid, nodeId: z.string(), lastHeartbeat: z.string().optional() }),
   /** A record of the event stream that is not a valid event written by a journal: skipped by the fold (`audit.purge` removes it). */
@@ -360,6 +376,9 @@ export const VerifyCounts = z.object({
   foreignImages: z.number().optional(),
   trashedImages: z.number().optional(),
   tempImages: z.number().optional(),
+  /** Present when not zero (journals before these findings lack them). */
+  imagesOfAnotherSize: z.number().optional(),
+  strayDevices: z.number().optional(),
 });
 export const VerifyResult = z.object({
   /** The log's last sequence the check folded. */

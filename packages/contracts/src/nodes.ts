@@ -30,14 +30,16 @@ export const NodeRegistration = z.object({
   time: z.string(),
   heartbeatMs: z.number().int().positive(),
   /**
-   * The uuids of every volume the node holds (staged, published or attached) by its own state,
-   * as of `time`; absent from older agents, or when it holds more than MAX_HOLDING. It corrects the
-   * device reports a crash may have lost (docs/journal.md, "In use means in use").
+   * Every volume the node holds (staged, published or attached) by its own state, as of `time`,
+   * each as `<clusterID>/<uuid>` (holdingKey); absent from older agents, or when it holds more than
+   * MAX_HOLDING. It corrects the device reports a crash may have lost (docs/journal.md, "In use means in use").
    */
-  holding: z.array(z.string().max(64)).max(1024).optional(),
+  holding: z.array(z.string().max(256)).max(1024).optional(),
 });
 /** The most volumes a registration lists as held (beyond: none listed, the reports alone count). */
 export const MAX_HOLDING = 1024;
+/** A volume in a registration's `holding`: its cluster and uuid. */
+export const holdingKey = (clusterID: string, uuid: string) => `${clusterID}/${uuid}`;
 export type NodeRegistration = z.infer<typeof NodeRegistration>;
 
 export const NODES_STREAM = "CSI_NODES";

@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Clusters, DeviceReport, DriverError, inboxPrefix, nodeQueues, type ResolvedCluster, subjects } from "@csi/contracts";
 import {
+  allNodeRegistrations,
   closeWithin,
   connectNats,
   consumeQueue,
@@ -13,6 +14,7 @@ import {
   drainAll,
   ensureFleetStreams,
   fleetAccess,
+  fleetManager,
   loadClusters,
   natsConnectOptions,
   Ops,
@@ -113,6 +115,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     now: () => new Date(),
     observeLockWait: metrics.lockWait,
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
+    registrations: () => allNodeRegistrations(fleetManager(nc, fleet)),
     unavailable: () => unavailableWhy(redisLink, reach),
     afterEffect: (e) => faults(`image:${e.op}`),
     trustedSince,

@@ -4,7 +4,7 @@
  * served), and the CSI gRPC endpoint (Identity + Node).
  */
 import path from "node:path";
-import { type Clusters, inboxPrefix, MAX_HOLDING, NodeQueueMessage, nodeQueues } from "@csi/contracts";
+import { type Clusters, holdingKey, inboxPrefix, MAX_HOLDING, NodeQueueMessage, nodeQueues } from "@csi/contracts";
 import {
   closeWithin,
   connectNats,
@@ -66,7 +66,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
   await ensureFleetStreams(nc, fleet, streams);
-  const heartbeat = register(nc, fleet, cfg, topology, log, () => svc.volumes().map((v) => v.uuid));
+  const heartbeat = register(nc, fleet, cfg, topology, log, () => svc.volumes().map((v) => holdingKey(v.clusterID, v.uuid)));
   await heartbeat.beat();
 
   // Made by the node itself where it may, else by a journal once it sees the registration above, or

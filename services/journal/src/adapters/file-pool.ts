@@ -39,7 +39,7 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { type BigIntStats, closeSync, fstatSync, fsync, ftruncateSync, openSync } from "node:fs";
-import { chmod, link, lstat, readdir, readFile, statfs, truncate, unlink, utimes } from "node:fs/promises";
+import { chmod, link, lstat, readdir, readFile, rename, statfs, truncate, unlink, utimes } from "node:fs/promises";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
@@ -100,6 +100,9 @@ const TMP_KEEPALIVE_MS = 5_000;
 const TMP_STALE_MS = 30_000;
 /** How often operations look for stale temp files (one readdir of the pool). */
 const SWEEP_EVERY_MS = 30_000;
+/** Where gc's removals wait (docs/operations.md, "gc removes only with proof"), and how long. */
+const TRASH_DIR = ".trash";
+export const TRASH_RETENTION_MS = 7 * 24 * 3600 * 1000;
 
 const run = promisify(execFile);
 
@@ -113,6 +116,8 @@ export interface FilePoolOptions {
   sweepEveryMs?: number;
   /** Fault injection for tests: hold every built copy this long, temp file in place, before publishing it. */
   holdCopyMs?: number;
+  /** How long gc's removals wait in `.trash/` before gc purges them (default TRASH_RETENTION_MS). */
+  trashRetentionMs?: number;
 }
 
 export class FilePool implements PoolBackend {
@@ -128,10 +133,19 @@ export class FilePool implements PoolBackend {
   #nextSweep = 0;
   readonly #sweepEveryMs: number;
   readonly #holdCopyMs: number;
+  readonly #trashRetentionMs: number;
   /** The pool directory's fsyncs, shared by concurrent operations. */
   readonly #dir: DirSync;
 
-  constructor({ name, id, root, maxImageBytes = DEFAULT_MAX_IMAGE_BYTES, sweepEveryMs = SWEEP_EVERY_MS, holdCopyMs = 0 }: FilePoolOptions) {
+  constructor({
+    name,
+    id,
+    root,
+    maxImageBytes = DEFAULT_MAX_IMAGE_BYTES,
+    sweepEveryMs = SWEEP_EVERY_MS,
+    holdCopyMs = 0,
+    trashRetentionMs = TRASH_RETENTION_MS,
+  }: FilePoolOptions) {
     if (!Number.isSafeInteger(id) || id < 0) {
       throw new DriverError("InvalidArgument", `pool id must be a non-negative integer, got ${id}`);
     }
@@ -145,6 +159,7 @@ export class FilePool implements PoolBackend {
     this.maxImageBytes = maxImageBytes;
     this.#sweepEveryMs = sweepEveryMs;
     this.#holdCopyMs = holdCopyMs;
+    this.#trashRetentionMs = trashRetentionMs;
     this.#dir = new DirSync(this.root);
   }
 
@@ -212,11 +227,16 @@ export class FilePool implements PoolBackend {
     });
   }
 
-  /** Delete the image and the temp files of its interrupted builds (see the top of this file). */
-  async deleteImage(name: string, { copied = true }: { copied?: boolean } = {}): Promise<void> {
+  /**
+   * Delete the image and the temp files of its interrupted builds (see the top of this file).
+   * `quarantine` (gc's removal of an image no record names): moved into `.trash/` instead, kept
+   * TRASH_RETENTION_MS before gc purges it (an operator can move it back meanwhile).
+   */
+  async deleteImage(name: string, { copied = true, quarantine = false }: { copied?: boolean; quarantine?: boolean } = {}): Promise<void> {
     const file = this.imagePath(name);
     try {
-      await unlink(file);
+      if (quarantine) await this.#quarantine(name, file);
+      else await unlink(file);
     } catch (err) {
       if (errno(err) !== "ENOENT") fail(err, `delete image "${name}"`);
     }
@@ -391,13 +411,44 @@ export class FilePool implements PoolBackend {
     return binding;
   }
 
+  /** `<root>/.trash/<name>.img@<epoch ms>`, durably: the trash directory made, both directories fsynced. */
+  async #quarantine(name: string, file: string): Promise<void> {
+    const trash = path.join(this.root, TRASH_DIR);
+    await mkdirDurable(trash, 0o700);
+    await rename(file, path.join(trash, `${name}${IMG}@${Date.now()}`));
+    await Promise.all([syncPath(trash), this.#dir.sync()]);
+  }
+
+  /** The quarantined images: each a trash entry, kept until its retention ends. */
+  async #trash(): Promise<Leftover[]> {
+    const trash = path.join(this.root, TRASH_DIR);
+    const out: Leftover[] = [];
+    for (const entry of await readdir(trash).catch(() => [])) {
+      const m = /^(.+)\.img@(\d{1,15})$/.exec(entry);
+      const st = m ? await lstat(path.join(trash, entry)).catch(() => undefined) : undefined;
+      if (!m || !st?.isFile()) continue;
+      const since = Number(m[2]);
+      const owner = imageOwner(m[1] ?? "");
+      out.push({
+        kind: "trash",
+        name: entry,
+        id: st.ino.toString(16),
+        sizeBytes: st.size,
+        since,
+        keepUntil: since + this.#trashRetentionMs,
+        ...(owner ? { owner } : {}),
+      });
+    }
+    return out;
+  }
+
   /**
    * The temp files of builds (verify's `tempImage`): each with the aggregate its image is named
    * after, and its last touch as `since` (a live builder touches it every TMP_KEEPALIVE_MS). Not
    * the ones this pool object is building. The file pool keeps no trash.
    */
   async leftovers(): Promise<Leftover[]> {
-    const out: Leftover[] = [];
+    const out: Leftover[] = await this.#trash();
     for await (const t of this.#temps()) {
       const owner = imageOwner(t.image);
       out.push({ kind: "temp", name: t.entry, id: t.st.ino.toString(16), sizeBytes: t.st.size, since: t.st.mtimeMs, ...(owner ? { owner } : {}) });
@@ -407,12 +458,22 @@ export class FilePool implements PoolBackend {
 
   /** A temp file removed if it is still the one listed (its inode) and not one of our own builds; false when it was gone. */
   async removeLeftover(l: Pick<Leftover, "kind" | "name" | "id">): Promise<boolean> {
+    if (l.kind === "trash") return this.#purge(l);
     if (l.kind !== "temp" || tempOf(l.name) === undefined) throw new DriverError("InvalidArgument", `"${l.name.slice(0, 64)}" is not a temp file of this pool`);
     const file = path.join(this.root, l.name);
     if (this.#building.has(file)) return false;
     const st = await lstat(file).catch(() => undefined);
     if (!st?.isFile() || st.ino.toString(16) !== l.id) return false;
     await unlink(file).catch(() => {});
+    return true;
+  }
+
+  /** A quarantined image purged: only the entry of that inode, and only once its retention ended (false: kept). */
+  async #purge(l: Pick<Leftover, "name" | "id">): Promise<boolean> {
+    const entry = (await this.#trash()).find((t) => t.name === l.name && t.id === l.id);
+    if (!entry || (entry.keepUntil ?? 0) > Date.now()) return false;
+    await unlink(path.join(this.root, TRASH_DIR, entry.name)).catch(() => {});
+    await syncPath(path.join(this.root, TRASH_DIR));
     return true;
   }
 

@@ -126,8 +126,10 @@ export class Audit {
     if (withProjection) ({ states, differ: drift, upTo, foreign } = await this.#d.projector.compare());
     else upTo = await this.#d.projector.fold(states);
     const heartbeats = withProjection ? await this.heartbeats(claimedNodes(states)) : new Map();
+    const holdings = withProjection && this.#d.registrations ? await this.#d.registrations() : [];
     const clusterID = this.#d.cluster.clusterID;
-    const findings = inspect({ states, images, drift, heartbeats, now: this.#d.now().getTime(), olderThanMs, foreign, clusterID, marksOwners, leftovers });
+    const now = this.#d.now().getTime();
+    const findings = inspect({ states, images, drift, heartbeats, now, olderThanMs, foreign, clusterID, marksOwners, leftovers, holdings });
     return { findings, upTo, states, images };
   }
 

@@ -49,6 +49,8 @@ export interface JournalDeps extends RunnerDeps {
    * binding to the log, or the log's restore, whichever is later. gc never removes one made before.
    */
   trustedSince?: ReadonlyMap<string, number>;
+  /** Every node's latest registration (what each says it holds): verify's stray devices. Without it, none are looked for. */
+  registrations?: () => Promise<readonly { nodeId: string; time: string; holding?: readonly string[] }[]>;
 }
 
 export class Journal {

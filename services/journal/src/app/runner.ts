@@ -256,7 +256,7 @@ class Run<R> implements View {
     const records = await this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, uuid)]);
     const use = deviceUse(eventsOf(records).map((e) => e.event));
     const regs = use.holds.length > 0 && this.d.heartbeats ? await this.d.heartbeats(use.holds.map((h) => h.nodeId)) : new Map();
-    this.#devices.set(uuid, reconcileHolds(use, uuid, regs));
+    this.#devices.set(uuid, reconcileHolds(use, { clusterID: this.d.cluster.clusterID, uuid }, regs));
   }
 
   #subject(a: Address): string {
@@ -344,7 +344,8 @@ class Run<R> implements View {
     const ref = { pool: e.pool, imageName: e.imageName };
     if (e.op === "delete") {
       const pools = e.pool === "*" ? [...this.d.pools.values()] : [this.#pool(e.pool)];
-      for (const p of pools) await p.deleteImage(e.imageName, e.copied === undefined ? {} : { copied: e.copied });
+      for (const p of pools)
+        await p.deleteImage(e.imageName, { ...(e.copied === undefined ? {} : { copied: e.copied }), ...(e.quarantine ? { quarantine: true } : {}) });
       this.#images.set(imageKey(ref), null);
       await this.d.afterEffect?.(e);
       return;

@@ -204,3 +204,28 @@ test("gc's proof: a leaked image goes only when ours, never named by the log, ma
     [["skipped", "kept: a node reported a device of it"]],
   );
 });
+
+test("verify: an image of another size than its record (an older log restored), and a node holding a volume the log has none of (stray device)", () => {
+  const e = events();
+  const made = foldInto(new Map(), [e.volReserved(), e.volCreated()]);
+  const record = made.get(addressKey({ kind: "volume", uuid: VOL })) as RecordState<"volume">;
+  const name = record.record?.imageName ?? "";
+  const base = { states: made, drift: [], heartbeats: new Map(), now, olderThanMs: 3600_000, clusterID: "c1" };
+  const grown = { ...img(name), sizeBytes: 2 * 1048576 };
+  assert.deepEqual(
+    inspect({ ...base, images: new Map([["default", [grown]]]) }).map((f) =>
+      f.type === "imageSizeDiffers" ? [f.type, f.recordBytes, f.imageBytes] : [f.type],
+    ),
+    [["imageSizeDiffers", 1048576, 2 * 1048576]],
+  );
+  assert.deepEqual(inspect({ ...base, images: new Map([["default", [{ ...img(name), sizeBytes: 1048576 }]]]) }), [], "the size recorded: nothing");
+  const gone = "0a0b0c0d-1111-4222-8333-444455556666";
+  const holdings = [{ nodeId: "n1", time: T1, holding: [`c1/${VOL}`, `c1/${gone}`, `c2/${gone}`] }];
+  assert.deepEqual(
+    inspect({ ...base, images: new Map([["default", [{ ...img(name), sizeBytes: 1048576 }]]]), holdings }).map((f) =>
+      f.type === "strayDevice" ? [f.type, f.nodeId, f.uuid] : [f.type],
+    ),
+    [["strayDevice", "n1", gone]],
+    "the live volume is held rightly; another cluster's uuid is not this log's to judge",
+  );
+});

@@ -122,6 +122,8 @@ export interface Observed {
   marksOwners?: ReadonlySet<string>;
   /** Trash entries and temporaries per pool (pools that have them), listed with the images. */
   leftovers?: Map<string, Leftover[]>;
+  /** What each node says it holds (its registration: volume uuids as of `time`), for stray devices. */
+  holdings?: readonly { nodeId: string; time: string; holding?: readonly string[] }[];
 }
 
 /** The image records of a fold by pool and image name: the images that must exist. */
@@ -169,8 +171,10 @@ function leftoverFindings(o: Observed): { left: Finding[]; foreign: Finding[] } 
       const head = { pool, imageName: l.name, imageId: l.id, sizeBytes: l.sizeBytes };
       const why = foreignWhy(l.owner, o.marksOwners?.has(pool) ?? false, o.clusterID);
       if (l.kind === "trash") {
-        // Marked by a journal when it deleted the image (another cluster's purges its own); one clones still read from waits for them.
-        if ((!why || !l.owner) && !l.neededByClones) left.push({ type: "trashedImage", ...head, deletedAt: iso(l.since), ...ownerView(l.owner) });
+        // Marked by a journal when it deleted the image (another cluster's purges its own); one clones still read from waits for them;
+        // one in quarantine (gc's removal on a file pool) until its retention ends.
+        const kept = l.neededByClones || (l.keepUntil !== undefined && l.keepUntil > o.now);
+        if ((!why || !l.owner) && !kept) left.push({ type: "trashedImage", ...head, deletedAt: iso(l.since), ...ownerView(l.owner) });
       } else if (why) foreign.push({ type: "foreignImage", ...head, reason: why });
       else if (o.now - l.since > o.olderThanMs) left.push({ type: "tempImage", ...head, createdAt: iso(l.since), ...ownerView(l.owner) });
     }
@@ -191,6 +195,7 @@ export function inspect(o: Observed): Finding[] {
   const foreignImages: Finding[] = [];
   const orphaned: Finding[] = [];
   const missing: Finding[] = [];
+  const sized: Finding[] = [];
   for (const [pool, images] of o.images) {
     const mine = owners.get(pool) ?? new Map();
     for (const img of images) {
@@ -212,6 +217,8 @@ export function inspect(o: Observed): Finding[] {
       const made = present.has(r.imageName);
       if (r.imageId) {
         if (!made) missing.push({ type: "missingImage", ...head });
+        const image = listed.find((i) => i.name === r.imageName);
+        if (image && image.sizeBytes !== r.sizeBytes) sized.push({ type: "imageSizeDiffers", ...head, recordBytes: r.sizeBytes, imageBytes: image.sizeBytes });
       } else if (isOld(r.createdAt, o)) {
         // Never completed: the image never made, or made and never recorded (its journal died in between).
         orphaned.push({ type: "orphanedReservation", ...head, reservedAt: r.createdAt, ...(made ? { imageMade: true } : {}) });
@@ -237,12 +244,28 @@ export function inspect(o: Observed): Finding[] {
     ...sorted(leaked),
     ...sorted(orphaned),
     ...sorted(missing),
+    ...sorted(sized),
+    ...strayDevices(o),
     ...drift,
     ...sorted(stale),
     ...foreign,
     ...sorted([...foreignImages, ...left.foreign]),
     ...sorted(left.left),
   ];
+}
+
+/** Volumes a node says it holds (its registration) that this log has no live record of; each node's, in uuid order. */
+function strayDevices(o: Observed): Finding[] {
+  const out: Finding[] = [];
+  const mine = `${o.clusterID ?? ""}/`;
+  for (const h of o.holdings ?? []) {
+    const uuids = (h.holding ?? []).filter((k) => k.startsWith(mine)).map((k) => k.slice(mine.length));
+    for (const uuid of uuids.sort()) {
+      const s = o.states.get(addressKey({ kind: "volume", uuid }));
+      if (!s || s.kind === "name" || !s.record) out.push({ type: "strayDevice", nodeId: h.nodeId, uuid, since: h.time });
+    }
+  }
+  return out;
 }
 
 /** A reservation made before the threshold (an unreadable time counts as old: it cannot be younger). */
@@ -264,6 +287,8 @@ export function countFindings(findings: Finding[]) {
     ...(n("foreignImage") ? { foreignImages: n("foreignImage") } : {}),
     ...(n("trashedImage") ? { trashedImages: n("trashedImage") } : {}),
     ...(n("tempImage") ? { tempImages: n("tempImage") } : {}),
+    ...(n("imageSizeDiffers") ? { imagesOfAnotherSize: n("imageSizeDiffers") } : {}),
+    ...(n("strayDevice") ? { strayDevices: n("strayDevice") } : {}),
   };
 }
 
@@ -413,7 +438,7 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
       const reason = "in the pool without a reservation (audit.gc)";
       return {
         act: {
-          effects: [{ op: "delete", ...ref }],
+          effects: [{ op: "delete", ...ref, quarantine: true }],
           events: [{ type: "ImageLeakCollected", pool: action.pool, imageName: image.name, imageId: image.id, sizeBytes: image.sizeBytes, reason }],
         },
       };
@@ -445,7 +470,7 @@ export function collectReservation(requestId: string, action: GcAction, o: { now
       const release = nameState(v, kind, record.name)?.uuid === me.uuid ? [shared.nameReleased(kind, record.name, me.uuid)] : [];
       // The image (made and never recorded), and what an interrupted build left of it, go first.
       return {
-        act: { effects: [{ op: "delete", ...ref }], events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] },
+        act: { effects: [{ op: "delete", ...ref, quarantine: true }], events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] },
       };
     },
   };

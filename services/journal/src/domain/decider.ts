@@ -55,7 +55,8 @@ export type Effect =
   | { op: "clone"; pool: string; from: string; imageName: string; sizeBytes: number; name?: string }
   | { op: "snapshot"; pool: string; from: string; imageName: string; name?: string }
   | { op: "resize"; pool: string; imageName: string; sizeBytes: number }
-  | { op: "delete"; pool: string; imageName: string; copied?: boolean };
+  /** `quarantine`: gc's removal of an image no record names: kept aside for a while where the pool can (the file pool's .trash). */
+  | { op: "delete"; pool: string; imageName: string; copied?: boolean; quarantine?: boolean };
 
 /** A failed step the decider is told of (it then decides how to undo, and fails). */
 export interface Failure {

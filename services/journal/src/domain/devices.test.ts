@@ -43,9 +43,14 @@ test("holds: each step sets what it made and its undo clears it; failed, healed 
 test("a registration later than a node's last report, not listing the volume, says the node let go (its report was lost); listing it, or earlier, or silent, changes nothing", () => {
   const use = deviceUse([report("attached", T(1), { device: "/dev/loop3" }), report("staged", T(2), { path: "/s" })]);
   const reg = (time: string, holding?: string[]) => new Map([["n1", { time, ...(holding ? { holding } : {}) }]]);
-  assert.deepEqual(reconcileHolds(use, V, reg(T(9), [])).holds, [], "let go");
-  assert.equal(reconcileHolds(use, V, reg(T(9), [V])).holds.length, 1, "still held by its own state");
-  assert.equal(reconcileHolds(use, V, reg(T(1), [])).holds.length, 1, "a registration older than the report says nothing of it");
-  assert.equal(reconcileHolds(use, V, reg(T(9))).holds.length, 1, "an agent that lists nothing: the reports count");
-  assert.equal(reconcileHolds(use, V, new Map()).holds.length, 1, "no registration: the reports count");
+  assert.deepEqual(reconcileHolds(use, { clusterID: "c1", uuid: V }, reg(T(9), [])).holds, [], "let go");
+  assert.deepEqual(
+    reconcileHolds(use, { clusterID: "c1", uuid: V }, reg(T(9), [`c2/${V}`])).holds,
+    [],
+    "another cluster's volume of that uuid is not this one",
+  );
+  assert.equal(reconcileHolds(use, { clusterID: "c1", uuid: V }, reg(T(9), [`c1/${V}`])).holds.length, 1, "still held by its own state");
+  assert.equal(reconcileHolds(use, { clusterID: "c1", uuid: V }, reg(T(1), [])).holds.length, 1, "a registration older than the report says nothing of it");
+  assert.equal(reconcileHolds(use, { clusterID: "c1", uuid: V }, reg(T(9))).holds.length, 1, "an agent that lists nothing: the reports count");
+  assert.equal(reconcileHolds(use, { clusterID: "c1", uuid: V }, new Map()).holds.length, 1, "no registration: the reports count");
 });

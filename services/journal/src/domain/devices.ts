@@ -6,7 +6,7 @@
  * in use"), whatever its claims say — a CO may release the claim without the node letting go
  * (Docker Swarm never sends NodeUnstageVolume). Pure.
  */
-import type { JournalEvent } from "@csi/contracts";
+import { holdingKey, type JournalEvent } from "@csi/contracts";
 
 type Report = Extract<JournalEvent, { type: "DeviceStateReported" }>;
 
@@ -83,10 +83,11 @@ export interface NodeHolding {
  * report of that was lost: the agent crashed before sending it); one that lists it still holds it,
  * whatever the reports. A registration that lists nothing (an older agent) changes nothing. Pure.
  */
-export function reconcileHolds(use: DeviceUse, uuid: string, regs: ReadonlyMap<string, NodeHolding | undefined>): DeviceUse {
+export function reconcileHolds(use: DeviceUse, volume: { clusterID: string; uuid: string }, regs: ReadonlyMap<string, NodeHolding | undefined>): DeviceUse {
+  const key = holdingKey(volume.clusterID, volume.uuid);
   const holds = use.holds.filter((h) => {
     const r = regs.get(h.nodeId);
-    if (!r?.holding || r.holding.includes(uuid)) return true;
+    if (!r?.holding || r.holding.includes(key)) return true;
     return h.lastAt !== undefined && Date.parse(h.lastAt) >= Date.parse(r.time);
   });
   return { ...use, holds };

@@ -35,6 +35,8 @@ export interface Leftover {
   owner?: Partial<ImageOwner>;
   /** A trash entry that clones still read from: not purgeable yet. */
   neededByClones?: boolean;
+  /** A trash entry in quarantine until then (epoch ms): not purgeable before. */
+  keepUntil?: number;
 }
 
 /**
@@ -78,7 +80,7 @@ export interface PoolBackend {
    * Delete; a missing image is success. `copied: false` says the image was never built by a copy
    * (a plain create), so no interrupted copy can have left temp files of it to clean up.
    */
-  deleteImage(name: string, opts?: { copied?: boolean }): Promise<void>;
+  deleteImage(name: string, opts?: { copied?: boolean; quarantine?: boolean }): Promise<void>;
   /**
    * Read-only point-in-time copy of `source` named `snapName` (file pool: a reflink or sparse
    * copy; RBD: a clone of a snapshot of the source, as ceph-csi makes it). Idempotent if snapName

@@ -560,11 +560,13 @@ export class NodeService {
 
   async #heal(state: NodeState, roots: string[], fuseMounts: string[]): Promise<HealResult[]> {
     const origin: Origin = { via: "healer", requestId: randomUUID() };
-    const loops = (await loop.list()).flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
+    const listed = await loop.list();
+    const loops = listed.flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
+    const deletedLoops = listed.flatMap((l) => (l.backingFile && l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
     const fuseDirs = [...new Set([...fuseMounts, ...Object.values(state.volumes).flatMap((v) => (v.mapping === "fuse" ? [path.dirname(v.imagePath)] : []))])];
     const health = await rbdFuse.probe(fuseDirs);
     const deadMappings = fuseDirs.filter((d) => health.get(d) === "dead");
-    const plan = planHeal(state, { loops, mounts: await mnt.readMounts(), deadMappings, fuseMounts }, roots);
+    const plan = planHeal(state, { loops, deletedLoops, mounts: await mnt.readMounts(), deadMappings, fuseMounts }, roots);
     const results: HealResult[] = [];
     /** Volumes whose stale device could not be taken down (busy): the rest of their repair waits for the next run. */
     const waiting = new Set<string>();
@@ -594,7 +596,12 @@ export class NodeService {
 
   async #apply(a: HealAction, origin: Origin): Promise<void> {
     if (a.kind === "unmount") return mnt.unmount(a.path);
-    if (a.kind === "detach") return loop.detach(a.device, { backingFile: a.backingFile });
+    if (a.kind === "detach") {
+      await loop.detach(a.device, { backingFile: a.backingFile });
+      const v = a.volumeId === undefined ? undefined : this.#state.volumes[a.volumeId];
+      if (v && a.reason === "its image was deleted") this.#report(v, "detached", origin, { device: a.device, reason: a.reason });
+      return;
+    }
     if (a.kind === "unmap") return a.path.startsWith(`${this.#rbdDir}/`) ? rbdFuse.unmountDir(a.path) : undefined;
     const v = this.#state.volumes[a.volumeId] as VolumeState;
     if (a.kind === "conflict") throw new DriverError("FailedPrecondition", `${a.reason}; left alone`);

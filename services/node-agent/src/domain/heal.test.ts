@@ -134,3 +134,21 @@ test("heal: an rbd-fuse mount of ours no volume wants → its loop device detach
     { kind: "unmap", path: "/rbd/c-2-old", reason: "no volume on this node wants this rbd-fuse mount" },
   ]);
 });
+
+test("heal: a loop device whose image was deleted under it is detached when nothing mounts it; mounted, it is a conflict, left alone; a foreign one is not ours", () => {
+  const deleted = { device: "/dev/loop4", backingFile: "/pool/v1.img" };
+  const unstaged = vol("v1", { staging: undefined, publishes: [], device: "/dev/loop4" });
+  assert.deepEqual(planHeal(state(unstaged), { loops: [], deletedLoops: [deleted], mounts: [] }, ["/pool"]), [
+    { kind: "attach", volumeId: "v1" },
+    { kind: "detach", device: "/dev/loop4", backingFile: "/pool/v1.img", reason: "its image was deleted", volumeId: "v1" },
+  ]);
+  const mounted = planHeal(state(vol("v1", { device: "/dev/loop4" })), { loops: [], deletedLoops: [deleted], mounts: [mnt("/stage/v1", "/dev/loop4")] }, [
+    "/pool",
+  ]);
+  assert.ok(
+    mounted.some((a) => a.kind === "conflict" && /deleted while it was mounted/.test(a.reason)),
+    JSON.stringify(mounted),
+  );
+  assert.ok(!mounted.some((a) => a.kind === "detach" || a.kind === "unmount"), "never taken down: its data lives only in the device");
+  assert.deepEqual(planHeal(state(), { loops: [], deletedLoops: [{ device: "/dev/loop5", backingFile: "/elsewhere/x.img" }], mounts: [] }, ["/pool"]), []);
+});

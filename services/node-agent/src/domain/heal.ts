@@ -10,6 +10,9 @@
  *   - a staging path or target covered by a mount that is not the volume's → conflict: reported,
  *     never unmounted (the agent only undoes what it did)
  *   - a loop device of one of our pools that no volume wants → unmount its mounts, detach it
+ *   - a loop device of one of our pools whose image was deleted under it (docs/journal.md, "In use
+ *     means in use") → detach it when nothing mounts it; mounted, its data lives only in the device
+ *     now: a conflict, reported, never taken down
  *
  * RBD images mapped by rbd-fuse (`mapping: "fuse"`): the image's file lies in the node's own
  * rbd-fuse mount. When that mount is dead (its rbd-fuse process died: ENOTCONN), the loop device
@@ -27,6 +30,8 @@ import type { NodeState } from "./node-state.js";
 
 export interface Observed {
   loops: { device: string; backingFile: string }[];
+  /** Loop devices whose backing file was unlinked since they were attached (the path they were attached at). */
+  deletedLoops?: { device: string; backingFile: string }[];
   mounts: MountEntry[];
   /** The rbd-fuse mount directories of ours whose process is gone. */
   deadMappings?: readonly string[];
@@ -86,6 +91,24 @@ export function planHeal(state: NodeState, observed: Observed, poolRoots: string
       actions.push({ kind: "unmount", path: m.mountPoint, reason: `leftover mount of ${l.device}` });
     }
     actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "no volume on this node wants it" });
+  }
+
+  const volumeOf = new Map(Object.values(state.volumes).map((v) => [v.imagePath, v.volumeId]));
+  for (const l of observed.deletedLoops ?? []) {
+    if (!poolRoots.some((r) => inside(r, l.backingFile))) continue; // only images of our pools
+    const volumeId = volumeOf.get(l.backingFile);
+    const of = volumeId === undefined ? {} : { volumeId };
+    if (seen.mounts.some((m) => isMountOfDevice(m, l.device))) {
+      if (volumeId !== undefined)
+        actions.push({
+          kind: "conflict",
+          volumeId,
+          path: l.device,
+          reason: `the image of ${l.device} was deleted while it was mounted: its data lives only in the device now`,
+        });
+      continue;
+    }
+    actions.push({ kind: "detach", device: l.device, backingFile: l.backingFile, reason: "its image was deleted", ...of });
   }
 
   const mappedAt = new Set(Object.values(state.volumes).flatMap((v) => (v.mapping === "fuse" ? [path.dirname(v.imagePath)] : [])));

@@ -84,6 +84,8 @@ export async function verify(s: Session, o: { olderThan?: string; maxFindings?: 
         ["FOREIGN IMAGES (not ours, left alone)", r.counts.foreignImages],
         ["TRASHED IMAGES", r.counts.trashedImages],
         ["TEMPORARY IMAGES", r.counts.tempImages],
+        ["IMAGES OF ANOTHER SIZE", r.counts.imagesOfAnotherSize],
+        ["STRAY DEVICES (held by a node, no volume)", r.counts.strayDevices],
       ].filter(([, n]) => n) as [string, number][]),
     ]);
     return total === 0 ? counts : `${table(FINDING_HEAD, r.findings.map(findingRow), h)}\n\n${counts}`;

@@ -90,6 +90,14 @@ export function findingRow(f: Finding): string[] {
       return [f.type, `${f.pool}/${f.imageName}`, `${f.kind} ${f.uuid} "${f.name}" is made but its image is gone (gc leaves it)`];
     case "projectionDrift":
       return [f.type, f.key, "the projection differs from the log (csictl rebuild)"];
+    case "imageSizeDiffers":
+      return [
+        f.type,
+        `${f.pool}/${f.imageName}`,
+        `${f.kind} ${f.uuid} "${f.name}": the record says ${formatBytes(f.recordBytes)}, the image is ${formatBytes(f.imageBytes)} (gc leaves it)`,
+      ];
+    case "strayDevice":
+      return [f.type, f.uuid, `node ${f.nodeId} holds it (registration of ${f.since}); this log has no live volume of it`];
     case "staleClaim":
       return [f.type, f.uuid, `claimed by ${f.nodeId}, last heartbeat ${f.lastHeartbeat ?? "never"}`];
     case "foreignRecord":
