@@ -28,7 +28,6 @@ import {
   FLEET_API,
   inboxPrefix,
   type NatsRole,
-  NODE_WORK_STREAM,
   NODES_STREAM,
   nameToken,
   natsAccountSpecs,
@@ -37,6 +36,7 @@ import {
   natsUser,
   nodeQueues,
   nodeSubjects,
+  nodeWorkStream,
   nodeWorkSubjects,
   subjects,
 } from "@csi/contracts";
@@ -85,7 +85,7 @@ function targets(attacker: NatsRole): Target[] {
     t(subjects.reports("c1", N2, u), nodeQueues.reports("c1").stream, { kind: "node", nodeId: N2 }),
     t(subjects.reports("c2", N1, u), nodeQueues.reports("c2").stream, { kind: "node", nodeId: N1 }),
     t(nodeSubjects.registration(N2), NODES_STREAM, { kind: "node", nodeId: N2 }),
-    t(nodeWorkSubjects.forNode(N2), NODE_WORK_STREAM, { kind: "controller" }),
+    t(nodeWorkSubjects.forNode(N2), nodeWorkStream(N2), { kind: "controller" }),
   ].filter((x) => x.owner !== natsUser(attacker));
 }
 
@@ -104,7 +104,13 @@ const isOwnWrite = (subject: string) =>
  */
 function requests(attacker: NatsRole): string[] {
   const spec = natsAccountSpecs(CLUSTERS, [N1, N2]).find((a) => a.roles.some((r) => natsUser(r) === natsUser(attacker)));
-  const streams = [...CLUSTERS.map((c) => subjects.streamName(c)), NODES_STREAM, NODE_WORK_STREAM, ...CLUSTERS.map((c) => nodeQueues.reports(c).stream)];
+  const streams = [
+    ...CLUSTERS.map((c) => subjects.streamName(c)),
+    NODES_STREAM,
+    nodeWorkStream(N1),
+    nodeWorkStream(N2),
+    ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
+  ];
   const apis = ["$JS.API", FLEET_API, ...CLUSTERS.map(clusterLogApi)];
   return [
     ...(spec?.imports ?? []).map((i) => instantiate(i.to ?? i.subject)).filter((sub) => !isOwnWrite(sub)),
@@ -116,7 +122,13 @@ function requests(attacker: NatsRole): string[] {
 
 /** Every way of making a push consumer that delivers onto `deliver`, through every API, on every stream. */
 function consumerCreates(deliver: string, n: number): { subject: string; body: string }[] {
-  const streams = [...CLUSTERS.map((c) => subjects.streamName(c)), NODES_STREAM, NODE_WORK_STREAM, ...CLUSTERS.map((c) => nodeQueues.reports(c).stream)];
+  const streams = [
+    ...CLUSTERS.map((c) => subjects.streamName(c)),
+    NODES_STREAM,
+    nodeWorkStream(N1),
+    nodeWorkStream(N2),
+    ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
+  ];
   const apis = ["$JS.API", FLEET_API, ...CLUSTERS.map(clusterLogApi)];
   return apis.flatMap((a) =>
     streams.flatMap((s) => {
@@ -202,7 +214,7 @@ function attackSuite(name: string, layoutOf: (dir: string) => Layout) {
         }
       };
       for (const c of CLUSTERS) await read({ kind: "journal", cluster: c }, [subjects.streamName(c)]);
-      await read(fleet, [NODES_STREAM, NODE_WORK_STREAM, ...CLUSTERS.map((c) => nodeQueues.reports(c).stream)]);
+      await read(fleet, [NODES_STREAM, nodeWorkStream(N1), nodeWorkStream(N2), ...CLUSTERS.map((c) => nodeQueues.reports(c).stream)]);
       return out;
     };
 
@@ -299,7 +311,12 @@ function attackSuite(name: string, layoutOf: (dir: string) => Layout) {
         [],
         "nothing landed on a subject its writer does not own",
       );
-      for (const s of [...CLUSTERS.map((c) => subjects.streamName(c)), NODE_WORK_STREAM, ...CLUSTERS.map((c) => nodeQueues.reports(c).stream)])
+      for (const s of [
+        ...CLUSTERS.map((c) => subjects.streamName(c)),
+        nodeWorkStream(N1),
+        nodeWorkStream(N2),
+        ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
+      ])
         assert.deepEqual(now[s], before[s], `${s} did not change`);
       assert.deepEqual(Object.keys(now[NODES_STREAM]?.subjects ?? {}), [nodeSubjects.registration(N1)], "only n1's own registration");
     });

@@ -184,7 +184,10 @@ test("verify finds planted garbage; gc's dry run touches nothing; gc removes it 
   );
   assert.equal(await exists(`${leakedOurs}.img`), false);
   // Quarantined, not gone: kept in the pool's .trash for its retention (an operator can move it back).
-  assert.ok((await readdir(path.join(poolDir(), ".trash"))).some((f) => f.startsWith(`${leakedOurs}.img@`)), "in quarantine");
+  assert.ok(
+    (await readdir(path.join(poolDir(), ".trash"))).some((f) => f.startsWith(`${leakedOurs}.img@`)),
+    "in quarantine",
+  );
   assert.equal(await exists("left-by-hand.img"), true, "never removed: not ours");
   await rm(path.join(poolDir(), "left-by-hand.img")); // the operator's to remove
 

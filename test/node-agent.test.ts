@@ -11,7 +11,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { open, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type AccessMode, decomposeVolumeId, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
+import { type AccessMode, decomposeVolumeId, type NodeWork, nodeWorkStream, nodeWorkSubjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
 import {
   canResizeExt4Online,
@@ -88,7 +88,7 @@ async function onMachine(body: () => Promise<void>): Promise<void> {
   } catch (err) {
     await agent
       .whileDown(async () => {
-        await (await jetstreamManager(nc)).streams.purge(NODE_WORK_STREAM).catch(() => {});
+        await (await jetstreamManager(nc)).streams.purge(nodeWorkStream(NODE)).catch(() => {});
         await releaseUnder(root);
         await rm(stateDir(), { recursive: true, force: true });
       })
@@ -363,10 +363,10 @@ describe("node-agent on real devices", { skip }, () => {
       const staging = kubelet("plugins", "staging", v.uuid);
       const target = kubelet("pods", "nats", "mount");
       const js = jetstream(nc);
-      const send = (w: NodeWork) => js.publish(nodeWorkSubjects.forNode(NODE), JSON.stringify(w), { msgID: w.id });
+      const send = (w: Omit<NodeWork, "nodeId">) => js.publish(nodeWorkSubjects.forNode(NODE), JSON.stringify({ ...w, nodeId: NODE }), { msgID: w.id });
       const capability = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const, fsType };
       await agent.whileDown(async () => {
-        const stageWork: NodeWork = { id: randomUUID(), op: "stage", volumeId: v.id, stagingPath: staging, capability, publishContext: v.ctx };
+        const stageWork: Omit<NodeWork, "nodeId"> = { id: randomUUID(), op: "stage", volumeId: v.id, stagingPath: staging, capability, publishContext: v.ctx };
         await send(stageWork);
         await send(stageWork); // a duplicate is de-duplicated by its message id
         await send({ id: randomUUID(), op: "publish", volumeId: v.id, stagingPath: staging, targetPath: target, capability });
@@ -382,7 +382,8 @@ describe("node-agent on real devices", { skip }, () => {
       for (let i = 0; i < 100 && (await loopsUnder(root)).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
       assert.deepEqual(await loopsUnder(root), []);
       // The last work is acknowledged after its step has also saved the state file: wait for the ack, not only for the detach.
-      const left = async () => (await (await import("@nats-io/jetstream")).jetstreamManager(nc).then((m) => m.streams.info(NODE_WORK_STREAM))).state.messages;
+      const left = async () =>
+        (await (await import("@nats-io/jetstream")).jetstreamManager(nc).then((m) => m.streams.info(nodeWorkStream(NODE)))).state.messages;
       for (let i = 0; i < 50 && (await left()) > 0; i++) await new Promise((r) => setTimeout(r, 100));
       assert.equal(await left(), 0, "every piece of work was acknowledged");
     }));

@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { DriverError, grpcCodeOf } from "@csi/contracts";
+import { DriverError, grpcCodeOf, nodeWorkSubjects } from "@csi/contracts";
 import { NodeService, NodeState, Reporter, runWork, StateFile, type Work } from "@csi/node-agent/testing";
 import { createLogger, loadClusters } from "@csi/runtime";
 
@@ -196,6 +196,7 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
     const capability = { accessType: "mount" as const, accessMode: "SINGLE_NODE_WRITER" as const };
     const work = (over: Partial<PathWork>): PathWork => ({
       id: randomUUID(),
+      nodeId,
       op: "stage",
       volumeId: GHOST,
       stagingPath: never,
@@ -224,7 +225,7 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
     const wrong: string[] = [];
     try {
       for (const [what, w, want] of cases) {
-        const got = await runWork(svc, w).then(
+        const got = await runWork(svc, w, { nodeId, subject: nodeWorkSubjects.forNode(nodeId) }).then(
           () => OK,
           (err: unknown) => (err instanceof DriverError ? grpcCodeOf(err.code) : -1),
         );

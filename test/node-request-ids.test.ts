@@ -73,8 +73,16 @@ describe("device reports carry the request id of the step that caused them", { s
     const js = jetstream(s.nc);
     const capability = { accessType: "block" as const, accessMode: "SINGLE_NODE_WRITER" as const };
     const send = (w: NodeWork) => js.publish(nodeWorkSubjects.forNode(s.nodeId), JSON.stringify(w), { msgID: w.id });
-    const stageWork: NodeWork = { id: `work-${randomUUID()}`, op: "stage", volumeId: v.id, stagingPath: v.staging, capability, publishContext: v.ctx };
-    const unstageWork: NodeWork = { id: `work-${randomUUID()}`, op: "unstage", volumeId: v.id, stagingPath: v.staging, capability };
+    const stageWork: NodeWork = {
+      id: `work-${randomUUID()}`,
+      nodeId: s.nodeId,
+      op: "stage",
+      volumeId: v.id,
+      stagingPath: v.staging,
+      capability,
+      publishContext: v.ctx,
+    };
+    const unstageWork: NodeWork = { id: `work-${randomUUID()}`, nodeId: s.nodeId, op: "unstage", volumeId: v.id, stagingPath: v.staging, capability };
     await send(stageWork);
     await send(unstageWork);
     const reports = await s.deviceReports(v.uuid, (r) => r.some((x) => x.state === "detached"));

@@ -10,6 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { realpath, rm } from "node:fs/promises";
 import path from "node:path";
@@ -22,9 +23,9 @@ import {
   FLEET_API,
   inboxPrefix,
   type NatsRole,
-  NODE_WORK_STREAM,
   nodeQueues,
   nodeSubjects,
+  nodeWorkSubjects,
   subjects,
 } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient, lastMessageOf, natsConnectOptions, redisConnectOptions } from "@csi/runtime";
@@ -247,6 +248,34 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
       await assert.rejects(jetstream(nc).publish(subject, JSON.stringify(report(N2, uuid))), isViolation("publish", subject));
     });
 
+    test("n2's work cannot be reached: acks, naks, terms and nexts on n1's own ack subject touch n1's stream only; n2's ack subject is refused; n2's item stays, never delivered to n1", async () => {
+      const own = nodeQueues.work(N1);
+      const other = nodeQueues.work(N2);
+      const fleet = await jetstreamManager(await connectAs({ kind: "fleet" }));
+      // The controller queues a work item for n2 (n2's agent is not running: it waits in n2's own stream).
+      const item = {
+        id: `w-${randomUUID()}`,
+        nodeId: N2,
+        op: "stage",
+        volumeId: "x",
+        stagingPath: "/var/lib/kubelet/n2",
+        capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" },
+      };
+      const stored = await jetstream(await connectAs(controllerRole)).publish(nodeWorkSubjects.forNode(N2), JSON.stringify(item), { msgID: item.id });
+      const before = await fleet.streams.info(other.stream);
+      for (const body of ["+ACK", "-NAK", "+TERM", "+NXT", ""]) {
+        // The server's ack subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+        nc.publish(`$JS.ACK.${own.stream}.${own.consumer}.1.${stored.seq}.1.0.0`, body);
+        const theirs = `$JS.ACK.${other.stream}.${other.consumer}.1.${stored.seq}.1.0.0`;
+        await assert.rejects(nc.request(theirs, body, { timeout: 3000 }), isViolation("publish", theirs));
+      }
+      await nc.flush();
+      const after = await fleet.streams.info(other.stream);
+      assert.deepEqual([after.state.messages, after.state.last_seq], [before.state.messages, before.state.last_seq], "n2's item is still queued");
+      const c = await fleet.consumers.info(other.stream, other.consumer);
+      assert.deepEqual([c.num_pending, c.delivered.stream_seq], [1, 0], "pending for n2, delivered to nobody");
+    });
+
     test("publishing n2's registration is refused", async () => {
       const subject = nodeSubjects.registration(N2);
       await assert.rejects(jetstream(nc).publish(subject, "{}"), isViolation("publish", subject));
@@ -275,7 +304,7 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
         isViolation("publish", create),
       );
       const other = nodeQueues.work(N2);
-      const next = `${FLEET_API}.CONSUMER.MSG.NEXT.${NODE_WORK_STREAM}.${other.consumer}`;
+      const next = `${FLEET_API}.CONSUMER.MSG.NEXT.${other.stream}.${other.consumer}`;
       await assert.rejects(nc.request(next, JSON.stringify({ batch: 1, expires: 1e9 }), { timeout: 3000 }), isViolation("publish", next));
     });
 

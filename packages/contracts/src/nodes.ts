@@ -59,13 +59,17 @@ export const nodeSubjects = {
 
 /**
  * Work a front-end sends a node without kubelet: stage/publish/unpublish/unstage a volume.
- * Delivered durably (stream CSI_NODE_WORK, one subject and one durable consumer per node),
- * so work sent while the agent is down is done when it comes back; every step is idempotent,
- * and the message is acknowledged only once its step is done, so the effect is exactly once.
+ * Delivered durably (a stream of the node's own, CSI_NODE_WORK_<node>: one subject, one durable
+ * consumer), so work sent while the agent is down is done when it comes back; every step is
+ * idempotent, and the message is acknowledged only once its step is done, so the effect is exactly
+ * once. A node's credentials reach only its own stream: an ack or nak names a sequence of that
+ * stream alone (docs/security.md, "Node work").
  */
 export const NodeWork = z.object({
   /** Unique id of this piece of work (also the JetStream message id, for de-duplication). */
   id: z.string().min(1).max(128),
+  /** The node it is for: an agent refuses work addressed to another (its subject or this). */
+  nodeId: z.string().min(1).max(128),
   op: z.enum(["stage", "publish", "unpublish", "unstage"]),
   volumeId: z.string().min(1).max(128),
   stagingPath: z.string().min(1),
@@ -83,6 +87,7 @@ export type NodeWork = z.input<typeof NodeWork>;
  */
 export const NodeLimitsWork = z.object({
   id: z.string().min(1).max(128),
+  nodeId: z.string().min(1).max(128),
   op: z.literal("limits"),
   volumeId: z.string().min(1).max(128),
   mutableParameters: MutableParameters,
@@ -93,13 +98,21 @@ export type NodeLimitsWork = z.input<typeof NodeLimitsWork>;
 /** Everything that travels on a node's work queue. */
 export const NodeQueueMessage = z.discriminatedUnion("op", [NodeWork, NodeLimitsWork]);
 
-export const NODE_WORK_STREAM = "CSI_NODE_WORK";
+/** A node's own work stream (base64url tokens are valid stream names). */
+export const nodeWorkStream = (nodeId: string) => `CSI_NODE_WORK_${nameToken(nodeId)}`;
 export const nodeWorkSubjects = {
-  forNode: (nodeId: string) => `csi.nodework.${nameToken(nodeId)}`,
-  wildcard: "csi.nodework.*",
+  forNode: (nodeId: string) => `csi.work.${nameToken(nodeId)}`,
+  wildcard: "csi.work.*",
   /** Durable consumer name of a node (consumer names may not contain '.'). */
   consumer: (nodeId: string) => `node-${nameToken(nodeId)}`,
 };
+/**
+ * The one work stream of every node before (all nodes' work in one work queue: a node's ack subject
+ * named any sequence of it). Drained into the nodes' own streams at the upgrade
+ * (runtime's migrateLegacyNodeWork), then deleted.
+ */
+export const LEGACY_NODE_WORK_STREAM = "CSI_NODE_WORK";
+export const legacyNodeWorkSubjects = { wildcard: "csi.nodework.*", prefix: "csi.nodework." };
 
 /**
  * A node's device-state report: what a step did to a volume on the node. Node-agents publish
@@ -128,10 +141,10 @@ export const DeviceReport = z.object({
 export type DeviceReport = z.infer<typeof DeviceReport>;
 
 export const nodeQueues = {
-  /** Node work for one node: one subject, one durable consumer. */
+  /** Node work for one node: its own stream, one subject, one durable consumer. */
   work: (nodeId: string): QueueSpec => ({
-    stream: NODE_WORK_STREAM,
-    subjects: [nodeWorkSubjects.wildcard],
+    stream: nodeWorkStream(nodeId),
+    subjects: [nodeWorkSubjects.forNode(nodeId)],
     consumer: nodeWorkSubjects.consumer(nodeId),
     filterSubject: nodeWorkSubjects.forNode(nodeId),
   }),

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { NODE_WORK_STREAM, NODES_STREAM, nodeQueues, nodeSubjects, nodeWorkSubjects } from "../src/nodes.js";
+import { NODES_STREAM, nodeQueues, nodeSubjects, nodeWorkStream, nodeWorkSubjects } from "../src/nodes.js";
 import {
   clusterLogApi,
   FLEET_ACCOUNT,
@@ -64,7 +64,7 @@ const spec = (name: string) => {
 const STREAMS = [
   ...CLUSTERS.map((c) => ({ account: natsAccount({ kind: "journal", cluster: c }), stream: subjects.streamName(c), subjects: [subjects.eventsWildcard(c)] })),
   { account: FLEET_ACCOUNT, stream: NODES_STREAM, subjects: [nodeSubjects.wildcard] },
-  { account: FLEET_ACCOUNT, stream: NODE_WORK_STREAM, subjects: [nodeWorkSubjects.wildcard] },
+  ...[N1, N2].map((n) => ({ account: FLEET_ACCOUNT, stream: nodeWorkStream(n), subjects: [nodeWorkSubjects.forNode(n)] })),
   ...CLUSTERS.map((c) => ({ account: FLEET_ACCOUNT, stream: nodeQueues.reports(c).stream, subjects: nodeQueues.reports(c).subjects })),
 ];
 

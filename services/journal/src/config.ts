@@ -51,6 +51,9 @@ export const JournalConfig = z.object({
   redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
+  /** A node's device reports taken per second, and at most this many at once (domain/report-bounds.ts). */
+  reportRate: z.coerce.number().positive().max(100_000).default(50),
+  reportBurst: z.coerce.number().int().min(1).max(1_000_000).default(500),
   /** Bind pools that belong to another log (or to none, under an empty log) to this one at start (docs/operations.md, "A pool knows its log"). */
   poolRebind: z
     .enum(["0", "1"])
@@ -102,6 +105,8 @@ export const JOURNAL_SETTINGS = {
     help: "a Redis command unanswered this long fails UNAVAILABLE, and a connection silent this long is dropped (ms)",
   },
   rebuildWaitMs: { env: "REBUILD_WAIT_MS", help: "how long a command waits for a projection rebuild before answering Unavailable (ms)" },
+  reportRate: { env: "REPORT_RATE", help: "device reports taken from one node per second (beyond its burst: dropped and counted)" },
+  reportBurst: { env: "REPORT_BURST", help: "device reports taken from one node at once before its rate applies" },
   poolRebind: {
     env: "POOL_REBIND",
     help: "1: bind pools that belong to another event log (or hold images under an empty log) to this one; gc never removes their older images. Once, after a lost log that cannot be restored",

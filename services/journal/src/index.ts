@@ -16,6 +16,7 @@ import {
   fleetAccess,
   fleetManager,
   loadClusters,
+  migrateLegacyNodeWork,
   natsConnectOptions,
   Ops,
   packageVersion,
@@ -40,6 +41,7 @@ import { Journal } from "./app/journal.js";
 import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
 import type { JournalConfig } from "./config.js";
 import type { PoolBackend } from "./domain/pool-backend.js";
+import { TokenBuckets } from "./domain/report-bounds.js";
 import { JournalMetrics } from "./metrics.js";
 import type { EventLog } from "./ports/event-log.js";
 import { serveJournal } from "./rpc/nats-service.js";
@@ -87,12 +89,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
 
   const { jetStreamLog, reach, events } = await openEventLog(nc, cfg, cluster, { ops, metrics, log });
   const trustedSince = await bindPools(pools, jetStreamLog, { cluster: clusterID, rebind: cfg.poolRebind, log });
-  // On one account, journals make the streams and queues nodes use; in the account layout they are
-  // the FLEET account's, made by `csictl fleet init` (docs/security.md).
-  const streams = { replicas: cfg.streamReplicas };
-  const fleet = fleetAccess(cfg.natsAccounts);
-  await ensureFleetStreams(nc, fleet, streams);
-  const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
+  const { fleet, streams, nodeQueueMaker } = await openFleet(nc, cfg, log, metrics);
   const { store, projector } = await openProjection(cfg, cluster, { redis, redisLink, events }, metrics, log);
   if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
     throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
@@ -128,7 +125,8 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     inFlight: metrics.inFlight,
   });
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
-  const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams });
+  const bound = Object.assign(new TokenBuckets(cfg.reportRate, cfg.reportBurst), { describe: `${cfg.reportRate}/s, burst ${cfg.reportBurst}` });
+  const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams, bound });
   const timer =
     cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
   timer?.unref();
@@ -143,6 +141,24 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
       return stopJournal(cfg, log, { timer, nodeQueueMaker, served: [svc, reports], nc, redis, pools: [...pools.values()] });
     },
   };
+}
+
+/**
+ * The node fleet's streams: on one account, journals make the streams and queues nodes use (and
+ * move the work of the one shared work stream of before into each node's own: node-streams.ts);
+ * in the account layout they are the FLEET account's, made by `csictl fleet init` (docs/security.md).
+ */
+async function openFleet(nc: NatsConnection, cfg: JournalConfig, log: Logger, metrics: JournalMetrics) {
+  const streams = { replicas: cfg.streamReplicas };
+  const fleet = fleetAccess(cfg.natsAccounts);
+  await ensureFleetStreams(nc, fleet, streams);
+  if (fleet.makes) {
+    const { moved, left } = await migrateLegacyNodeWork(nc, streams);
+    if (moved.size > 0 || left > 0)
+      log.info({ moved: Object.fromEntries(moved), left }, "node work moved from the shared CSI_NODE_WORK into each node's own stream");
+  }
+  const nodeQueueMaker = fleet.makes ? makeNodeQueues(nc, log, streams, () => metrics.dropped("registrations", "malformed")) : { stop: () => {} };
+  return { fleet, streams, nodeQueueMaker };
 }
 
 /** How often a journal that found a log restore under way looks again. */
@@ -330,7 +346,7 @@ function serveReports(
   nc: NatsConnection,
   clusterID: string,
   journal: Journal,
-  o: { log: Logger; fleet: ReturnType<typeof fleetAccess>; metrics: JournalMetrics; streams: { replicas: number } },
+  o: { log: Logger; fleet: ReturnType<typeof fleetAccess>; metrics: JournalMetrics; streams: { replicas: number }; bound: ReportBound },
 ) {
   return consumeQueue(
     nc,
@@ -339,12 +355,19 @@ function serveReports(
     (r, from) => {
       if (from.subject !== subjects.reports(clusterID, r.nodeId, r.uuid))
         throw new DriverError("InvalidArgument", `a report of node ${r.nodeId} on volume ${r.uuid} came on another subject (${from.subject}): dropped`);
+      // A node's reports within its bound (a rate and a burst): a flood is cut there, the others flow.
+      if (!o.bound.take(r.nodeId)) {
+        o.metrics.dropped("reports", "rate");
+        throw new DriverError("ResourceExhausted", `node ${r.nodeId} sent reports past its bound (${o.bound.describe}): dropped`);
+      }
       return journal.reportDevice(r);
     },
     o.log,
     { what: "device reports", at: o.fleet, waitForQueue: !o.fleet.makes, onDropped: (reason) => o.metrics.dropped("reports", reason), ...o.streams },
   );
 }
+
+type ReportBound = TokenBuckets & { describe: string };
 
 /**
  * Fault injection (tests only): right after an event of the given type lands, or a pool step

@@ -71,13 +71,20 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
 
   // Made by the node itself where it may, else by a journal once it sees the registration above, or
   // by `csictl fleet init` in the account layout (docs/security.md).
-  const work = await consumeQueue(nc, nodeQueues.work(cfg.nodeId), NodeQueueMessage, (w: Work) => runWork(svc, w), log, {
-    what: "node work",
-    waitForQueue: true,
-    at: fleet,
-    onDropped: metrics.workDropped,
-    ...streams,
-  });
+  const work = await consumeQueue(
+    nc,
+    nodeQueues.work(cfg.nodeId),
+    NodeQueueMessage,
+    (w: Work, from) => runWork(svc, w, { nodeId: cfg.nodeId, subject: from.subject }),
+    log,
+    {
+      what: "node work",
+      waitForQueue: true,
+      at: fleet,
+      onDropped: metrics.workDropped,
+      ...streams,
+    },
+  );
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,

@@ -30,17 +30,28 @@ export interface LocalServer {
   readonly pid: number | undefined;
 }
 
-/** A TCP port nobody listens on right now. */
+/** Ports this process handed out: a port is closed again once read, so the kernel may offer it again before its taker listens. */
+const handedOut = new Set<number>();
+
+/**
+ * A TCP port nobody listens on right now, and never one this process handed out before (a 3-node
+ * cluster takes 9 ports before its servers listen: the same one twice would keep a node out of it).
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+  for (;;) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const srv = net.createServer();
+      srv.unref();
+      srv.on("error", reject);
+      srv.listen(0, "127.0.0.1", () => {
+        const addr = srv.address();
+        srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+      });
     });
-  });
+    if (handedOut.has(port)) continue;
+    handedOut.add(port);
+    return port;
+  }
 }
 
 function executableFile(p: string): boolean {

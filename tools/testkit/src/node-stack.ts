@@ -8,7 +8,7 @@
 import { mkdirSync } from "node:fs";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
-import { type AccessMode, DeviceStateReported, decomposeVolumeId, NODE_WORK_STREAM, type NodeWork, nodeWorkSubjects } from "@csi/contracts";
+import { type AccessMode, DeviceStateReported, decomposeVolumeId, type NodeWork, nodeWorkStream, nodeWorkSubjects } from "@csi/contracts";
 import { type CsiClient, csiClient, JournalClient } from "@csi/runtime";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -148,11 +148,12 @@ export class NodeStack {
     }
   }
 
-  /** Send node work to this node over NATS and wait (up to ~10 s) until the agent has acknowledged everything on its queue. */
-  async work(w: NodeWork): Promise<void> {
-    await jetstream(this.nc).publish(nodeWorkSubjects.forNode(this.nodeId), JSON.stringify(w), { msgID: w.id });
+  /** Send node work to this node over NATS (addressed to it, unless `w.nodeId` says otherwise) and wait (up to ~10 s) until the agent has acknowledged everything on its queue. */
+  async work(w: Omit<NodeWork, "nodeId"> & { nodeId?: string }): Promise<void> {
+    await jetstream(this.nc).publish(nodeWorkSubjects.forNode(this.nodeId), JSON.stringify({ nodeId: this.nodeId, ...w }), { msgID: w.id });
     const jsm = await jetstreamManager(this.nc);
-    for (let i = 0; i < 100 && (await jsm.streams.info(NODE_WORK_STREAM)).state.messages > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    const stream = nodeWorkStream(this.nodeId);
+    for (let i = 0; i < 100 && (await jsm.streams.info(stream)).state.messages > 0; i++) await new Promise((r) => setTimeout(r, 100));
   }
 
   /** Stop everything, then unmount and detach whatever is left under `root` before removing it. */

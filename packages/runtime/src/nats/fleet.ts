@@ -1,5 +1,5 @@
 /**
- * Where the node fleet's streams live — node registrations (CSI_NODES), node work (CSI_NODE_WORK),
+ * Where the node fleet's streams live — node registrations (CSI_NODES), node work (CSI_NODE_WORK_<node>, one per node),
  * device reports (CSI_REPORTS_<cluster>) — and who makes them (docs/security.md).
  *
  * One account (an open NATS: tests, `npm start`): every service makes what it uses, if missing.
@@ -12,7 +12,7 @@ import { FLEET_API, nodeQueues } from "@csi/contracts";
 import { type JetStreamManager, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ensureQueue, type StreamOptions } from "./durable-queue.js";
-import { ensureNodeStreams } from "./node-streams.js";
+import { ensureNodeStreams, migrateLegacyNodeWork } from "./node-streams.js";
 
 export interface FleetAccess {
   /** The JetStream API prefix under which the fleet's streams are reached (undefined: this account's own). */
@@ -48,4 +48,5 @@ export async function initFleet(nc: NatsConnection, clusters: readonly string[],
   await ensureNodeStreams(nc, o);
   for (const c of clusters) await ensureQueue(nc, nodeQueues.reports(c), o);
   for (const n of nodeIds) await ensureQueue(nc, nodeQueues.work(n), o);
+  await migrateLegacyNodeWork(nc, o); // the upgrade from the one shared work stream (node-streams.ts)
 }

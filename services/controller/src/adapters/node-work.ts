@@ -20,8 +20,9 @@ export class NodeWorkSender {
     this.#js = jetstream(nc);
   }
 
-  async send(nodeId: string, work: NodeLimitsWork | NodeWork): Promise<void> {
-    const body = JSON.stringify(NodeQueueMessage.parse(work));
+  /** Queue `work` for `nodeId`: on the node's own subject (its own stream), the node named in the body too. */
+  async send(nodeId: string, work: Omit<NodeLimitsWork, "nodeId"> | Omit<NodeWork, "nodeId">): Promise<void> {
+    const body = JSON.stringify(NodeQueueMessage.parse({ ...work, nodeId }));
     try {
       await retry(() => this.#js.publish(nodeWorkSubjects.forNode(nodeId), body, { msgID: work.id, timeout: 5000 }));
     } catch (err) {

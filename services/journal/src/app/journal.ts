@@ -21,14 +21,18 @@ import {
   quote,
   replyBudget,
   type SnapshotView,
+  subjects,
   takeWithin,
   type VolumeView,
 } from "@csi/contracts";
 import type { Command, View } from "../domain/decider.js";
+import { deviceHolds } from "../domain/devices.js";
 import { type Address, addressKey, liveRecord } from "../domain/evolve.js";
 import { createGroupSnapshot, deleteGroupSnapshot, groupView, membersMismatch } from "../domain/group.js";
 import { shared, subjectOf } from "../domain/kinds.js";
+import { eventsOf } from "../domain/log-records.js";
 import { snapshotView, volumeView } from "../domain/records.js";
+import { whyNotNodesBusiness } from "../domain/report-bounds.js";
 import { nextToken } from "../domain/reservation.js";
 import { createSnapshot, deleteSnapshot } from "../domain/snapshots.js";
 import { createVolume, deleteVolume, expandVolume, madeIn, modifyVolume, poolOf, publishVolume, recordIn, unpublishVolume } from "../domain/volumes.js";
@@ -176,8 +180,17 @@ export class Journal {
 
   // ---------------------------------------------------------------- device history
 
-  /** A node-agent's device-state report (from the report queue) becomes an event in the volume's history. */
+  /**
+   * A node-agent's device-state report (from the report queue) becomes an event in the volume's
+   * history — only on a volume the node has business with (domain/report-bounds.ts): otherwise
+   * FailedPrecondition (the queue drops it, counts it and logs it).
+   */
   async reportDevice(report: DeviceReport): Promise<void> {
+    const a = { kind: "volume" as const, uuid: report.uuid };
+    const [view, history] = await Promise.all([this.#view([a]), this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, report.uuid)])]);
+    const claims = liveRecord(view.state(a), "volume")?.claims;
+    const why = whyNotNodesBusiness(report.nodeId, claims, deviceHolds(eventsOf(history).map((e) => e.event)));
+    if (why) throw new DriverError("FailedPrecondition", `a report of node ${quote(report.nodeId, 64)} on volume ${report.uuid}: ${why}; dropped`);
     const { requestId, ...body } = report;
     const meta = { requestId, actor: this.d.actor, time: this.d.now().toISOString() };
     const event = shared.deviceReported(body);

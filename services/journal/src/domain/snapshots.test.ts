@@ -342,7 +342,7 @@ describe("audit.gc, re-checked under the locks", () => {
       .when(removeLeakedImage("r", leak))
       .then({
         act: {
-          effects: [{ op: "delete", ...ref }],
+          effects: [{ op: "delete", ...ref, quarantine: true }],
           events: [
             {
               type: "ImageLeakCollected",
@@ -371,7 +371,7 @@ describe("audit.gc, re-checked under the locks", () => {
       .then({
         act: {
           // The delete takes what an interrupted build may have left (temporaries) too.
-          effects: [{ op: "delete", pool: "default", imageName: ref.imageName }],
+          effects: [{ op: "delete", pool: "default", imageName: ref.imageName, quarantine: true }],
           events: [
             { type: "ReservationCollected", kind: "volume", uuid: V1, reason: "reserved without an image past the threshold (audit.gc)" },
             { type: "NameReleased", kind: "volume", name: `pvc-${V1.slice(0, 4)}`, uuid: V1 },
@@ -384,7 +384,7 @@ describe("audit.gc, re-checked under the locks", () => {
       .when(collectReservation("r", orphan, { now: at + 120_000, olderThanMs: 60_000 }))
       .then({
         act: {
-          effects: [{ op: "delete", pool: "default", imageName: ref.imageName }],
+          effects: [{ op: "delete", pool: "default", imageName: ref.imageName, quarantine: true }],
           events: [
             { type: "ReservationCollected", kind: "volume", uuid: V1, reason: "its image made and never recorded, past the threshold (audit.gc)" },
             { type: "NameReleased", kind: "volume", name: `pvc-${V1.slice(0, 4)}`, uuid: V1 },

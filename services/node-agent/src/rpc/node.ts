@@ -15,7 +15,18 @@
  * So NodeGetVolumeStats of an unknown volume at "some/path" is NOT_FOUND (the volume is not
  * there), while NodeStageVolume of a volume that exists, to "some/path", is INVALID_ARGUMENT.
  */
-import { type Capability, DriverError, invalidArgument, type NodeQueueMessage, type PodInfo, podInfoOf, readerOnly, unsupported } from "@csi/contracts";
+import {
+  type Capability,
+  DriverError,
+  invalidArgument,
+  type NodeQueueMessage,
+  nodeWorkSubjects,
+  type PodInfo,
+  podInfoOf,
+  quote,
+  readerOnly,
+  unsupported,
+} from "@csi/contracts";
 import { type CallContext, type Handlers, toCapability, type VolumeCapabilityMsg } from "@csi/runtime";
 import type { z } from "zod";
 import type { NodeService } from "../app/node-service.js";
@@ -221,8 +232,18 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
 
 export type Work = z.output<typeof NodeQueueMessage>;
 
-/** NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC calls. */
-export async function runWork(svc: NodeService, w: Work): Promise<void> {
+/**
+ * NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC
+ * calls — once it is sure the work is this node's: it came on this node's own subject and names this
+ * node. Anything else is refused (FailedPrecondition: the queue drops it, counts it and logs it), never
+ * executed (docs/security.md, "Node work").
+ */
+export async function runWork(svc: NodeService, w: Work, me: { nodeId: string; subject: string }): Promise<void> {
+  if (me.subject !== nodeWorkSubjects.forNode(me.nodeId) || w.nodeId !== me.nodeId)
+    throw new DriverError(
+      "FailedPrecondition",
+      `work ${quote(w.id, 64)} is not this node's (for ${quote(w.nodeId, 64)} on ${quote(me.subject, 128)}): refused, not executed`,
+    );
   const origin: Origin = { via: "nats", requestId: w.id };
   if (w.op === "limits") return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, origin });
   const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
