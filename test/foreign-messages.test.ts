@@ -56,7 +56,8 @@ const report = (nodeId: string, uuid: string, requestId: string): DeviceReport =
 
 test("the device-report queue: garbage is dropped and counted, and a real report after it is still appended", async () => {
   const js = jetstream(s.nc);
-  const uuid = randomUUID();
+  // A volume this node has business with (its claim): the journal records only such reports.
+  const uuid = (await s.createAndPublish("pvc-report-garbage", { access_mode: { mode: "SINGLE_NODE_WRITER" }, block: {} }, 8 * 1024 * 1024)).uuid;
   const subject = subjects.reports(CLUSTER, s.nodeId, uuid);
   await js.publish(subject, "{oops");
   await js.publish(subject, JSON.stringify({ requestId: "r", uuid, state: "exploded" }));
@@ -70,7 +71,7 @@ test("the device-report queue: garbage is dropped and counted, and a real report
   );
   const history = await s.journal.call(CLUSTER, "volume.history", { uuid });
   assert.deepEqual(
-    history.events.map((e) => e.event.requestId),
+    history.events.filter((e) => e.event.type === "DeviceStateReported").map((e) => e.event.requestId),
     ["after-garbage"],
     "only the real report became an event",
   );

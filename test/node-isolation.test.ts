@@ -104,7 +104,8 @@ describe("reports within a node's own business, and its bound", () => {
       await until("n-b's report recorded", async () => (await history(v.uuid)).some((e) => "nodeId" in e.event && e.event.nodeId === "n-b"));
       const got = await history(v.uuid);
       const fromA = got.filter((e) => "nodeId" in e.event && e.event.nodeId === "n-a").length;
-      assert.ok(fromA >= 5 && fromA < 40, `the flood cut at its bound: ${fromA} of 40 recorded`);
+      // A burst of 5 (the report on the ghost volume took one before it was dropped), then 0.5 a second.
+      assert.ok(fromA >= 4 && fromA <= 12, `the flood cut at its bound: ${fromA} of 40 recorded`);
       assert.equal(got.filter((e) => "nodeId" in e.event && e.event.nodeId === "n-c").length, 0, "no claim, nothing held: dropped");
       assert.deepEqual(await history(ghost), [], "a volume that never was gets no history");
     } finally {

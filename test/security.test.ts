@@ -314,6 +314,11 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
 
     test("a report of n2 sent on n1's own subject is dropped by the journal", async () => {
       const js = jetstream(nc);
+      // A volume n1 has business with (its claim): the journal records only such reports.
+      const cap = { accessType: "block" as const, accessMode: "SINGLE_NODE_WRITER" as const };
+      const v = await admin.call(CLUSTER, "volume.create", { requestId: "sec-v", name: "pvc-sec-reports", sizeBytes: MiB, capabilities: [cap] });
+      await admin.call(CLUSTER, "volume.publish", { requestId: "sec-p", uuid: v.uuid, nodeId: N1, capability: cap, readOnly: false });
+      const uuid = v.uuid;
       const forged = report(N2, uuid, "attached");
       const real = report(N1, uuid, "detached");
       await js.publish(subjects.reports(CLUSTER, N1, uuid), JSON.stringify(forged));

@@ -180,11 +180,7 @@ export class Journal {
 
   // ---------------------------------------------------------------- device history
 
-  /**
-   * A node-agent's device-state report (from the report queue) becomes an event in the volume's
-   * history — only on a volume the node has business with (domain/report-bounds.ts): otherwise
-   * FailedPrecondition (the queue drops it, counts it and logs it).
-   */
+  /** A node's device report becomes an event of the volume's history if the node has business with it (domain/report-bounds.ts); else FailedPrecondition: dropped. */
   async reportDevice(report: DeviceReport): Promise<void> {
     const a = { kind: "volume" as const, uuid: report.uuid };
     const [view, history] = await Promise.all([this.#view([a]), this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, report.uuid)])]);
