@@ -102,19 +102,26 @@ const isOwnWrite = (subject: string) =>
  * discovery. Its own writes (its registration, its reports, node work) are left out here: they
  * land on its own subjects by design (the last test sends them with a foreign reply subject).
  */
+/** Every stream of the deployment, and every JetStream API prefix any account reaches one through. */
+const ALL_STREAMS = [
+  ...CLUSTERS.map((c) => subjects.streamName(c)),
+  NODES_STREAM,
+  nodeWorkStream(N1),
+  nodeWorkStream(N2),
+  ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
+];
+const ALL_APIS = ["$JS.API", FLEET_API, ...CLUSTERS.map(clusterLogApi)];
+
 function requests(attacker: NatsRole): string[] {
   const spec = natsAccountSpecs(CLUSTERS, [N1, N2]).find((a) => a.roles.some((r) => natsUser(r) === natsUser(attacker)));
-  const streams = [
-    ...CLUSTERS.map((c) => subjects.streamName(c)),
-    NODES_STREAM,
-    nodeWorkStream(N1),
-    nodeWorkStream(N2),
-    ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
-  ];
-  const apis = ["$JS.API", FLEET_API, ...CLUSTERS.map(clusterLogApi)];
+  const streams = ALL_STREAMS;
+  const apis = ALL_APIS;
+  // Pulls of every node's work consumer, through every prefix (an attacker's own is answered only onto its inbox).
+  const pulls = [N1, N2].flatMap((n) => apis.map((a) => `${a}.CONSUMER.MSG.NEXT.${nodeQueues.work(n).stream}.${nodeQueues.work(n).consumer}`));
   return [
     ...(spec?.imports ?? []).map((i) => instantiate(i.to ?? i.subject)).filter((sub) => !isOwnWrite(sub)),
     ...apis.flatMap((a) => [`${a}.INFO`, ...streams.flatMap((s) => [`${a}.STREAM.INFO.${s}`, `${a}.STREAM.MSG.GET.${s}`])]),
+    ...pulls,
     ...CLUSTERS.flatMap((c) => [subjects.command(c, "volume.get"), `$SRV.PING.${subjects.journalServiceName(c)}`]),
     "$SRV.PING",
   ];
@@ -122,14 +129,8 @@ function requests(attacker: NatsRole): string[] {
 
 /** Every way of making a push consumer that delivers onto `deliver`, through every API, on every stream. */
 function consumerCreates(deliver: string, n: number): { subject: string; body: string }[] {
-  const streams = [
-    ...CLUSTERS.map((c) => subjects.streamName(c)),
-    NODES_STREAM,
-    nodeWorkStream(N1),
-    nodeWorkStream(N2),
-    ...CLUSTERS.map((c) => nodeQueues.reports(c).stream),
-  ];
-  const apis = ["$JS.API", FLEET_API, ...CLUSTERS.map(clusterLogApi)];
+  const streams = ALL_STREAMS;
+  const apis = ALL_APIS;
   return apis.flatMap((a) =>
     streams.flatMap((s) => {
       const name = `evil${n}`;

@@ -29,8 +29,8 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
     await s?.stop();
   });
 
-  /** Create, ControllerPublish, NodeStage, NodePublish, NodeUnpublish: as Swarm runs a service's task and ends it. */
-  async function swarmUntilUnpublish(name: string) {
+  /** Create, ControllerPublish, NodeStage, NodePublish: as a CO runs a task that uses the volume. */
+  async function mounted(name: string) {
     const cap = mountCap();
     const v = await s.createAndPublish(name, cap, FS_MIN_BYTES);
     const staging = s.kubelet("staging", name);
@@ -44,6 +44,12 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
       volume_capability: cap,
       readonly: false,
     });
+    return { v, staging, target };
+  }
+
+  /** mounted(), then NodeUnpublish: as Swarm ends a service's task. */
+  async function swarmUntilUnpublish(name: string) {
+    const { v, staging, target } = await mounted(name);
     await s.node.NodeUnpublishVolume({ volume_id: v.id, target_path: target });
     // The node's reports are appended asynchronously: wait until its "staged" is in the history.
     await s.deviceReports(v.uuid, (r) => r.some((x) => x.state === "unpublished"));
@@ -86,19 +92,7 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
   });
 
   it("a target still published stays: the node is not asked to let go of a pod's mount, and DeleteVolume stays refused", async () => {
-    const cap = mountCap();
-    const v = await s.createAndPublish("swarm-mounted", cap, FS_MIN_BYTES);
-    const staging = s.kubelet("staging", "swarm-mounted");
-    const target = s.kubelet("pods", "swarm-mounted", "mount");
-    await s.node.NodeStageVolume({ volume_id: v.id, publish_context: v.ctx, staging_target_path: staging, volume_capability: cap });
-    await s.node.NodePublishVolume({
-      volume_id: v.id,
-      publish_context: v.ctx,
-      staging_target_path: staging,
-      target_path: target,
-      volume_capability: cap,
-      readonly: false,
-    });
+    const { v, staging, target } = await mounted("swarm-mounted");
     await s.deviceReports(v.uuid, (r) => r.some((x) => x.state === "published"));
     await s.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: s.nodeId });
     assert.equal(await codeOf(s.ctrl.DeleteVolume({ volume_id: v.id })), GrpcCode.FAILED_PRECONDITION);

@@ -169,10 +169,11 @@ describe("mutable parameters in the contracts", () => {
   });
 
   test("the node work queue carries stage/publish work and limits work", () => {
-    const limits = NodeQueueMessage.parse({ id: "w1", op: "limits", volumeId: "0001-x", mutableParameters: { readIOPS: "5" }, seq: 9 });
+    const limits = NodeQueueMessage.parse({ id: "w1", nodeId: "n1", op: "limits", volumeId: "0001-x", mutableParameters: { readIOPS: "5" }, seq: 9 });
     assert.equal(limits.op, "limits");
     const stage = NodeQueueMessage.parse({
       id: "w2",
+      nodeId: "n1",
       op: "stage",
       volumeId: "v",
       stagingPath: "/s",
@@ -181,6 +182,11 @@ describe("mutable parameters in the contracts", () => {
     assert.equal(stage.op, "stage");
     assert.equal(NodeQueueMessage.safeParse({ id: "w3", op: "limits", volumeId: "v", mutableParameters: {} }).success, false, "limits work needs its sequence");
     assert.equal(NodeQueueMessage.safeParse({ id: "w4", op: "resize", volumeId: "v" }).success, false);
+    assert.equal(
+      NodeQueueMessage.safeParse({ id: "w5", op: "unstage", volumeId: "v", stagingPath: "/s", capability: stage.capability }).success,
+      false,
+      "work names its node",
+    );
   });
 
   test("MutableParameters refuses unknown keys on its own too (events, commands)", () => {
