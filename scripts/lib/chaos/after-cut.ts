@@ -8,9 +8,12 @@
  * anything the CO was told of.
  */
 import { decomposeVolumeId, type Finding, type GcAction, type SnapshotView, type VolumeView } from "@csi/contracts";
-import { JournalClient } from "@csi/runtime";
+import { JournalClient, retry } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ModelSnapshot, ModelVolume } from "./workload.js";
+
+/** How long the check asks again a journal that answers Unavailable after the power came back. */
+const AFTER_POWER_ON_MS = 120_000;
 
 export interface AfterCut {
   /** volume.get of each model volume with an id (undefined: not found). */
@@ -27,8 +30,27 @@ export interface CutModel {
 }
 
 /** Reads what the journal holds of the model's volumes and snapshots, verify's findings and gc's plan. */
+/**
+ * A journal client that asks again, for up to AFTER_POWER_ON_MS, what a journal answers Unavailable:
+ * right after the power is back (or a replicated stream's leader is elected) a journal may still
+ * find its log unreachable for a moment (its fail-fast guard), as a CO would ask again.
+ */
+export function patientJournal(nc: NatsConnection, timeoutMs = 60_000): Pick<JournalClient, "call"> {
+  const client = new JournalClient(nc, timeoutMs);
+  return {
+    call: ((...args: unknown[]) =>
+      retry(() => (client.call as (...a: unknown[]) => Promise<unknown>).apply(client, args), {
+        tries: Number.POSITIVE_INFINITY,
+        deadline: Date.now() + AFTER_POWER_ON_MS,
+        firstDelayMs: 200,
+        maxDelayMs: 2000,
+        retryIf: (err) => (err as { code?: string }).code === "Unavailable",
+      })) as JournalClient["call"],
+  };
+}
+
 export async function observeAfterCut(nc: NatsConnection, cluster: string, m: CutModel): Promise<AfterCut> {
-  const journal = new JournalClient(nc, 60_000);
+  const journal = patientJournal(nc);
   const notFound = (err: unknown) => {
     if ((err as { code?: string }).code === "NotFound") return undefined;
     throw err;

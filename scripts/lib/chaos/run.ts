@@ -19,7 +19,7 @@ import os from "node:os";
 import path from "node:path";
 import { subjects } from "@csi/contracts";
 import { keysFor } from "@csi/journal/operator";
-import { csiClient, JournalClient, loadClusters, natsConnectOptions, redisConnectOptions, SentinelSafeRedis, within } from "@csi/runtime";
+import { csiClient, loadClusters, natsConnectOptions, redisConnectOptions, SentinelSafeRedis, within } from "@csi/runtime";
 import { cleanupUnder, scrape } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
@@ -27,7 +27,7 @@ import { streamCopiesOf } from "../ha-servers.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
 import { copiesDisagree } from "../stream-copies.js";
-import { judgeAfterCut, observeAfterCut } from "./after-cut.js";
+import { judgeAfterCut, observeAfterCut, patientJournal } from "./after-cut.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
 import {
@@ -381,7 +381,7 @@ async function waitReady(stack: Stack, signal?: AbortSignal): Promise<void> {
  * touched but an interrupted build's temporaries.
  */
 async function collectLeaks(nc: NatsConnection, cluster: string, seed: number): Promise<{ removed: string[]; invariant: Invariant }> {
-  const journal = new JournalClient(nc, 120_000);
+  const journal = patientJournal(nc, 120_000);
   const gc = await journal.call(cluster, "audit.gc", { requestId: `chaos-gc-${seed}`, apply: true, olderThanMs: 0, maxActions: 1000 });
   const violations: string[] = [];
   const removed: string[] = [];

@@ -38,6 +38,8 @@ const WEIGHTS: Record<OpKind, number> = {
 
 const MiB = 1024 * 1024;
 export const VOLUME_BYTES = 32 * MiB;
+/** How long a delete refused because a node still holds the volume (its reports on their way) is asked again. */
+const IN_USE_RETRY_MS = 30_000;
 /** Loop devices are shared with the machine: at most this many volumes staged at once. */
 const MAX_ON_NODE = 4;
 
@@ -397,10 +399,25 @@ export class Workload {
     }
   }
 
-  /** DeleteVolume (a repeat of an acknowledged delete must answer OK too). */
+  /**
+   * DeleteVolume (a repeat of an acknowledged delete must answer OK too). Refused while the node's
+   * reports of its unpublish and unstage are on their way (in use means in use: docs/controller.md),
+   * it is asked again with backoff, as external-provisioner does, for up to IN_USE_RETRY_MS.
+   */
   async deleteVolume(v: ModelVolume): Promise<void> {
     try {
-      await this.o.co.controller("DeleteVolume", { volume_id: v.id ?? "" });
+      const until = Date.now() + IN_USE_RETRY_MS;
+      for (let wait = 100; ; wait = Math.min(2 * wait, 2000)) {
+        const inUse = await this.o.co.controller("DeleteVolume", { volume_id: v.id ?? "" }).then(
+          () => false,
+          (err: unknown) => {
+            if (err instanceof CallFailed && err.code === GrpcCode.FAILED_PRECONDITION && /in use/.test(err.details) && Date.now() < until) return true;
+            throw err;
+          },
+        );
+        if (!inUse) break;
+        await new Promise((r) => setTimeout(r, wait));
+      }
       v.state = "deleted";
     } catch (err) {
       if (v.state !== "deleted") v.state = err instanceof CallFailed && err.gaveUp ? "deleting-unknown" : v.state;
