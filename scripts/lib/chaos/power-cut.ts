@@ -56,7 +56,7 @@ export class PowerCuts {
       await killAll(stack); // SIGKILL ends a stopped process as it is
     }
     await releaseUnder(kubeletDir);
-    for (const d of await loopsUnder(this.mountpoint)) await run("losetup", ["--detach", d.device]).catch(() => {});
+    await detachAllUnder(this.mountpoint);
     const next = `${this.root}/disk-${++this.#n}`;
     await mkdir(next);
     await this.#mount.reconstruct(next);
@@ -65,10 +65,31 @@ export class PowerCuts {
     return losses;
   }
 
-  /** Unmounts the harness (the stack stopped first). */
-  end(): Promise<void> {
-    return this.#mount.unmount();
+  /** Unmounts the harness (the stack stopped first), its loop devices detached before (after, the kernel no longer names their files by this path). */
+  async end(kubeletDir: string): Promise<void> {
+    await releaseUnder(kubeletDir).catch(() => {});
+    await detachAllUnder(this.mountpoint).catch(() => {});
+    await this.#mount.unmount();
   }
+}
+
+/** How many looks for loop devices left on the mount before a cut gives up on them. */
+const DETACH_LOOKS = 50;
+
+/**
+ * Every loop device on a file under `dir` detached — looked at again until none is left (a device a
+ * dying process still held is freed a moment later), else an error: once the mount is gone the kernel
+ * names its files relative to it, and nothing could find the device to detach it.
+ */
+async function detachAllUnder(dir: string): Promise<void> {
+  for (let look = 0; look < DETACH_LOOKS; look++) {
+    const left = await loopsUnder(dir);
+    if (left.length === 0) return;
+    for (const d of left) await run("losetup", ["--detach", d.device]).catch(() => {});
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const left = await loopsUnder(dir);
+  if (left.length > 0) throw new Error(`loop devices still on the power-cut mount: ${left.map((d) => d.device).join(", ")}`);
 }
 
 function pidsOf(stack: Stack): number[] {

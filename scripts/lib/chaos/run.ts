@@ -332,7 +332,7 @@ export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Prom
     await nc?.close().catch(() => {});
     redis?.disconnect();
     await stack?.stop();
-    await power?.end();
+    await power?.end(kubeletDir);
     await cleanupUnder(root);
     await new Promise<void>((resolve) => (logStream ? logStream.end(resolve) : resolve()));
   }
