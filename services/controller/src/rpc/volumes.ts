@@ -162,15 +162,17 @@ export const controllerUnpublishVolume: ControllerRpc<"ControllerUnpublishVolume
   // A node released while it still has the volume staged, no target left (Docker Swarm sends no
   // NodeUnstageVolume): it is asked to let go, so the volume can be deleted (docs/controller.md).
   // A target still published is a pod's mount: left alone (DeleteVolume stays refused).
-  const letGo = r.held.filter((h) => h.staged !== undefined && h.published.length === 0 && h.capability !== undefined);
+  const letGo = r.held.flatMap(({ nodeId, staged, published, capability }) =>
+    staged !== undefined && published.length === 0 && capability !== undefined ? [{ nodeId, staged, capability }] : [],
+  );
   await Promise.all(
     letGo.map((h) =>
       cs.nodeWork.send(h.nodeId, {
-        id: letGoWorkId(l.parts.uuid, h.nodeId, h.staged ?? "", ctx.requestId),
+        id: letGoWorkId(l.parts.uuid, h.nodeId, h.staged, ctx.requestId),
         op: "unstage",
         volumeId: req.volume_id,
-        stagingPath: h.staged ?? "",
-        capability: h.capability ?? { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" },
+        stagingPath: h.staged,
+        capability: h.capability,
       }),
     ),
   );

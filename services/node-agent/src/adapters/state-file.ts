@@ -5,11 +5,9 @@
  * applied in call order. What is loaded is checked with the zod schema given to the
  * constructor; a corrupt file is a clear Internal error, never a crash or a silent reset.
  */
-import { randomBytes } from "node:crypto";
-import { open, readFile, rename, unlink } from "node:fs/promises";
-import path from "node:path";
+import { readFile } from "node:fs/promises";
 import { DriverError } from "@csi/contracts";
-import { mkdirDurable } from "@csi/runtime";
+import { writeFileDurable } from "@csi/runtime";
 import type { z } from "zod";
 
 export class StateFile<T> {
@@ -52,26 +50,10 @@ export class StateFile<T> {
   }
 
   async #write(text: string): Promise<void> {
-    const dir = path.dirname(this.file);
-    const tmp = `${this.file}.tmp-${process.pid}-${randomBytes(6).toString("hex")}`;
     try {
-      await mkdirDurable(dir, 0o700); // a new state directory is durable in its parent too
-      const fh = await open(tmp, "wx", 0o600);
-      try {
-        await fh.writeFile(text, "utf8");
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, this.file);
-      const dh = await open(dir, "r");
-      try {
-        await dh.sync();
-      } finally {
-        await dh.close();
-      }
+      // Temp file fsynced, renamed over the file, the directory fsynced (a new one durable in its parent too).
+      await writeFileDurable(this.file, text, 0o600);
     } catch (err) {
-      await unlink(tmp).catch(() => {});
       throw new DriverError("Internal", `cannot write state file ${this.file}: ${(err as Error).message}`, { cause: err });
     }
   }
