@@ -6,6 +6,7 @@
 import { Argument, Command, CommanderError, Option } from "commander";
 import { OUTPUT_FORMATS, outputFormat } from "./domain/format.js";
 import { EXIT, usageError } from "./errors.js";
+import { MAX_TIMEOUT_MS, timeoutOption } from "./options.js";
 import type { GlobalOptions, Session } from "./session.js";
 
 export const VERSION = "0.1.0";
@@ -87,7 +88,7 @@ export function buildProgram(): Command {
     .option("--node-endpoint <endpoint>", "the node-agent's CSI endpoint for Node calls (default: CSI_NODE_ENDPOINT, else the stack's)")
     .option("--cluster <id>", "storage cluster: the one a command works on, or the only one a list shows (default: the clusters file's default cluster)")
     .option("--clusters-file <file>", "clusters file (default: CLUSTERS_FILE, else the stack's, else the built-in single cluster)")
-    .option("--timeout <ms>", "how long to wait for any server to answer", "30000")
+    .option("--timeout <ms>", `how long to wait for any server to answer, 1 to ${MAX_TIMEOUT_MS}`, timeoutOption, 30000)
     .addHelpText(
       "after",
       "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable, 141 the reader of the output went away (as by SIGPIPE).\nSee docs/csictl.md.",

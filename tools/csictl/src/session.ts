@@ -30,6 +30,7 @@ import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
 import { outputFormat } from "./domain/format.js";
 import { unreachable, usageError } from "./errors.js";
 import { type Printer, printer } from "./output.js";
+import { closingWhatFails } from "./own-sockets.js";
 import { readStackFile, stackFilePath } from "./stack-file.js";
 import { type ConnectionFlags, resolveTargets, type Targets } from "./targets.js";
 
@@ -45,7 +46,8 @@ export interface GlobalOptions extends ConnectionFlags {
   /** false with --no-headers. */
   headers?: boolean;
   cluster?: string;
-  timeout: string;
+  /** Milliseconds, checked as the options are parsed (options.ts, timeoutOption). */
+  timeout: number;
 }
 
 export class Session {
@@ -61,10 +63,7 @@ export class Session {
 
   constructor(readonly opts: GlobalOptions) {
     this.out = printer(outputFormat(opts), opts.headers !== false);
-    const timeout = Number(opts.timeout);
-    if (!Number.isInteger(timeout) || timeout <= 0)
-      throw usageError(`--timeout must be a positive number of milliseconds, got ${JSON.stringify(opts.timeout)}`);
-    this.timeoutMs = timeout;
+    this.timeoutMs = opts.timeout;
     const runDir = process.env.RUN_DIR ? path.resolve(process.env.RUN_DIR) : DEFAULT_RUN_DIR;
     this.targets = resolveTargets(opts, process.env, readStackFile(stackFilePath(runDir)), process.cwd());
   }
@@ -99,8 +98,9 @@ export class Session {
         { name: "csictl", timeout: this.timeoutMs, maxReconnectAttempts: 0, inboxPrefix: inboxPrefix(role) },
       ),
     );
-    const nc = connectNats(opts).catch((err: unknown) => {
-      throw unreachable(`cannot reach NATS at ${redactUrl(url)}: ${(err as Error).message}`, err);
+    const nc = closingWhatFails(() => connectNats(opts)).catch((err: unknown) => {
+      const why = (err as Error).name === "TimeoutError" ? `no answer within ${this.timeoutMs} ms (--timeout)` : (err as Error).message;
+      throw unreachable(`cannot reach NATS at ${redactUrl(url)}: ${why}`, err);
     });
     this.#nats.set(key, nc);
     return nc;
