@@ -233,6 +233,9 @@ describe("publish / unpublish with claims", () => {
     assert.deepEqual(got.status?.published_node_ids, ["node-1"]);
     const listed = (await ctrl.ListVolumes({})).entries.find((e) => e.volume?.volume_id === v.volume_id);
     assert.deepEqual(listed?.status?.published_node_ids, ["node-1"]);
+    // VOLUME_CONDITION is advertised: every ListVolumes entry has a condition (CSI: then it MUST be set).
+    assert.equal(listed?.status?.volume_condition?.abnormal, false);
+    assert.match(listed?.status?.volume_condition?.message ?? "", /^ok: /);
 
     await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1" });
     await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1" });

@@ -533,13 +533,14 @@ describe("issue 23: csictl behaves like kubectl", () => {
     assertOneLine(await csictl(["--cluster", "local", "volume", "delete", other]), 2, /is of cluster other, not local/);
   });
 
-  test("row 6: CONDITION shows only what the driver said: '-' when the answer has no volume condition", async () => {
+  test("row 6: CONDITION shows only what the driver said: ListVolumes reports one for every volume (issue 37)", async () => {
     const human = await csictl(["volume", "list"]);
-    assert.match(human.stdout, new RegExp(`^${someId}\\s+4 MiB\\s+local\\s+default\\s+-\\s+-$`, "m"));
-    const entry = (await json<{ items: { volume: { volumeId: string }; status?: { volumeCondition?: unknown } }[] }>("volume", "list")).items.find(
-      (e) => e.volume.volumeId === someId,
-    );
-    assert.equal(entry?.status?.volumeCondition, undefined, "the driver reported no condition");
+    assert.match(human.stdout, new RegExp(`^${someId}\\s+4 MiB\\s+local\\s+default\\s+-\\s+normal$`, "m"));
+    const entry = (
+      await json<{ items: { volume: { volumeId: string }; status?: { volumeCondition?: { abnormal: boolean; message: string } } }[] }>("volume", "list")
+    ).items.find((e) => e.volume.volumeId === someId);
+    assert.equal(entry?.status?.volumeCondition?.abnormal, false, "the driver reported a normal condition");
+    assert.match(entry?.status?.volumeCondition?.message ?? "", /^ok: /);
   });
 
   test("row 7: notes go to stderr; stdout holds only the table", async () => {
@@ -587,12 +588,12 @@ describe("issue 23: csictl behaves like kubectl", () => {
     assert.equal((await csictl(["--json", "volume", "get", someId])).stdout, asJson.stdout, "--json is -o json");
     const asYaml = await csictl(["-o", "yaml", "volume", "get", someId]);
     assert.deepEqual(parseYaml(asYaml.stdout), JSON.parse(asJson.stdout));
-    // An item of the list has the shape get prints (what is in it is what each RPC said: ListVolumes reports no condition).
+    // An item of the list has the shape get prints (what is in it is what each RPC said: ListVolumes checks no image).
     const listed = await json<{ items: { volume: { volumeId: string }; status: Record<string, unknown> }[] }>("volume", "list");
     const item = listed.items.find((e) => e.volume.volumeId === someId);
     const got = JSON.parse(asJson.stdout) as { volume: unknown; status: Record<string, unknown> };
     assert.deepEqual(item?.volume, got.volume);
-    assert.deepEqual(Object.keys(item?.status ?? {}), ["publishedNodeIds"]);
+    assert.deepEqual(Object.keys(item?.status ?? {}), ["publishedNodeIds", "volumeCondition"]);
     assert.deepEqual(Object.keys(got.status), ["publishedNodeIds", "volumeCondition"]);
     const names = (await csictl(["-o", "name", "volume", "list"])).stdout.trimEnd().split("\n");
     assert.ok(names.includes(someId));

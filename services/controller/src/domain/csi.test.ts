@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { type Clusters, composeVolumeId, type DriverError, MAX_PAGE_ENTRIES, type VolumeView } from "@csi/contracts";
-import { confirmCapabilities, contentSourceOf, locateId, maxEntriesOf } from "./csi.js";
+import { confirmCapabilities, contentSourceOf, locateId, maxEntriesOf, RECORDED_CONDITION, volumeStatus } from "./csi.js";
 
 const code = (f: () => unknown) => {
   try {
@@ -62,5 +62,19 @@ describe("confirmCapabilities", () => {
   });
   test("a capability we do not serve is not", () => {
     assert.equal(confirmCapabilities(v, [{ accessType: "mount", accessMode: "MULTI_NODE_MULTI_WRITER" }], ask({})).confirmed, null);
+  });
+});
+
+describe("volumeStatus: ControllerGetVolume's and every ListVolumes entry's (VOLUME_CONDITION is advertised: always a condition)", () => {
+  const claims = [{ nodeId: "n1", accessMode: "SINGLE_NODE_WRITER", accessType: "mount", readOnly: false }];
+  test("the journal's condition as it said it: a missing image is abnormal with its message", () => {
+    const condition = { abnormal: true, message: "image csi-vol-x is missing from pool default" };
+    assert.deepEqual(volumeStatus({ claims, condition } as unknown as VolumeView), { published_node_ids: ["n1"], volume_condition: condition });
+  });
+  test("a reply without one (volume.list checks no image): normal, saying what it rests on", () => {
+    const status = volumeStatus({ claims: [] } as unknown as VolumeView);
+    assert.deepEqual(status, { published_node_ids: [], volume_condition: RECORDED_CONDITION });
+    assert.equal(status.volume_condition.abnormal, false);
+    assert.match(status.volume_condition.message, /^ok: /);
   });
 });

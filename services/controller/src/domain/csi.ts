@@ -167,6 +167,19 @@ export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {
   };
 }
 
+/** The condition of a volume the journal's reply says nothing of: its record is a created volume (volume.list checks no image). */
+export const RECORDED_CONDITION = { abnormal: false, message: "ok: recorded as created (ControllerGetVolume also checks its image)" };
+
+/**
+ * A volume's status, as ControllerGetVolume and every ListVolumes entry answer it (both, as
+ * VOLUME_CONDITION is advertised, with a condition): the nodes it is published to, and the
+ * journal's condition — abnormal with why when it found the image missing or smaller than
+ * recorded — or, where the reply carries none, RECORDED_CONDITION.
+ */
+export function volumeStatus(v: VolumeView) {
+  return { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: v.condition ?? RECORDED_CONDITION };
+}
+
 export function csiSnapshot(clusterID: string, s: SnapshotView): SnapshotMsg {
   return {
     snapshot_id: composeVolumeId({ clusterID, poolID: s.poolId, uuid: s.uuid }),

@@ -17,6 +17,7 @@ import {
   servedCapability,
   servesAll,
   splitParameters,
+  volumeStatus,
 } from "../domain/csi.js";
 import { capacityClusters, capacityTargets, mustReach, placeVolume, requirementsOf } from "../domain/placement.js";
 import { capacityAnswer, createSize, expandedSize, expandSize, noCapacity } from "../domain/sizes.js";
@@ -94,10 +95,7 @@ export const controllerGetVolume: ControllerRpc<"ControllerGetVolume"> = async (
   required(req.volume_id, "volume_id");
   const l = cs.mustLocate(req.volume_id, "volume");
   const v = await cs.call(l.cluster.clusterID, "volume.get", cs.ref(l), ctx);
-  return {
-    volume: csiVolume(l.cluster, v),
-    status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: v.condition ?? { abnormal: false, message: "" } },
-  };
+  return { volume: csiVolume(l.cluster, v), status: volumeStatus(v) };
 };
 
 export const validateVolumeCapabilities: ControllerRpc<"ValidateVolumeCapabilities"> = async (cs, req, ctx) => {
@@ -111,7 +109,7 @@ export const validateVolumeCapabilities: ControllerRpc<"ValidateVolumeCapabiliti
 export const listVolumes: ControllerRpc<"ListVolumes"> = async (cs, req, ctx) => {
   const entry = (cluster: string, v: VolumeView) => ({
     volume: csiVolume(cs.clusters.get(cluster) as ResolvedCluster, v),
-    status: { published_node_ids: v.claims.map((c) => c.nodeId), volume_condition: null },
+    status: volumeStatus(v),
   });
   return listPage("ListVolumes", cs.clusterIds, req, ctx, cs.pagesOf("volume.list", ctx), entry);
 };
