@@ -9,11 +9,12 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { open, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { MiB } from "@csi/contracts";
-import { FilePool, META_PREFIX, RbdPool, type RbdPoolOptions } from "@csi/journal/testing";
+import { type DriverError, MiB } from "@csi/contracts";
+import { FilePool, OWNER_KEY, RbdPool, type RbdPoolOptions } from "@csi/journal/testing";
 import { CEPH_PYTHON, type CephCluster, startCeph, tempDir, whyNoCeph } from "@csi/testkit";
 import { poolContract } from "./contracts/pool.contract.js";
 
@@ -121,14 +122,11 @@ describe("RbdPool", { skip: noCeph }, () => {
       await pool.snapshotImage("meta-vol", "meta-snap", owner("snapshot", "u-snap", "snap-meta"));
       await pool.cloneImage("meta-snap", "meta-clone", 8 * MiB, owner("volume", "u-clone", "pvc-clone"));
       const meta = (await ceph?.rbdJson(["image-meta", "list", "rbd/meta-vol"])) as Record<string, string>;
-      assert.deepEqual(meta, {
-        [`${META_PREFIX}kind`]: "volume",
-        [`${META_PREFIX}uuid`]: "u-vol",
-        [`${META_PREFIX}name`]: "pvc-meta",
-        [`${META_PREFIX}cluster`]: "c1",
-      });
-      assert.equal(await pool.imageMeta("meta-snap").then((m) => m?.[`${META_PREFIX}name`]), "snap-meta");
-      assert.equal(await pool.imageMeta("meta-clone").then((m) => m?.[`${META_PREFIX}uuid`]), "u-clone");
+      assert.deepEqual(Object.keys(meta), [OWNER_KEY], "one key: one metadata write");
+      assert.deepEqual(JSON.parse(meta[OWNER_KEY] ?? ""), { kind: "volume", uuid: "u-vol", name: "pvc-meta", cluster: "c1" });
+      const ownerIn = async (image: string) => JSON.parse((await pool.imageMeta(image))?.[OWNER_KEY] ?? "{}") as Record<string, string>;
+      assert.equal((await ownerIn("meta-snap")).name, "snap-meta");
+      assert.equal((await ownerIn("meta-clone")).uuid, "u-clone");
       const snap = await info("meta-snap");
       assert.equal(snap.parent?.image, "meta-vol");
       assert.ok(snap.features.includes("deep-flatten"), snap.features.join());
@@ -144,6 +142,31 @@ describe("RbdPool", { skip: noCeph }, () => {
       const clone = await info("meta-clone");
       assert.deepEqual([clone.parent?.image, clone.parent?.snapshot, clone.size], ["meta-snap", "meta-snap", 8 * MiB]);
       assert.ok(clone.features.includes("layering") && !clone.features.includes("deep-flatten"), `the pool's features: ${clone.features}`);
+    });
+
+    test("bound to its log in the Ceph pool's metadata: every image made after carries the log; another log, or another pool on the same Ceph pool, is refused", async () => {
+      const to = { cluster: "c1", pool: "ceph", log: `L-${randomUUID()}` };
+      const bound = await pool.bind(to, { logRecords: 0, rebind: true });
+      assert.deepEqual([bound.log, pool.boundLog], [to.log, to.log]);
+      assert.equal((await pool.bind(to, { logRecords: 0, rebind: false })).boundAt, bound.boundAt, "the same log: kept as it is");
+      await pool.createImage("bound-vol", 2 * MiB, owner("volume", "u-bound", "pvc-bound"));
+      const meta = (await ceph?.rbdJson(["image-meta", "list", "rbd/bound-vol"])) as Record<string, string>;
+      assert.equal((JSON.parse(meta[OWNER_KEY] ?? "{}") as { log?: string }).log, to.log);
+      const other = rbdPool();
+      await assert.rejects(other.bind({ ...to, log: "L-other" }, { logRecords: 5, rebind: false }), (e: DriverError) => {
+        assert.equal(e.code, "FailedPrecondition");
+        assert.match(e.message, new RegExp(`belongs to event log ${to.log}, and this journal's log is L-other`));
+        return true;
+      });
+      await assert.rejects(
+        other.bind({ ...to, pool: "ceph2" }, { logRecords: 5, rebind: true }),
+        /already pool "ceph" of cluster c1: two pools cannot share one Ceph pool/,
+      );
+      const rebound = await other.bind({ ...to, log: "L-other" }, { logRecords: 0, rebind: true });
+      assert.equal(rebound.previous, to.log, "the previous log kept in the binding");
+      assert.equal((await pool.listImages()).find((i) => i.name === "bound-vol")?.owner?.log, to.log, "read back by the pool");
+      await pool.deleteImage("bound-vol");
+      await pool.bind(to, { logRecords: 0, rebind: true }); // back, for the tests after
     });
 
     test("a clone deeper than maxCloneDepth is flattened before it is published", async () => {

@@ -18,8 +18,8 @@ import { randomUUID } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type DriverError, decomposeVolumeId, type Finding, MiB } from "@csi/contracts";
-import { META_PREFIX } from "@csi/journal/testing";
+import { type DriverError, decomposeVolumeId, type Finding, MiB, subjects } from "@csi/contracts";
+import { META_PREFIX, OWNER_KEY } from "@csi/journal/testing";
 import { type CsiClient, csiClient } from "@csi/runtime";
 import {
   type CephCluster,
@@ -33,6 +33,7 @@ import {
   startCeph,
   whyNoCeph,
 } from "@csi/testkit";
+import { jetstreamManager } from "@nats-io/jetstream";
 
 const CLUSTER = "c1";
 const noCeph = whyNoCeph();
@@ -101,12 +102,11 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     const volImage = `csi-vol-${uuidOf(vol.volume_id)}`;
     assert.ok((await ls()).includes(volImage));
     assert.equal((await info(volImage)).size, 8 * MiB);
-    assert.deepEqual(await meta(volImage), {
-      [`${META_PREFIX}kind`]: "volume",
-      [`${META_PREFIX}uuid`]: uuidOf(vol.volume_id),
-      [`${META_PREFIX}name`]: "pvc-rbd",
-      [`${META_PREFIX}cluster`]: CLUSTER,
-    });
+    const stored = await meta(volImage);
+    assert.deepEqual(Object.keys(stored), [OWNER_KEY], "one metadata write");
+    const logId = (await (await jetstreamManager(j.nc)).streams.info(subjects.streamName(CLUSTER))).config.metadata?.csi_log_id;
+    assert.ok(logId, "the log has an identity");
+    assert.deepEqual(JSON.parse(stored[OWNER_KEY] ?? ""), { kind: "volume", uuid: uuidOf(vol.volume_id), cluster: CLUSTER, name: "pvc-rbd", log: logId });
     assert.equal((await create("pvc-rbd", 8 * MiB)).volume?.volume_id, vol.volume_id, "idempotent");
     assert.equal(await code(create("pvc-rbd", 16 * MiB, { capacity_range: { required_bytes: String(16 * MiB), limit_bytes: String(16 * MiB) } })), 6);
 

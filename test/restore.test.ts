@@ -11,7 +11,10 @@
  *      nothing written: the stream's messages, last sequence and identity unchanged;
  *   3. a restore stopped at each of its steps (a crash), and the re-run that completes it; a
  *      journal started over an interrupted restore waits for it;
- *   4. the input file changed after it was checked cannot slip in: the restore writes what it checked.
+ *   4. the input file changed after it was checked cannot slip in: the restore writes what it checked;
+ *   5. `log restore` without --apply is a dry run: the backup checked, nothing written, and what the
+ *      restored log would find apart from the pools listed (a volume deleted, one expanded, one
+ *      created since the backup); verify reports the same after the restore.
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -126,7 +129,7 @@ test("the documented restore, every step by csictl: export (stdout, file, never 
     const grown = await streamState();
 
     // A restore while journals serve is refused after the check, and touches nothing (and csictl exits: no progress left running).
-    const refused = await csictl(["log", "restore", backup, "--key-file", keyFile]);
+    const refused = await csictl(["log", "restore", backup, "--key-file", keyFile, "--apply"]);
     assert.equal(refused.code, 1, refused.stderr);
     assert.match(refused.stderr, /2 journal replica\(s\) of cluster rs answer .*: stop them first .* the log was not touched/);
     assert.deepEqual(await streamState(), grown);
@@ -134,7 +137,7 @@ test("the documented restore, every step by csictl: export (stdout, file, never 
 
     // The documented steps: journals stopped, `log restore` (from stdin), journals started; Redis as it was.
     await stopAll(journals);
-    const restored = await csictl(["--json", "log", "restore", "-", "--key-file", keyFile], Buffer.from(piped.stdout));
+    const restored = await csictl(["--json", "log", "restore", "-", "--key-file", keyFile, "--apply"], Buffer.from(piped.stdout));
     assert.equal(restored.code, 0, restored.stderr);
     const r = JSON.parse(restored.stdout);
     assert.deepEqual(
@@ -171,6 +174,80 @@ test("the documented restore, every step by csictl: export (stdout, file, never 
     );
     assert.match(gcActions[0]?.reason ?? "", /made before .* restored/);
     assert.equal((await csictl(["--json", "verify"])).code, 1, "still reported, never removed");
+
+    // The operator says it is live: adopted under its name, it is a volume again with its CSI id; verify is clean.
+    const refusals = [
+      [["volume", "adopt", later.imageName, "--name", live[0]?.name ?? ""], /ALREADY_EXISTS: the name .* is volume/],
+      [["volume", "adopt", live[1]?.imageName ?? "", "--name", "doc-other"], /FAILED_PRECONDITION: the log names volume/],
+      [["volume", "adopt", gone.imageName, "--name", "doc-other"], /FAILED_PRECONDITION: the log names volume/],
+      [["volume", "adopt", "not-ours", "--name", "doc-other"], /INVALID_ARGUMENT: .* not named after a volume of this driver/],
+      [["volume", "adopt", `csi-vol-${"0".repeat(8)}-0000-4000-8000-${"0".repeat(12)}`, "--name", "doc-other"], /NOT_FOUND: pool .* has no image/],
+    ] as const;
+    for (const [args, why] of refusals) {
+      const r = await csictl([...args]);
+      assert.equal(r.code, 1, `${args.join(" ")}: ${r.stderr}`);
+      assert.match(r.stderr, why);
+    }
+    const adopted = await csictl(["--json", "volume", "adopt", later.imageName, "--name", "doc-later"]);
+    assert.equal(adopted.code, 0, adopted.stderr);
+    const view = JSON.parse(adopted.stdout) as { uuid: string; sizeBytes: number; id: string };
+    assert.deepEqual([view.uuid, view.sizeBytes], [later.uuid, later.sizeBytes], "the same uuid, the image's size");
+    const repeat = await csictl(["--json", "volume", "adopt", later.imageName, "--name", "doc-later"]);
+    assert.equal((JSON.parse(repeat.stdout) as { id: string }).id, view.id, "idempotent");
+    assert.equal((await j.client.call(CLUSTER, "volume.get", { uuid: later.uuid })).condition?.abnormal, false, "served, its image present");
+    const history = await j.client.call(CLUSTER, "volume.history", { uuid: later.uuid });
+    assert.ok(
+      history.events.some((e) => e.event.type === "VolumeReserved" && "adopted" in e.event && e.event.adopted === true),
+      "the history says it was adopted",
+    );
+    assert.equal((await csictl(["--json", "verify"])).code, 0, "clean: the image has its record");
+  } finally {
+    await stopAll(journals);
+  }
+});
+
+test("a restore's dry run: the backup checked, nothing written, and every difference from the pools listed; verify reports the same after the restore", async () => {
+  let journals = [await startJournal()];
+  try {
+    const c = j.client;
+    const mk = (n: string) => c.call(CLUSTER, "volume.create", { requestId: `dry-${n}`, name: `dry-${n}`, sizeBytes: MiB, capabilities: [cap] });
+    const [grown, deleted] = [await mk("grown"), await mk("deleted")];
+    const backup = file("dry.jsonl");
+    assert.equal((await csictl(["log", "export", backup, "--key-file", keyFile])).code, 0);
+    // Since the backup: one volume expanded, one deleted, one created.
+    await c.call(CLUSTER, "volume.expand", { requestId: "dry-x", uuid: grown.uuid, sizeBytes: 2 * MiB });
+    await c.call(CLUSTER, "volume.delete", { requestId: "dry-d", uuid: deleted.uuid });
+    const made = await mk("made");
+    const expected = [
+      ["leakedImage", made.imageName],
+      ["missingImage", deleted.imageName],
+      ["imageSizeDiffers", grown.imageName],
+    ].sort();
+    const kinds = (fs: { type: string; imageName?: string }[]) => fs.map((f) => [f.type, f.imageName]).sort();
+    const state = await streamState();
+
+    const dry = await csictl(["--json", "log", "restore", backup, "--key-file", keyFile]);
+    assert.equal(dry.code, 0, dry.stderr);
+    const plan = JSON.parse(dry.stdout) as { dryRun: boolean; compared: boolean; differences: { type: string; imageName?: string }[] };
+    assert.deepEqual([plan.dryRun, plan.compared], [true, true]);
+    assert.deepEqual(kinds(plan.differences), expected);
+    assert.deepEqual(await streamState(), state, "nothing written");
+    const human = await csictl(["log", "restore", backup, "--key-file", keyFile]);
+    assert.match(human.stdout, /DRY RUN\s+nothing written; export the log first/);
+    const edited = `${(await readFile(backup, "utf8")).replace("dry-grown", "dry-grawn")}`;
+    await writeFile(file("dry-edited.jsonl"), edited);
+    const refused = await csictl(["log", "restore", file("dry-edited.jsonl"), "--key-file", keyFile]);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /nothing was written/, "a dry run checks the whole backup as a restore does");
+
+    await stopAll(journals);
+    const blind = JSON.parse((await csictl(["--json", "log", "restore", backup, "--key-file", keyFile])).stdout) as { compared: boolean };
+    assert.equal(blind.compared, false, "no journal answers: the backup checked, the pools not compared");
+    assert.equal((await csictl(["log", "restore", backup, "--key-file", keyFile, "--apply"])).code, 0);
+    journals = [await startJournal()];
+    const verify = await csictl(["--json", "verify"]);
+    assert.equal(verify.code, 1);
+    assert.deepEqual(kinds(JSON.parse(verify.stdout).findings), expected, "verify after the restore finds what the dry run listed");
   } finally {
     await stopAll(journals);
   }
@@ -251,13 +328,13 @@ test("an edited (keyed, or re-sealed unkeyed), truncated or oversized backup is 
     [file("no.key"), /cannot read key file .*no\.key: ENOENT/],
     [file("short.key"), /short\.key: a backup key has at least 32 bytes/],
   ] as const) {
-    const r = await csictl(["log", "restore", backup, "--key-file", k]);
+    const r = await csictl(["log", "restore", backup, "--key-file", k, "--apply"]);
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, why);
   }
   for (const c of cases) {
     await writeFile(file(c.name), c.text);
-    const r = await csictl(["log", "restore", file(c.name), ...c.flags]);
+    const r = await csictl(["log", "restore", file(c.name), ...c.flags, "--apply"]);
     assert.equal(r.code, c.code, `${c.name} ${c.flags.join(" ")}: ${r.stderr}`);
     assert.match(r.stderr, c.why, c.name);
     assert.deepEqual(await streamState(), before, `${c.name}: the log untouched`);
@@ -325,7 +402,7 @@ test("a restore stopped at each of its steps leaves the log as it was, or staged
     try {
       await journal.untilLog((l) => l.includes("a restore of the event log is under way, or was interrupted"), "waiting for the restore");
       assert.equal(await streamState(), undefined, "the waiting journal made no log of its own");
-      const again = await csictl(["log", "restore", backup, "--key-file", keyFile]);
+      const again = await csictl(["log", "restore", backup, "--key-file", keyFile, "--apply"]);
       assert.equal(again.code, 0, again.stderr);
       await journal.ready;
       await journal.untilLog((l) => l.includes("the restore of the event log has ended"), "the end of the wait");

@@ -41,6 +41,8 @@ export const VolumeReserved = ev("VolumeReserved", {
   mutableParameters: MutableParameters.optional(),
   /** The PVC and PV it was made for (Kubernetes' --extra-create-metadata); history only, not part of the volume's state. */
   kubernetes: VolumeRequester.optional(),
+  /** Recorded for an image that was there before its record (`csictl volume adopt`): an operator said it is live. */
+  adopted: z.literal(true).optional(),
 });
 export const VolumeCreated = ev("VolumeCreated", { uuid: Uuid, imageId: z.string(), sizeBytes: z.number().int().positive() });
 export const VolumeExpanded = ev("VolumeExpanded", { uuid: Uuid, sizeBytes: z.number().int().positive() });

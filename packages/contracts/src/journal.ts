@@ -116,6 +116,19 @@ export const VolumeCreate = z
     kubernetes: VolumeRequester.optional(),
   })
   .refine((r) => r.limitBytes === 0 || r.limitBytes >= r.sizeBytes, { message: "is below sizeBytes", path: ["limitBytes"] });
+/**
+ * Record a volume for an image that is in a pool and that no record names (`csictl volume adopt`):
+ * an image an operator says is live, named after a volume of this driver; its size is the image's.
+ */
+export const VolumeAdopt = z.object({
+  ...RequestMeta,
+  name: CsiName,
+  /** The pool holding it; absent: the cluster's default pool. */
+  pool: z.string().min(1).max(128).optional(),
+  imageName: z.string().min(1).max(128),
+  parameters: StringMap.default({}),
+  capabilities: z.array(CommandCapability).min(1).max(128),
+});
 export const VolumeDelete = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef });
 export const VolumeExpand = z.object({ ...RequestMeta, uuid: Uuid, poolId: PoolRef, sizeBytes: DecidedSize });
 export const VolumeGet = z.object({ uuid: Uuid, poolId: PoolRef });
@@ -277,6 +290,8 @@ export const ImageOwnerView = z.object({
   /** The CSI request name (a PVC's `pvc-…`). */
   name: z.string().max(128).optional(),
   cluster: z.string().max(64).optional(),
+  /** The identity of the event log whose journal made it (RBD images made since pools know their log). */
+  log: z.string().max(128).optional(),
 });
 export type ImageOwnerView = z.infer<typeof ImageOwnerView>;
 export const Finding = z.discriminatedUnion("type", [
@@ -454,12 +469,39 @@ export type PurgeAction = z.infer<typeof PurgeAction>;
 /** `rebuilt`: records were removed, so the projection (which holds the subjects' last sequences) was rebuilt from the log. */
 export const PurgeResult = z.object({ apply: z.boolean(), records: z.array(PurgeAction), rebuilt: z.boolean() });
 
+/**
+ * The images of the cluster's pools, as the journal lists them (a dry run of `csictl log restore`
+ * compares them with the backup's records): pools by name, then images by name; the token is
+ * `<pool>/<image>` of the last one given.
+ */
+export const AuditImages = z.object({
+  maxEntries: z.number().int().min(0).max(MAX_PAGE_ENTRIES).default(0),
+  startingToken: z.string().max(260).optional(),
+});
+export const PoolImage = z.object({
+  pool: z.string(),
+  name: z.string(),
+  id: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  readOnly: z.boolean(),
+  owner: ImageOwnerView.optional(),
+  createdAt: z.number().optional(),
+});
+export type PoolImage = z.infer<typeof PoolImage>;
+export const ImagesResult = z.object({
+  /** Every pool of the cluster: whether its images carry their owner, and the log it is bound to (where its images carry it). */
+  pools: z.array(z.object({ name: z.string(), marksOwners: z.boolean(), boundLog: z.string().optional() })),
+  entries: z.array(PoolImage),
+  nextToken: z.string().optional(),
+});
+
 export const AuditRebuild = z.object({ requestId: RequestMeta.requestId.optional() });
 export const RebuildResult = z.object({ dropped: z.number(), replayedTo: z.number(), ms: z.number() });
 
 /** Every journal command: family + verb → request and result schemas. */
 export const journalContract = {
   "volume.create": { request: VolumeCreate, result: VolumeView },
+  "volume.adopt": { request: VolumeAdopt, result: VolumeView },
   "volume.delete": { request: VolumeDelete, result: Deleted },
   "volume.expand": { request: VolumeExpand, result: VolumeView },
   "volume.modify": { request: VolumeModify, result: ModifyResult },
@@ -479,6 +521,7 @@ export const journalContract = {
   "audit.replay": { request: AuditReplay, result: ReplayResult },
   "audit.verify": { request: AuditVerify, result: VerifyResult },
   "audit.gc": { request: AuditGc, result: GcResult },
+  "audit.images": { request: AuditImages, result: ImagesResult },
   "audit.rebuild": { request: AuditRebuild, result: RebuildResult },
   "audit.purge": { request: AuditPurge, result: PurgeResult },
 } as const;

@@ -10,7 +10,7 @@ export { AppendError, AppendUncertain, isFenced, isUncertain, SequenceConflict }
 export { createDurableFile, createSizedFile, FilePool } from "./adapters/file-pool.js";
 export { MemoryLog } from "./adapters/memory-log.js";
 export { MemoryStore } from "./adapters/memory-store.js";
-export { META_PREFIX, RbdPool, type RbdPoolOptions } from "./adapters/rbd-pool.js";
+export { META_PREFIX, OWNER_KEY, RbdPool, type RbdPoolOptions } from "./adapters/rbd-pool.js";
 export { Journal, type JournalDeps } from "./app/journal.js";
 export { distrustAfterRedisDrops } from "./app/projector.js";
 export { DEFAULT_LOCK_TTL_MS, JOURNAL_SETTINGS } from "./config.js";

@@ -54,7 +54,14 @@ const ACCESS_MODES = [
   "single-node-multi-writer",
 ];
 
-const collect = (value: string, previous: string[]) => [...previous, value];
+/** A repeatable option's values (undefined until the first one: no `(default: [])` in the help). */
+export /**
+ * `--fs` choices: the contracts' SUPPORTED_FS, written here so that --help need not load the
+ * contracts (tools/csictl/src/domain/domain.test.ts holds the two equal).
+ */
+export const FILESYSTEMS = ["ext4", "xfs"];
+
+const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 const requestIdOption = () => new Option("--request-id <id>", "request id sent as x-request-id (default: csictl-<uuid>); the events and reports name it");
 
@@ -113,7 +120,7 @@ function volumeCommands(program: Command): void {
     .option("--limit <size>", "largest acceptable capacity")
     .addOption(new Option("--mode <mode>", "access mode").choices(ACCESS_MODES).default("single-node-writer"))
     .option("--block", "a raw block volume (no filesystem)")
-    .option("--fs <type>", "filesystem made on first stage (ext4, xfs)")
+    .addOption(new Option("--fs <type>", "filesystem made on first stage").choices(FILESYSTEMS))
     .option("--param <key=value>", "StorageClass parameter (repeatable)", collect)
     .option("--pool <pool>", "pool of the cluster (default: its default pool)")
     .option("--from-snapshot <snapshot-id>", "restore from a snapshot")
@@ -154,6 +161,18 @@ function volumeCommands(program: Command): void {
     .option("--ignore-not-found", "a volume that does not exist is no error (exit 0, nothing sent)")
     .addOption(requestIdOption())
     .action(act(async (s, id, o) => (await csi()).volumeDelete(s, id, o), { names: true }));
+  volume
+    .command("adopt")
+    .description("record a volume for an image no record names that an operator says is live (after a log restore: a volume created since the backup)")
+    .argument("<image>", "the image's name in its pool (csi-vol-<uuid>)")
+    .requiredOption("--name <name>", "the request name to record it under (a PVC's, e.g. pvc-1234)")
+    .option("--pool <pool>", "pool of the cluster (default: its default pool)")
+    .addOption(new Option("--mode <mode>", "access mode").choices(ACCESS_MODES).default("single-node-writer"))
+    .option("--block", "a raw block volume (no filesystem)")
+    .option("--fs <type>", "its filesystem (ext4, xfs)")
+    .option("--param <key=value>", "StorageClass parameter (repeatable)", collect)
+    .addOption(requestIdOption())
+    .action(act(async (s, image, o) => (await import("./commands/adopt.js")).volumeAdopt(s, image, o), { names: true }));
 }
 
 function snapshotCommands(program: Command): void {
@@ -256,24 +275,26 @@ function operatorCommands(program: Command): void {
     [
       "restore",
       "logRestore",
-      "replace the cluster's event log with a backup (journals must be stopped): checked whole, staged, then written on its old sequences; journals rebuild the projection when they start",
+      "replace the cluster's event log with a backup: a dry run first (how it differs from the pools); --apply, with journals stopped: checked whole, staged, then written on its old sequences",
     ],
   ] as const;
-  for (const [name, run, description] of restores)
-    logCmd
+  for (const [name, run, description] of restores) {
+    const cmd = logCmd
       .command(name)
       .description(description)
       .argument("<file>", "a file made by log export, or - for stdin")
       .addOption(keyFileOption())
       .option("--insecure-no-mac", "take a backup that cannot be authenticated (exported without a key, or this key is not at hand)")
-      .option("--replicas <n>", "stream replicas of the log made (default: those of the log there, else 1; 3 on a NATS cluster)")
-      .action(act(async (s, file, o) => (await log())[run](s, file, o)));
+      .option("--replicas <n>", "stream replicas of the log made (default: those of the log there, else 1; 3 on a NATS cluster)");
+    if (name === "restore") cmd.option("--apply", "act: replace the log (default: a dry run that checks the backup and lists how it differs from the pools)");
+    cmd.action(act(async (s, file, o) => (await log())[run](s, file, o)));
+  }
   logCmd
     .command("purge-foreign")
     .description(
       "remove foreign records (not events of a journal: verify lists them) from the cluster's event log, each read again first; a dry run unless --apply",
     )
-    .option("--seq <n>", "this stream sequence (repeatable; default: every foreign record verify finds)", collect, [])
+    .option("--seq <n>", "this stream sequence (repeatable; default: every foreign record verify finds)", collect)
     .option("--apply", "act: remove them (default: only list what would be removed)")
     .addOption(requestIdOption())
     .action(act(async (s, o) => (await log()).logPurgeForeign(s, o)));

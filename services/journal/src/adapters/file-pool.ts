@@ -45,10 +45,20 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { DriverError, MiB } from "@csi/contracts";
 import { DirSync, KeyedMutex, mkdirDurable, syncPath, writeFileDurable } from "@csi/runtime";
-import { z } from "zod";
 import { imageOwner } from "../domain/audit.js";
 import type { ImageInfo, Leftover, PoolBackend, PoolBinding, PoolCapacity, PoolOwnerRef } from "../domain/pool-backend.js";
-import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
+import {
+  checkImageName,
+  checkSize,
+  DEFAULT_MAX_IMAGE_BYTES,
+  decideBinding,
+  isImageName,
+  isSnapshot,
+  parseBinding,
+  sameWritable,
+  tempName,
+  tempOf,
+} from "./pool-rules.js";
 
 const IMG = ".img";
 
@@ -385,30 +395,15 @@ export class FilePool implements PoolBackend {
   async bind(to: PoolOwnerRef, o: { logRecords: number; rebind: boolean }): Promise<PoolBinding> {
     await this.init();
     const file = path.join(this.root, BINDING_FILE);
-    const found = await readBinding(file);
-    const here = `pool "${to.pool}" of cluster ${to.cluster} (${this.root})`;
-    if (found && (found.cluster !== to.cluster || found.pool !== to.pool))
-      throw new DriverError(
-        "FailedPrecondition",
-        `${this.root} is already pool "${found.pool}" of cluster ${found.cluster}: two pools cannot share one directory`,
-      );
-    if (found && found.log === to.log) return found;
-    if (found && !o.rebind)
-      throw new DriverError(
-        "FailedPrecondition",
-        `${here} belongs to event log ${found.log}, and this journal's log is ${to.log}: the log was lost, replaced, or is another stack's. Restore it (csictl log restore), or start a journal once with POOL_REBIND=1 to bind the pool to this log (gc never removes the images made before)`,
-      );
-    if (!found && !o.rebind && o.logRecords === 0) {
-      const images = (await this.listImages()).length;
-      if (images > 0)
-        throw new DriverError(
-          "FailedPrecondition",
-          `${here} holds ${images} images and belongs to no log, and this journal's log is empty: it is another log's pool. Restore that log, or start a journal once with POOL_REBIND=1 to bind the pool to this one (gc never removes the images made before)`,
-        );
-    }
-    const binding: PoolBinding = { ...to, boundAt: Date.now(), ...(found ? { previous: found.log } : {}) };
-    await writeFileDurable(file, `${JSON.stringify(binding)}\n`, 0o600);
-    return binding;
+    const text = await readFile(file, "utf8").catch((err: unknown) => {
+      if (errno(err) === "ENOENT") return undefined;
+      throw err;
+    });
+    const images = async () => (await this.listImages()).length;
+    const d = await decideBinding(parseBinding(text, file), to, { ...o, images, where: this.root, place: "directory", now: Date.now() });
+    if ("keep" in d) return d.keep;
+    await writeFileDurable(file, `${JSON.stringify(d.write)}\n`, 0o600);
+    return d.write;
   }
 
   /** `<root>/.trash/<name>.img@<epoch ms>`, durably: the trash directory made, both directories fsynced. */
@@ -504,34 +499,6 @@ export class FilePool implements PoolBackend {
 
 /** The file of a pool's binding to its log, in the pool's directory. */
 const BINDING_FILE = ".csi-pool.json";
-const Binding = z.object({
-  cluster: z.string().max(128),
-  pool: z.string().max(128),
-  log: z.string().max(128),
-  boundAt: z.number(),
-  previous: z.string().max(128).optional(),
-});
-
-/** The binding in `file`, undefined when there is none; one that cannot be read is refused (never overwritten). */
-async function readBinding(file: string): Promise<PoolBinding | undefined> {
-  const text = await readFile(file, "utf8").catch((err: unknown) => {
-    if (errno(err) === "ENOENT") return undefined;
-    throw err;
-  });
-  if (text === undefined) return undefined;
-  const parsed = Binding.safeParse(
-    (() => {
-      try {
-        return JSON.parse(text);
-      } catch {
-        return undefined;
-      }
-    })(),
-  );
-  if (!parsed.success) throw new DriverError("FailedPrecondition", `${file} is not a pool binding this driver wrote: look at it, move it away if it is not`);
-  return parsed.data;
-}
-
 function errno(err: unknown): unknown {
   return typeof err === "object" && err !== null ? (err as { code?: unknown }).code : undefined;
 }

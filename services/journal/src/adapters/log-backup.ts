@@ -50,6 +50,7 @@ import { DriverError, subjects } from "@csi/contracts";
 import { AckedPublisher, readStreamRange } from "@csi/runtime";
 import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { emptyReplay, type Replayed, replayInto } from "../domain/audit.js";
 import {
   BackupError,
   type BackupGap,
@@ -62,6 +63,8 @@ import {
   MAX_KEY_BYTES,
   type ReadOptions,
 } from "../domain/log-backup.js";
+import { classifyRecord, type LogRecord } from "../domain/log-records.js";
+import { FOLD_BATCH } from "../ports/event-log.js";
 import { identityOf, JetStreamLog, logStreamConfig, streamInfoOrNone } from "./event-log.js";
 
 /** Publishes of a restore in flight at once (acks are awaited in order). */
@@ -425,6 +428,33 @@ const placeholder = (wildcard: string) => `${wildcard.slice(0, -1)}removed`;
  * Restores a backup (`input`: a file, or a stream such as stdin) into `cluster`'s log in the
  * steps the top of this file describes. A BackupError: the file was refused, nothing written.
  */
+/**
+ * A backup checked whole (as a restore checks it) and folded, nothing written: what the log would
+ * say after `log restore` — its dry run compares it with the pools (domain/audit.ts's inspect).
+ */
+export async function foldBackup(
+  input: string | NodeJS.ReadableStream,
+  cluster: string,
+  opts: ReadOptions & { progress?: Progress } = {},
+): Promise<{ header: BackupHeader; replayed: Replayed; foreign: number }> {
+  const read: ReadOptions = { key: opts.key, insecureNoMac: opts.insecureNoMac, maxPayload: opts.maxPayload };
+  const checked = await checkIntoCopy(input, cluster, read, opts.progress ?? (() => {}));
+  try {
+    const replayed = emptyReplay();
+    const batch: LogRecord[] = [];
+    const all = { seq: Number.MAX_SAFE_INTEGER };
+    await replayCopy(checked, cluster, read, async (m) => {
+      if ("removedThrough" in m) return;
+      batch.push(classifyRecord({ cluster }, { seq: m.seq, subject: m.subject, data: Buffer.from(m.data, "utf8") }));
+      if (batch.length >= FOLD_BATCH) replayInto(replayed, batch.splice(0), all);
+    });
+    replayInto(replayed, batch, all);
+    return { header: checked.header, replayed, foreign: checked.foreign };
+  } finally {
+    await rm(checked.dir, { recursive: true, force: true });
+  }
+}
+
 export async function importLog(nc: NatsConnection, cluster: string, input: string | NodeJS.ReadableStream, opts: ImportOptions = {}): Promise<ImportResult> {
   const progress = opts.progress ?? (() => {});
   const read: ReadOptions = { key: opts.key, insecureNoMac: opts.insecureNoMac, maxPayload: opts.maxPayload ?? nc.info?.max_payload };

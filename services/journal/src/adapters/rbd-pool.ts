@@ -25,21 +25,40 @@
  * of an interrupted build are removed by the next build or delete of that name (under the
  * journal's lock of the name) and, once older than `tmpStaleMs`, by any sweep.
  *
- * Every image made gets image metadata naming its owner (kind, uuid, request name, cluster),
- * so `rbd image-meta list` traces an image back without Redis or the log.
+ * Every image made gets one image metadata key naming its owner (`<prefix>owner`: kind, uuid,
+ * request name, cluster, and the identity of the event log whose journal made it), so
+ * `rbd image-meta list` traces an image back without Redis or the log; one key, one metadata write
+ * (images made before carry the four keys `<prefix>kind`, `uuid`, `name`, `cluster`: still read).
+ * The pool's binding to its log is pool metadata, `<prefix>binding` (`rbd pool metadata get`).
  */
 import { randomBytes } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { DriverError, PLUGIN_NAME } from "@csi/contracts";
 import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
-import type { ImageInfo, ImageOwner, Leftover, PoolBackend, PoolCapacity } from "../domain/pool-backend.js";
-import { checkImageName, checkSize, DEFAULT_MAX_IMAGE_BYTES, isImageName, isSnapshot, sameWritable, tempName, tempOf } from "./pool-rules.js";
+import { z } from "zod";
+import type { ImageInfo, ImageOwner, Leftover, PoolBackend, PoolBinding, PoolCapacity, PoolOwnerRef } from "../domain/pool-backend.js";
+import {
+  checkImageName,
+  checkSize,
+  DEFAULT_MAX_IMAGE_BYTES,
+  decideBinding,
+  isImageName,
+  isSnapshot,
+  parseBinding,
+  sameWritable,
+  tempName,
+  tempOf,
+} from "./pool-rules.js";
 import { rbdError } from "./rbd/errors.js";
 import { RbdCallError, RbdHelper } from "./rbd/helper.js";
 
-/** Image metadata keys this driver writes (and reads back): `<prefix>kind`, `uuid`, `name`, `cluster`. */
+/** Prefix of the image metadata keys this driver writes: `<prefix>owner`, `<prefix>deleted` (and, before, `kind`, `uuid`, `name`, `cluster`). */
 export const META_PREFIX = `${PLUGIN_NAME}/`;
+/** The one image metadata key of an image's owner: JSON `{kind, uuid, cluster, name?, log?}`. */
+export const OWNER_KEY = `${META_PREFIX}owner`;
+/** The pool metadata key of the pool's binding to its log (JSON, as the file pool's `.csi-pool.json`). */
+const BINDING_KEY = `${META_PREFIX}binding`;
 /** Features of snapshot images, whatever the pool's: deep-flatten lets a flatten cut their own snapshot loose too. */
 const SNAPSHOT_FEATURES = ["layering", "deep-flatten"];
 
@@ -104,6 +123,8 @@ export class RbdPool implements PoolBackend {
   readonly #resizes = new KeyedMutex();
   readonly #builds = new KeyedMutex();
   #nextSweep = 0;
+  /** The identity of the log the pool is bound to (bind): written on every image made. */
+  #log: string | undefined;
 
   constructor(o: RbdPoolOptions) {
     if (!Number.isSafeInteger(o.id) || o.id < 0) throw new DriverError("InvalidArgument", `pool id must be a non-negative integer, got ${o.id}`);
@@ -170,6 +191,21 @@ export class RbdPool implements PoolBackend {
     return this.#helper.pid;
   }
 
+  get boundLog(): string | undefined {
+    return this.#log;
+  }
+
+  /** PoolBackend.bind, kept as pool metadata of the Ceph pool (written before the journal serves). */
+  async bind(to: PoolOwnerRef, o: { logRecords: number; rebind: boolean }): Promise<PoolBinding> {
+    const where = `Ceph pool ${this.cephPool}`;
+    const text = await this.#call<string | null>("pool_meta_get", { key: BINDING_KEY }, "read the pool's binding");
+    const d = await decideBinding(parseBinding(text ?? undefined, where), to, { ...o, images: () => this.probe(), where, place: "Ceph pool", now: Date.now() });
+    const binding = "keep" in d ? d.keep : d.write;
+    if ("write" in d) await this.#call("pool_meta_set", { key: BINDING_KEY, value: JSON.stringify(d.write) }, "write the pool's binding");
+    this.#log = binding.log;
+    return binding;
+  }
+
   publishContext(name: string): Record<string, string> {
     return { poolKind: "rbd", cephPool: this.cephPool, imageName: checkImageName(name), monitors: this.#o.monitors.join(","), cephUser: this.#o.user };
   }
@@ -180,7 +216,7 @@ export class RbdPool implements PoolBackend {
     await this.#sweepStale();
     const created = await this.#call<RawInfo>(
       "create",
-      { name, size, features: this.#o.imageFeatures.join(","), meta: metaOf(owner) },
+      { name, size, features: this.#o.imageFeatures.join(","), meta: this.#metaOf(owner) },
       `create image "${name}"`,
     ).catch((err: unknown) => {
       if (err instanceof DriverError && err.code === "AlreadyExists") return undefined;
@@ -217,7 +253,7 @@ export class RbdPool implements PoolBackend {
     checkImageName(snapName);
     return this.#publish(snapName, isSnapshot(snapName), async (tmp) => {
       await this.#source(source);
-      await this.#cloneOfSnapshot(source, snapName, tmp, SNAPSHOT_FEATURES, metaOf(owner));
+      await this.#cloneOfSnapshot(source, snapName, tmp, SNAPSHOT_FEATURES, this.#metaOf(owner));
       await this.#flattenIfDeep(tmp);
       await this.#call("snap_create", { name: tmp, snap: snapName }, `snapshot "${snapName}"`);
     });
@@ -232,8 +268,8 @@ export class RbdPool implements PoolBackend {
       const from = await this.#source(source);
       if (size < from.sizeBytes) throw tooSmall(from.sizeBytes);
       const features = this.#o.imageFeatures.join(",");
-      if (from.readOnly) await this.#call("clone", { parent: source, snap: source, name: tmp, features, meta: metaOf(owner) }, `clone "${source}"`);
-      else await this.#cloneOfSnapshot(source, target, tmp, this.#o.imageFeatures, metaOf(owner));
+      if (from.readOnly) await this.#call("clone", { parent: source, snap: source, name: tmp, features, meta: this.#metaOf(owner) }, `clone "${source}"`);
+      else await this.#cloneOfSnapshot(source, target, tmp, this.#o.imageFeatures, this.#metaOf(owner));
       const made = await this.#info(tmp);
       if (!made) throw new DriverError("Internal", `clone of "${source}" vanished`);
       // Check the clone, not the earlier stat: the source may have grown meanwhile.
@@ -314,6 +350,19 @@ export class RbdPool implements PoolBackend {
   }
 
   // --- internals ---
+
+  /** The owner metadata of an image made now: one key. */
+  #metaOf(owner: ImageOwner | undefined): Record<string, string> {
+    if (!owner) return {};
+    const o = {
+      kind: owner.kind,
+      uuid: owner.uuid,
+      cluster: owner.clusterID,
+      ...(owner.name ? { name: owner.name } : {}),
+      ...(this.#log ? { log: this.#log } : {}),
+    };
+    return { [OWNER_KEY]: JSON.stringify(o) };
+  }
 
   async #call<T>(op: string, args: Record<string, unknown>, what: string, timeoutMs = this.#o.opTimeoutMs): Promise<T> {
     try {
@@ -431,28 +480,42 @@ function infoOf(raw: RawInfo): ImageInfo {
   };
 }
 
-/** What an image's metadata says of its owner (each part cut to its bound: anyone with the pool's caps can write metadata), or undefined without any. */
+const OwnerMeta = z.object({
+  kind: z.enum(["volume", "snapshot"]).optional(),
+  uuid: z.string().optional(),
+  name: z.string().optional(),
+  cluster: z.string().optional(),
+  log: z.string().optional(),
+});
+
+/**
+ * What an image's metadata says of its owner (each part cut to its bound: anyone with the pool's
+ * caps can write metadata), or undefined without any: the one owner key, or the four keys of
+ * images made before it.
+ */
 export function ownerOf(meta: Record<string, string>): Partial<ImageOwner> | undefined {
+  const one = meta[OWNER_KEY];
+  const raw: Record<string, unknown> =
+    one !== undefined ? parseOwner(one) : Object.fromEntries(["kind", "uuid", "name", "cluster"].map((k) => [k, meta[`${META_PREFIX}${k}`]]));
   const o: Partial<ImageOwner> = {};
-  const kind = meta[`${META_PREFIX}kind`];
-  if (kind === "volume" || kind === "snapshot") o.kind = kind;
+  if (raw.kind === "volume" || raw.kind === "snapshot") o.kind = raw.kind;
   for (const [key, field, max] of [
     ["uuid", "uuid", 64],
     ["name", "name", 128],
     ["cluster", "clusterID", 64],
+    ["log", "log", 128],
   ] as const) {
-    const v = meta[`${META_PREFIX}${key}`];
-    if (v !== undefined) o[field] = v.slice(0, max);
+    const v = raw[key];
+    if (typeof v === "string") o[field] = v.slice(0, max);
   }
   return Object.keys(o).length > 0 ? o : undefined;
 }
 
-function metaOf(owner: ImageOwner | undefined): Record<string, string> {
-  if (!owner) return {};
-  return {
-    [`${META_PREFIX}kind`]: owner.kind,
-    [`${META_PREFIX}uuid`]: owner.uuid,
-    [`${META_PREFIX}cluster`]: owner.clusterID,
-    ...(owner.name ? { [`${META_PREFIX}name`]: owner.name } : {}),
-  };
+function parseOwner(text: string): Record<string, unknown> {
+  try {
+    const parsed = OwnerMeta.safeParse(JSON.parse(text.slice(0, 4096)));
+    return parsed.success ? parsed.data : {};
+  } catch {
+    return {};
+  }
 }

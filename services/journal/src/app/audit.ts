@@ -26,6 +26,7 @@ import {
   jsonBytes,
   MAX_PAGE_ENTRIES,
   type ParsedRequest,
+  type PoolImage,
   type PurgeAction,
   quote,
   replyBudget,
@@ -42,6 +43,7 @@ import {
   imageOwner,
   inspect,
   type LeakProof,
+  ownerView,
   pointOf,
   removeLeakedImage,
   replayEntries,
@@ -50,7 +52,7 @@ import {
 import type { States } from "../domain/evolve.js";
 import { KINDS, uuidSubjects } from "../domain/kinds.js";
 import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../domain/log-records.js";
-import type { ImageInfo, Leftover } from "../domain/pool-backend.js";
+import type { ImageInfo, Leftover, PoolBackend } from "../domain/pool-backend.js";
 import { FOLD_BATCH } from "../ports/event-log.js";
 import type { Journal } from "./journal.js";
 
@@ -114,10 +116,12 @@ export class Audit {
     const images = new Map<string, ImageInfo[]>();
     const leftovers = new Map<string, Leftover[]>();
     const marksOwners = new Set<string>();
+    const logs = new Map<string, string>();
     for (const [name, pool] of this.#d.pools) {
       images.set(name, await pool.listImages());
       if (pool.leftovers) leftovers.set(name, await pool.leftovers());
       if (pool.marksOwners) marksOwners.add(name);
+      if (pool.boundLog) logs.set(name, pool.boundLog);
     }
     let states: States = new Map();
     let drift: string[] = [];
@@ -129,7 +133,7 @@ export class Audit {
     const holdings = withProjection && this.#d.registrations ? await this.#d.registrations() : [];
     const clusterID = this.#d.cluster.clusterID;
     const now = this.#d.now().getTime();
-    const findings = inspect({ states, images, drift, heartbeats, now, olderThanMs, foreign, clusterID, marksOwners, leftovers, holdings });
+    const findings = inspect({ states, images, drift, heartbeats, now, olderThanMs, foreign, clusterID, marksOwners, logs, leftovers, holdings });
     return { findings, upTo, states, images };
   }
 
@@ -153,6 +157,32 @@ export class Audit {
     const first = findings.slice(0, req.maxFindings);
     const { taken } = takeWithin(first, (f) => jsonBytes(f) + 1, replyBudget(this.#d.maxPayload) - 1024, false);
     return { upTo, counts: countFindings(findings), findings: taken, truncated: taken.length < findings.length };
+  }
+
+  /** One page of the pools' images (a restore's dry run compares them with a backup): pools by name, images by name, after `<pool>/<image>`. */
+  async images(req: ParsedRequest<"audit.images">): Promise<CommandResult<"audit.images">> {
+    const names = [...this.#d.pools.keys()].sort();
+    const pools = names.map((name) => {
+      const p = this.#d.pools.get(name) as PoolBackend;
+      return { name, marksOwners: !!p.marksOwners, ...(p.boundLog ? { boundLog: p.boundLog } : {}) };
+    });
+    const max = req.maxEntries || MAX_PAGE_ENTRIES;
+    const after = req.startingToken;
+    const entries: PoolImage[] = [];
+    for (const pool of names) {
+      if (after && pool < (after.split("/")[0] ?? "")) continue;
+      for (const i of await (this.#d.pools.get(pool) as PoolBackend).listImages()) {
+        if (after && `${pool}/${i.name}` <= after) continue;
+        const { owner, ...rest } = i;
+        entries.push({ pool, ...rest, ...ownerView(owner) });
+        if (entries.length > max) break;
+      }
+      if (entries.length > max) break;
+    }
+    const page = entries.slice(0, max);
+    const last = page.at(-1);
+    const next = entries.length > max && last ? `${last.pool}/${last.name}` : undefined;
+    return { pools, ...this.j.fitReply(page, (e) => `${e.pool}/${e.name}`, next) };
   }
 
   async gc(req: ParsedRequest<"audit.gc">): Promise<CommandResult<"audit.gc">> {

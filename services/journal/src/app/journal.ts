@@ -1,12 +1,9 @@
 /**
- * The journal: the single writer of volume and snapshot history for one storage cluster.
- *
- * Every command that changes anything is a decider (domain/volumes.ts, snapshots.ts, group.ts,
- * audit.ts) run by the one runner (runner.ts): lock, read, decide, image steps, fenced appends,
- * the fold once, the projection written and the locks released, the reply. How a create stays
- * idempotent and crash-safe (ceph-csi's voljournal, made event-sourced) is the reservation
- * decider's story: domain/reservation.ts. Reads (get, list, history, pool stat) read the
- * projection or the log directly, here.
+ * The journal: the single writer of volume and snapshot history for one storage cluster. Every
+ * command that changes anything is a decider (domain/) run by the one runner (runner.ts): lock,
+ * read, decide, image steps, fenced appends, the fold once, the projection written and the locks
+ * released, the reply (idempotent, crash-safe creates: domain/reservation.ts). Reads (get, list,
+ * history, pool stat) read the projection or the log directly, here.
  */
 import {
   type CommandResult,
@@ -25,6 +22,7 @@ import {
   takeWithin,
   type VolumeView,
 } from "@csi/contracts";
+import { adoptVolume } from "../domain/adopt.js";
 import type { Command, View } from "../domain/decider.js";
 import { deviceHolds } from "../domain/devices.js";
 import { type Address, addressKey, liveRecord } from "../domain/evolve.js";
@@ -74,6 +72,7 @@ export class Journal {
   }
 
   createVolume = (req: ParsedRequest<"volume.create">) => this.run(createVolume(req));
+  adoptVolume = (req: ParsedRequest<"volume.adopt">) => this.run(adoptVolume(req));
   deleteVolume = (req: ParsedRequest<"volume.delete">) => this.run(deleteVolume(req));
   expandVolume = (req: ParsedRequest<"volume.expand">) => this.run(expandVolume(req));
   modifyVolume = (req: ParsedRequest<"volume.modify">) => this.run(modifyVolume(req));

@@ -167,7 +167,16 @@ test("verify on a pool whose images carry their owner (RBD): foreign images apar
     ],
     "never a foreign image; a temporary of a reservation still being built goes with that reservation",
   );
-  assert.equal(foreignWhy(undefined, false, "c1"), undefined, "a pool without owner metadata (files): every image is judged by its name");
+  assert.equal(
+    foreignWhy(undefined, { marksOwners: false, clusterID: "c1" }),
+    undefined,
+    "a pool without owner metadata (files): every image is judged by its name",
+  );
+  const bound = { marksOwners: true, clusterID: "c1", log: "L1" };
+  assert.equal(foreignWhy({ ...ours, log: "L1" }, bound), undefined, "made under this pool's log");
+  assert.equal(foreignWhy(ours, bound), undefined, "made before images carried a log: judged by its cluster");
+  assert.match(foreignWhy({ ...ours, log: "L0" }, bound) ?? "", /names event log "L0", not this pool's/, "made under another log: never removed");
+  assert.match(mayRemoveImage(undefined, { ...img("x"), owner: { ...ours, log: "L0" } }, bound) ?? "", /not this cluster's: .*event log/);
   assert.match(mayRemoveImage(undefined, img("x"), { marksOwners: true, clusterID: "c1" }) ?? "", /not this cluster's/);
   assert.equal(mayRemoveImage(undefined, { ...img("x"), owner: ours }, { marksOwners: true, clusterID: "c1" }), undefined);
 });

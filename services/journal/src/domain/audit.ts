@@ -120,6 +120,8 @@ export interface Observed {
   clusterID?: string;
   /** Pools whose every image made by this driver carries its owner (RBD): an image there without one is foreign. */
   marksOwners?: ReadonlySet<string>;
+  /** The log each pool is bound to, by pool name (pools whose images carry it): an image of another log is foreign. */
+  logs?: ReadonlyMap<string, string>;
   /** Trash entries and temporaries per pool (pools that have them), listed with the images. */
   leftovers?: Map<string, Leftover[]>;
   /** What each node says it holds (its registration: volume uuids as of `time`), for stray devices. */
@@ -138,8 +140,8 @@ function imageOwners(states: States): Map<string, Map<string, RecordState<"volum
   return owners;
 }
 
-/** What an image's owner metadata says, as a finding shows it. */
-const ownerView = (o: Partial<ImageOwner> | undefined): { owner?: ImageOwnerView } =>
+/** What an image's owner metadata says, as a finding (and audit.images) shows it. */
+export const ownerView = (o: Partial<ImageOwner> | undefined): { owner?: ImageOwnerView } =>
   o
     ? {
         owner: {
@@ -147,18 +149,37 @@ const ownerView = (o: Partial<ImageOwner> | undefined): { owner?: ImageOwnerView
           ...(o.uuid ? { uuid: o.uuid } : {}),
           ...(o.name ? { name: o.name } : {}),
           ...(o.clusterID ? { cluster: o.clusterID } : {}),
+          ...(o.log ? { log: o.log } : {}),
         },
       }
     : {};
 
+/** What makes an image of a pool this cluster's to judge (foreignWhy). */
+export interface Ours {
+  /** The pool's every image made by this driver carries its owner (RBD). */
+  marksOwners: boolean;
+  clusterID?: string;
+  /** The identity of the log the pool is bound to (pools that write it on their images). */
+  log?: string;
+}
+
+/** Ours for one pool of `o`. */
+const oursIn = (o: Pick<Observed, "marksOwners" | "clusterID" | "logs">, pool: string): Ours => ({
+  marksOwners: o.marksOwners?.has(pool) ?? false,
+  ...(o.clusterID ? { clusterID: o.clusterID } : {}),
+  ...(o.logs?.get(pool) ? { log: o.logs.get(pool) } : {}),
+});
+
 /**
  * Why an image no record owns is not this cluster's to judge, or undefined: on a pool whose images
- * carry their owner, one without (made by someone else: never touched) or another cluster's.
+ * carry their owner, one without (made by someone else: never touched), another cluster's, or one
+ * made under another event log (the pool's log lost and rebound, another stack's log).
  */
-export function foreignWhy(owner: Partial<ImageOwner> | undefined, marksOwners: boolean, clusterID: string | undefined): string | undefined {
-  if (!marksOwners) return undefined;
+export function foreignWhy(owner: Partial<ImageOwner> | undefined, ours: Ours): string | undefined {
+  if (!ours.marksOwners) return undefined;
   if (!owner) return "it carries no owner metadata of this driver";
-  if (owner.clusterID && clusterID && owner.clusterID !== clusterID) return `its metadata names cluster ${JSON.stringify(owner.clusterID)}`;
+  if (owner.clusterID && ours.clusterID && owner.clusterID !== ours.clusterID) return `its metadata names cluster ${JSON.stringify(owner.clusterID)}`;
+  if (owner.log && ours.log && owner.log !== ours.log) return `its metadata names event log ${JSON.stringify(owner.log)}, not this pool's`;
   return undefined;
 }
 
@@ -169,7 +190,7 @@ function leftoverFindings(o: Observed): { left: Finding[]; foreign: Finding[] } 
   for (const [pool, entries] of o.leftovers ?? []) {
     for (const l of entries) {
       const head = { pool, imageName: l.name, imageId: l.id, sizeBytes: l.sizeBytes };
-      const why = foreignWhy(l.owner, o.marksOwners?.has(pool) ?? false, o.clusterID);
+      const why = foreignWhy(l.owner, oursIn(o, pool));
       if (l.kind === "trash") {
         // Marked by a journal when it deleted the image (another cluster's purges its own); one clones still read from waits for them;
         // one in quarantine (gc's removal on a file pool) until its retention ends.
@@ -201,7 +222,7 @@ export function inspect(o: Observed): Finding[] {
     for (const img of images) {
       if (mine.has(img.name)) continue;
       const head = { pool, imageName: img.name, imageId: img.id, sizeBytes: img.sizeBytes };
-      const why = foreignWhy(img.owner, o.marksOwners?.has(pool) ?? false, o.clusterID);
+      const why = foreignWhy(img.owner, oursIn(o, pool));
       if (why) foreignImages.push({ type: "foreignImage", ...head, reason: why });
       else leaked.push({ type: "leakedImage", ...head, ...ownerView(img.owner) });
     }
@@ -388,15 +409,11 @@ function buildMayRun(states: States, a: { kind: "volume" | "snapshot"; uuid: str
  * Whether a leaked image may still be removed, re-checked under its locks: its aggregate (if the
  * image is named after one) must not live, and so holds no claims; and the image must still be there.
  */
-export function mayRemoveImage(
-  owner: Aggregate | undefined,
-  image: ImageInfo | undefined,
-  foreign: { marksOwners: boolean; clusterID: string } = { marksOwners: false, clusterID: "" },
-): string | undefined {
+export function mayRemoveImage(owner: Aggregate | undefined, image: ImageInfo | undefined, foreign: Ours = { marksOwners: false }): string | undefined {
   if (!image) return "the image is gone";
   if (owner && owner.kind !== "name" && owner.record) return `${owner.kind} ${owner.uuid} owns it now`;
   if (owner && owner.kind !== "name") return `the log names ${owner.kind} ${owner.uuid}`;
-  const why = foreignWhy(image.owner, foreign.marksOwners, foreign.clusterID);
+  const why = foreignWhy(image.owner, foreign);
   return why && `not this cluster's: ${why}`;
 }
 
@@ -432,7 +449,8 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
         return { reply: { ...action, outcome: "skipped", reason: "kept: a node reported a device of it" } };
       const image = v.image(ref);
       if (image === undefined) return { stat: [ref] };
-      const foreign = { marksOwners: ctx.pools.get(action.pool)?.marksOwners ?? false, clusterID: ctx.cluster.clusterID };
+      const pool = ctx.pools.get(action.pool);
+      const foreign: Ours = { marksOwners: pool?.marksOwners ?? false, clusterID: ctx.cluster.clusterID, ...(pool?.boundLog ? { log: pool.boundLog } : {}) };
       const refused = mayRemoveImage(owner ? v.state(owner) : undefined, image ?? undefined, foreign);
       if (refused || !image) return { reply: { ...action, outcome: "skipped", reason: refused } };
       const reason = "in the pool without a reservation (audit.gc)";

@@ -127,6 +127,8 @@ export interface PoolInfo {
   publishContext(imageName: string): Record<string, string>;
   /** Its images carry their owner (RBD): one without is not ours (gc leaves it). */
   readonly marksOwners?: boolean;
+  /** The log the pool is bound to, where its images carry it (RBD): one of another log is not ours. */
+  readonly boundLog?: string;
 }
 
 export interface Ctx {

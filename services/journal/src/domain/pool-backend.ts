@@ -50,6 +50,8 @@ export interface ImageOwner {
   /** The CSI request name (absent for a member of a group snapshot that has none). */
   name?: string;
   clusterID: string;
+  /** The identity of the event log whose journal made it (the pool's binding: RBD writes it on every image). */
+  log?: string;
 }
 
 export interface PoolCapacity {
@@ -98,6 +100,8 @@ export interface PoolBackend {
   capacity(): Promise<PoolCapacity>;
   /** True where every image this driver makes carries its owner (RBD): an image without one is not ours, and verify/gc leave it alone. */
   readonly marksOwners?: boolean;
+  /** The identity of the log the pool is bound to, once bound (pools that write it on every image: RBD). */
+  readonly boundLog?: string;
   /** Trash entries this driver made and temporaries of interrupted builds (pools that have them). */
   leftovers?(): Promise<Leftover[]>;
   /** Remove one leftover: a trash entry only if marked ours and nothing needs it (false: kept), a temporary by its name. */
@@ -108,7 +112,7 @@ export interface PoolBackend {
    */
   publishContext(name: string): Record<string, string>;
   /**
-   * Bind the pool to its log (pools that keep a binding: the file pool), at a journal's start:
+   * Bind the pool to its log (the file pool in a file, an RBD pool in its pool metadata), at a journal's start:
    * resolves with when it was bound to this log, or refuses (FailedPrecondition, naming both) a
    * pool bound to another log, another pool or cluster on the same place, or a pool that holds
    * images and no binding while the log is empty (docs/operations.md, "A pool knows its log").

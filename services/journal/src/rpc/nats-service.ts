@@ -46,6 +46,7 @@ type Handler = (req: never) => Promise<unknown>;
 function handlersOf(j: Journal): Record<JournalCommand, Handler> {
   return {
     "volume.create": (r) => j.createVolume(r),
+    "volume.adopt": (r) => j.adoptVolume(r),
     "volume.delete": (r) => j.deleteVolume(r),
     "volume.expand": (r) => j.expandVolume(r),
     "volume.modify": (r) => j.modifyVolume(r),
@@ -65,6 +66,7 @@ function handlersOf(j: Journal): Record<JournalCommand, Handler> {
     "audit.replay": (r) => j.audit.replay(r),
     "audit.verify": (r) => j.audit.verify(r),
     "audit.gc": (r) => j.audit.gc(r),
+    "audit.images": (r) => j.audit.images(r),
     "audit.rebuild": (r) => j.audit.rebuild(r),
     "audit.purge": (r) => j.audit.purge(r),
   };

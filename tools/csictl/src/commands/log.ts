@@ -151,6 +151,8 @@ export interface RestoreOptions {
   keyFile?: string;
   insecureNoMac?: boolean;
   replicas?: string;
+  /** `log restore`: act (without it, a dry run: commands/restore-plan.ts). */
+  apply?: boolean;
 }
 
 /** `log import` (into an empty or absent log) and `log restore` (`replace`: whatever the log holds is replaced). */
@@ -162,12 +164,15 @@ async function restoreLog(s: Session, file: string, o: RestoreOptions, replace: 
     await access(file, constants.R_OK).catch((err: NodeJS.ErrnoException) => {
       throw usageError(`cannot read ${file}: ${err.code ?? err.message}`);
     });
+  const label = file === STDIO ? "stdin" : file;
+  const input = file === STDIO ? process.stdin : file;
+  if (replace && !o.apply)
+    return backupRefusal(label, (await import("./restore-plan.js")).restorePlan(s, input, label, { key, insecureNoMac: !!o.insecureNoMac }));
   const nc = await s.nats({ kind: "journal", cluster });
   const progress = phasedProgress(s, `${replace ? "restore" : "import"} ${cluster}`);
   const started = performance.now();
-  const label = file === STDIO ? "stdin" : file;
   try {
-    const r = await importLog(nc, cluster, file === STDIO ? process.stdin : file, {
+    const r = await importLog(nc, cluster, input, {
       key,
       insecureNoMac: !!o.insecureNoMac,
       ...(replicas ? { replicas } : {}),
@@ -184,13 +189,22 @@ async function restoreLog(s: Session, file: string, o: RestoreOptions, replace: 
       ["NEXT", "start the cluster's journals: they rebuild the projection from the restored log; then csictl verify"],
     ]);
   } catch (err) {
-    if (err instanceof BackupError)
-      throw err.usage ? usageError(`${label}: ${err.message}`) : new CliError(EXIT.failed, `${label}: ${err.message}; nothing was written`);
-    throw err;
+    throw backupError(label, err);
   } finally {
     progress.stop();
   }
 }
+
+/** A backup refused: a usage error (the wrong key, --insecure-no-mac missing) or a failure; nothing was written either way. */
+function backupError(label: string, err: unknown): unknown {
+  if (!(err instanceof BackupError)) return err;
+  return err.usage ? usageError(`${label}: ${err.message}`) : new CliError(EXIT.failed, `${label}: ${err.message}; nothing was written`);
+}
+
+const backupRefusal = (label: string, p: Promise<void>) =>
+  p.catch((err: unknown) => {
+    throw backupError(label, err);
+  });
 
 export const logImport = (s: Session, file: string, o: RestoreOptions) => restoreLog(s, file, o, false);
 export const logRestore = (s: Session, file: string, o: RestoreOptions) => restoreLog(s, file, o, true);
@@ -212,8 +226,8 @@ function sequences(texts: string[]): number[] {
  * finds (in rounds of MAX_PURGE_RECORDS while applying). Exit 1 when a sequence asked for was
  * skipped (not a foreign record, or not there).
  */
-export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: boolean; requestId?: string }): Promise<ExitCode> {
-  const asked = sequences(o.seq); // a usage error before anything is sent
+export async function logPurgeForeign(s: Session, o: { seq?: string[]; apply?: boolean; requestId?: string }): Promise<ExitCode> {
+  const asked = sequences(o.seq ?? []); // a usage error before anything is sent
   const cluster = s.cluster().clusterID;
   const journal = await s.journal();
   const requestId = o.requestId ?? `csictl-${randomUUID()}`;
@@ -237,15 +251,15 @@ export async function logPurgeForeign(s: Session, o: { seq: string[]; apply?: bo
     // Given sequences, a dry run, or a round that removed nothing: one round. Else verify again for the rest.
     if (asked.length > 0 || !o.apply || left === 0 || !r.records.some((x) => x.outcome === "done")) break;
   }
-  s.out.result({ cluster, requestId, apply: !!o.apply, records, rebuilt, ...(left > 0 ? { more: left } : {}) }, () => {
-    const done = records.filter((x) => x.outcome === "done").length;
-    const what = o.apply
-      ? `${done} removed${rebuilt ? ", projection rebuilt" : ""}`
-      : `${records.filter((x) => x.outcome === "planned").length} to remove (dry run: nothing touched; --apply to act)`;
-    const more =
-      left > 0 ? `\n${left} more not listed (verify's page is full of other findings, or this was a dry run): run it again, --seq them, or gc first` : "";
-    const summary = `cluster ${cluster}, request ${requestId}: ${what}${more}`;
-    return records.length === 0 ? `${summary}\nno foreign records` : `${table(PURGE_HEAD, records.map(purgeRow))}\n${summary}`;
-  });
+  // The records on stdout (a table that honours --no-headers); what was done, for a person, on stderr.
+  s.out.result({ cluster, requestId, apply: !!o.apply, records, rebuilt, ...(left > 0 ? { more: left } : {}) }, (h) =>
+    records.length === 0 ? "" : table(PURGE_HEAD, records.map(purgeRow), h),
+  );
+  const done = records.filter((x) => x.outcome === "done").length;
+  const what = o.apply
+    ? `${done} removed${rebuilt ? ", projection rebuilt" : ""}`
+    : `${records.filter((x) => x.outcome === "planned").length} to remove (dry run: nothing touched; --apply to act)`;
+  s.out.note(`cluster ${cluster}, request ${requestId}: ${what}${records.length === 0 ? "; no foreign records" : ""}`);
+  if (left > 0) s.out.note(`${left} more not listed (verify's page is full of other findings, or this was a dry run): run it again, --seq them, or gc first`);
   return asked.length > 0 && records.some((x) => x.outcome === "skipped") ? EXIT.failed : EXIT.ok;
 }

@@ -223,6 +223,18 @@ def op_trash_remove(io, a):
         return {"purged": False}
 
 
+def op_pool_meta_get(io, a):
+    try:
+        return rbd.RBD().pool_metadata_get(io, a["key"])
+    except (KeyError, rbd.ObjectNotFound):
+        return None
+
+
+def op_pool_meta_set(io, a):
+    rbd.RBD().pool_metadata_set(io, a["key"], a["value"])
+    return None
+
+
 def op_df(io, a):
     r, out, err = state["cluster"].mon_command(json.dumps({"prefix": "df", "format": "json"}), b"")
     if r != 0:
