@@ -13,7 +13,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DriverError, grpcCodeOf, nodeWorkSubjects } from "@csi/contracts";
-import { NodeService, NodeState, Reporter, runWork, StateFile, type Work } from "@csi/node-agent/testing";
+import { claimChecker, NodeService, NodeState, Reporter, runWork, StateFile, type Work } from "@csi/node-agent/testing";
 import { createLogger, loadClusters } from "@csi/runtime";
 
 type PathWork = Exclude<Work, { op: "limits" }>;
@@ -225,7 +225,7 @@ describe("Node calls are checked in the spec's order", { skip }, () => {
     const wrong: string[] = [];
     try {
       for (const [what, w, want] of cases) {
-        const got = await runWork(svc, w, { nodeId, subject: nodeWorkSubjects.forNode(nodeId) }).then(
+        const got = await runWork(svc, w, { nodeId, subject: nodeWorkSubjects.forNode(nodeId), claimed: claimChecker(s.nc, nodeId) }).then(
           () => OK,
           (err: unknown) => (err instanceof DriverError ? grpcCodeOf(err.code) : -1),
         );

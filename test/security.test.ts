@@ -312,6 +312,18 @@ describe("locked down: one NATS user per role, the journal's Redis ACL", () => {
       await subscriptionRefused(nc, `${inboxPrefix(controllerRole)}.>`);
     });
 
+    test("a claim check goes to the journal as n1 itself only: n1's own is answered across the accounts, asking as n2 is refused", async () => {
+      const cap = { accessType: "block" as const, accessMode: "SINGLE_NODE_WRITER" as const };
+      const v = await admin.call(CLUSTER, "volume.create", { requestId: "sec-claim", name: "pvc-sec-claim", sizeBytes: MiB, capabilities: [cap] });
+      const ask = async (nodeId: string) => (await nc.request(subjects.claims(CLUSTER, nodeId), JSON.stringify({ uuid: v.uuid }), { timeout: 5000 })).json();
+      assert.deepEqual(await ask(N1), { claimed: false }, "no claim yet");
+      await admin.call(CLUSTER, "volume.publish", { requestId: "sec-claim-p", uuid: v.uuid, nodeId: N1, capability: cap, readOnly: false });
+      assert.deepEqual(await ask(N1), { claimed: true, accessMode: "SINGLE_NODE_WRITER", readOnly: false });
+      const theirs = subjects.claims(CLUSTER, N2);
+      await assert.rejects(ask(N2), isViolation("publish", theirs));
+      await subscriptionRefused(nc, subjects.claimsWildcard(CLUSTER));
+    });
+
     test("a report of n2 sent on n1's own subject is dropped by the journal", async () => {
       const js = jetstream(nc);
       // A volume n1 has business with (its claim): the journal records only such reports.

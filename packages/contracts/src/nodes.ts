@@ -95,6 +95,19 @@ export const NodeLimitsWork = z.object({
 });
 export type NodeLimitsWork = z.input<typeof NodeLimitsWork>;
 
+/**
+ * A node-agent's question to a cluster's journal before it runs work that uses a volume (stage,
+ * publish, limits): does this node hold a claim on it? The node is the one the subject names
+ * (`subjects.claims`): a node's account can ask only as itself.
+ */
+export const ClaimCheck = z.object({ uuid: Uuid });
+export const ClaimAnswer = z.union([
+  z.object({ claimed: z.literal(true), accessMode: z.string().max(64), readOnly: z.boolean() }),
+  z.object({ claimed: z.literal(false) }),
+  z.object({ error: z.string().max(1024) }),
+]);
+export type ClaimAnswer = z.infer<typeof ClaimAnswer>;
+
 /** Everything that travels on a node's work queue. */
 export const NodeQueueMessage = z.discriminatedUnion("op", [NodeWork, NodeLimitsWork]);
 

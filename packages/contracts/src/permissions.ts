@@ -194,6 +194,8 @@ export function natsAccountSpecs(clusters: readonly string[], nodeIds: readonly 
       imports: [
         { from: FLEET_ACCOUNT, subject: nodeSubjects.registration(nodeId) },
         ...clusters.map((c) => ({ from: FLEET_ACCOUNT, subject: `csi.${clusterToken(c)}.report.${t}.>` })),
+        // Its own claim checks only (the journal answers for the node its subject names).
+        ...clusters.map((c) => ({ from: natsAccount({ kind: "journal", cluster: c }), subject: subjects.claims(c, nodeId) })),
         ...registryReads(),
         ...pulls(w.stream, w.consumer),
       ],
@@ -282,6 +284,7 @@ export function natsPermissions(role: NatsRole, clusters: readonly string[]): Na
           allow: [
             inbox,
             subjects.commandWildcard(c),
+            subjects.claimsWildcard(c),
             ...["PING", "INFO", "STATS"].flatMap((v) => [
               `$SRV.${v}`,
               `$SRV.${v}.${subjects.journalServiceName(c)}.>`,

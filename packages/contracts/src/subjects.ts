@@ -11,6 +11,8 @@
  *   csi.<cluster>.evt.dev.<uuid>                     device-state reports of a volume (appended by the journal)
  *   csi.<cluster>.evt.pool.<pool>                    a pool's own events (gc of images no reservation owns)
  *   csi.<cluster>.restore.<evt subject after "csi.<cluster>.">   a log restore's staging stream (the same records, staged)
+ *   csi.<cluster>.claims.<node>                      a node-agent asks the journal whether it holds a claim on a volume
+ *                                                    (request/reply; <node> = nameToken(nodeId): a node asks as itself only)
  *   csi.<cluster>.report.<node>.<uuid>               device-state reports as node-agents send them (durable queue);
  *                                                    <node> = nameToken(nodeId), so NATS permissions can let a
  *                                                    node-agent publish its own node's reports only (permissions.ts)
@@ -81,6 +83,9 @@ export const subjects = {
    */
   restoreStreamName: (cluster: string) => `CSI_RESTORE_${clusterToken(cluster)}`,
   restoreWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.restore.>`,
+  /** A node's claim checks (its agent asks before it runs work): the node's token is the subject's last. */
+  claims: (cluster: string, nodeId: string) => `csi.${clusterToken(cluster)}.claims.${nameToken(nodeId)}`,
+  claimsWildcard: (cluster: string) => `csi.${clusterToken(cluster)}.claims.*`,
   journalQueue: (cluster: string) => `journal-${clusterToken(cluster)}`,
   journalServiceName: (cluster: string) => `csi-journal-${clusterToken(cluster)}`,
 };

@@ -24,6 +24,7 @@ import {
 } from "@csi/runtime";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { claimChecker } from "./adapters/claims.js";
 import { stallOnceBefore } from "./adapters/exec.js";
 import { readMappingFacts } from "./adapters/rbd-mapping.js";
 import { startHeartbeat } from "./adapters/registration.js";
@@ -69,13 +70,14 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const heartbeat = register(nc, fleet, cfg, topology, log, () => svc.volumes().map((v) => holdingKey(v.clusterID, v.uuid)));
   await heartbeat.beat();
 
+  const claimed = claimChecker(nc, cfg.nodeId);
   // Made by the node itself where it may, else by a journal once it sees the registration above, or
   // by `csictl fleet init` in the account layout (docs/security.md).
   const work = await consumeQueue(
     nc,
     nodeQueues.work(cfg.nodeId),
     NodeQueueMessage,
-    (w: Work, from) => runWork(svc, w, { nodeId: cfg.nodeId, subject: from.subject }),
+    (w: Work, from) => runWork(svc, w, { nodeId: cfg.nodeId, subject: from.subject, claimed }),
     log,
     {
       what: "node work",

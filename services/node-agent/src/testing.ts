@@ -5,6 +5,7 @@
  * inside the node-agent, only this list changes.
  */
 
+export { claimChecker } from "./adapters/claims.js";
 export { run } from "./adapters/exec.js";
 export { blockDeviceSize, detectFs, growFs, makeFs, stats } from "./adapters/filesystem.js";
 export { attach, detach, findByBackingFile, type LoopDevice, list, refreshSize } from "./adapters/loop.js";

@@ -23,6 +23,8 @@
  * once — while the commands it already took run on, beating, to their replies.
  */
 import {
+  type ClaimAnswer,
+  ClaimCheck,
   DriverError,
   describeZodError,
   grpcCodeOf,
@@ -168,6 +170,12 @@ export async function serveJournal(
       },
     });
   }
+  svc.addEndpoint("claims", {
+    subject: subjects.claimsWildcard(cluster),
+    handler: (err, msg) => {
+      if (!err) void commands.run(() => answerClaim(journal, msg));
+    },
+  });
   return {
     /** The command endpoints are subscribed (readiness: "commands"). */
     get serving() {
@@ -180,6 +188,29 @@ export async function serveJournal(
       await commands.idle();
     },
   };
+}
+
+/** The largest claim check read (a uuid in JSON). */
+const MAX_CLAIM_CHECK_BYTES = 1024;
+
+/**
+ * A node-agent asks whether its node holds a claim on a volume (before it runs work that uses it:
+ * docs/security.md, "Node work"): the node is the one the subject names, which its account alone
+ * may ask on. An unknown volume holds no claim.
+ */
+async function answerClaim(j: Journal, msg: ServiceMsg): Promise<void> {
+  const nodeId = Buffer.from(msg.subject.split(".").at(-1) ?? "", "base64url").toString("utf8");
+  let answer: ClaimAnswer;
+  try {
+    const asked = msg.data.byteLength <= MAX_CLAIM_CHECK_BYTES ? ClaimCheck.safeParse(JSON.parse(Buffer.from(msg.data).toString("utf8"))) : undefined;
+    if (!asked?.success) throw new DriverError("InvalidArgument", "not a claim check");
+    const claim = (await j.getVolume({ uuid: asked.data.uuid })).claims.find((c) => c.nodeId === nodeId);
+    answer = claim ? { claimed: true, accessMode: claim.accessMode, readOnly: claim.readOnly } : { claimed: false };
+  } catch (err) {
+    if (err instanceof DriverError && err.code === "NotFound") answer = { claimed: false };
+    else answer = { error: sanitizeMessage(err instanceof Error ? err.message : String(err), 512) };
+  }
+  msg.respond(JSON.stringify(answer));
 }
 
 interface Answering {

@@ -232,26 +232,51 @@ export function nodeHandlers(svc: NodeService, info: { nodeId: string; maxVolume
 
 export type Work = z.output<typeof NodeQueueMessage>;
 
+/** Who runs node work: this node's id, the subject the work came on, and whether this node holds a claim on a volume (adapters/claims.ts). */
+export interface WorkRunner {
+  nodeId: string;
+  subject: string;
+  claimed: (volumeId: string) => Promise<boolean>;
+}
+
 /**
  * NATS node work: the same checks (by the same table) and the same operations as kubelet's gRPC
- * calls — once it is sure the work is this node's: it came on this node's own subject and names this
- * node. Anything else is refused (FailedPrecondition: the queue drops it, counts it and logs it), never
- * executed (docs/security.md, "Node work").
+ * calls — once it is sure the work is this node's: it came on this node's own subject, names this
+ * node, and (work that uses a volume: stage, publish, limits) the volume's journal says this node
+ * holds a claim on it. Anything else is refused (FailedPrecondition: the queue drops it, counts it
+ * and logs it), never executed (docs/security.md, "Node work"). Letting go (unpublish, unstage)
+ * needs no claim: it is what follows a claim's release.
  */
-export async function runWork(svc: NodeService, w: Work, me: { nodeId: string; subject: string }): Promise<void> {
+export async function runWork(svc: NodeService, w: Work, me: WorkRunner): Promise<void> {
   if (me.subject !== nodeWorkSubjects.forNode(me.nodeId) || w.nodeId !== me.nodeId)
     throw new DriverError(
       "FailedPrecondition",
       `work ${quote(w.id, 64)} is not this node's (for ${quote(w.nodeId, 64)} on ${quote(me.subject, 128)}): refused, not executed`,
     );
+  const claimed = async () => {
+    if (!(await me.claimed(w.volumeId)))
+      throw new DriverError(
+        "FailedPrecondition",
+        `work ${quote(w.id, 64)}: this node holds no claim on volume ${quote(w.volumeId, 128)}: refused, not executed`,
+      );
+  };
   const origin: Origin = { via: "nats", requestId: w.id };
-  if (w.op === "limits") return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, origin });
+  if (w.op === "limits") {
+    await claimed();
+    return svc.limits({ volumeId: w.volumeId, mutableParameters: w.mutableParameters, seq: w.seq, origin });
+  }
   const check = <R extends NodeRpc>(rpc: R) => checkNodeCall(rpc, { ...w }, WORK_FIELDS, svc);
   switch (w.op) {
-    case "stage":
-      return svc.stage({ ...(await check("NodeStageVolume")), origin });
-    case "publish":
-      return svc.publish({ ...(await check("NodePublishVolume")), readOnly: w.readOnly, origin });
+    case "stage": {
+      const checked = await check("NodeStageVolume");
+      await claimed();
+      return svc.stage({ ...checked, origin });
+    }
+    case "publish": {
+      const checked = await check("NodePublishVolume");
+      await claimed();
+      return svc.publish({ ...checked, readOnly: w.readOnly, origin });
+    }
     case "unpublish":
       return svc.unpublish({ ...(await check("NodeUnpublishVolume")), origin });
     case "unstage":
