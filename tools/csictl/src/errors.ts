@@ -55,3 +55,13 @@ export function explain(err: unknown): { exitCode: ExitCode; message: string } {
   const message = err instanceof Error ? err.message : String(err);
   return { exitCode: EXIT.failed, message: `internal error: ${message.split("\n")[0]} (CSICTL_DEBUG=1 shows the stack)` };
 }
+
+/**
+ * Why grpc-js could not reach an endpoint, from an UNAVAILABLE's details; undefined when the
+ * endpoint itself answered UNAVAILABLE (the journal's Redis or log is down: its message may say
+ * "reconnecting", which is no failure to connect to the endpoint). Pure.
+ */
+export function notConnected(details: string): string | undefined {
+  if (!/^No connection established|\b(ENOENT|ECONNREFUSED|EHOSTUNREACH|ENETUNREACH)\b|^Failed to connect/.test(details)) return undefined;
+  return /Last error: (?:Error: )?(.*?)(?:\. Resolution note:.*)?$/s.exec(details)?.[1] ?? details;
+}

@@ -54,14 +54,14 @@ const ACCESS_MODES = [
   "single-node-multi-writer",
 ];
 
-/** A repeatable option's values (undefined until the first one: no `(default: [])` in the help). */
-export /**
+/**
  * `--fs` choices: the contracts' SUPPORTED_FS, written here so that --help need not load the
  * contracts (tools/csictl/src/domain/domain.test.ts holds the two equal).
  */
 export const FILESYSTEMS = ["ext4", "xfs"];
 
-const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
+/** A repeatable option's values (undefined until the first one: no `(default: [])` in the help). */
+export const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 const requestIdOption = () => new Option("--request-id <id>", "request id sent as x-request-id (default: csictl-<uuid>); the events and reports name it");
 

@@ -28,7 +28,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { natsAccessFrom, redisAccessFrom } from "./domain/auth-files.js";
 import { outputFormat } from "./domain/format.js";
-import { unreachable, usageError } from "./errors.js";
+import { notConnected, unreachable, usageError } from "./errors.js";
 import { type Printer, printer } from "./output.js";
 import { closingWhatFails } from "./own-sockets.js";
 import { readStackFile, stackFilePath } from "./stack-file.js";
@@ -205,10 +205,8 @@ export class Session {
             return await Promise.race([(f as (...a: unknown[]) => Promise<unknown>)(...args), late]);
           } catch (err) {
             const e = err as { code?: number; details?: string };
-            if (e.code === 14 && /No connection established|connect|ENOENT|ECONNREFUSED/i.test(e.details ?? "")) {
-              const reason = /Last error: (?:Error: )?(.*?)(?:\. Resolution note:.*)?$/s.exec(e.details ?? "")?.[1] ?? e.details;
-              throw unreachable(`cannot reach the CSI endpoint ${endpoint}: ${reason}`, err);
-            }
+            const reason = e.code === 14 ? notConnected(e.details ?? "") : undefined;
+            if (reason !== undefined) throw unreachable(`cannot reach the CSI endpoint ${endpoint}: ${reason}`, err);
             throw err;
           } finally {
             clearTimeout(timer);

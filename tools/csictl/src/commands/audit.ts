@@ -3,11 +3,11 @@
  * audit.gc (docs/journal.md, "Audit"), for one cluster (--cluster, or the one a CSI id names).
  */
 import { randomUUID } from "node:crypto";
-import type { ReplayEntry } from "@csi/contracts";
+import { DriverError, type ReplayEntry } from "@csi/contracts";
 import { FINDING_HEAD, findingRow, formatDuration, GC_HEAD, gcRow, parseDuration, parseLogPoint, REPLAY_HEAD, replayId, replayRow } from "../domain/audit.js";
-import { parseTarget } from "../domain/target.js";
 import { EXIT, type ExitCode, usageError } from "../errors.js";
 import { fields, table } from "../output.js";
+import { resolveVolume } from "../resolve.js";
 import type { Session } from "../session.js";
 
 /** Aggregates per replay page asked of the journal (it cuts pages to its reply budget anyway). */
@@ -24,8 +24,12 @@ function count(text: string | undefined, flag: string): number | undefined {
 
 export async function replay(s: Session, arg: string | undefined, o: { at: string }): Promise<void> {
   const at = parseLogPoint(o.at);
-  const target = arg === undefined ? undefined : parseTarget(arg);
-  if (target?.by === "name") throw usageError(`replay takes a CSI volume or snapshot id or a uuid, not a request name (${JSON.stringify(arg?.slice(0, 40))})`);
+  const target = arg === undefined ? undefined : await resolveVolume(s, arg);
+  if (target?.by === "name")
+    throw new DriverError(
+      "NotFound",
+      `no live volume is named ${JSON.stringify(arg?.slice(0, 40))}: replay takes a CSI volume or snapshot id, a uuid, or a live volume's request name, unique prefix or namespace/pvc (history <name> shows a deleted name's uuids)`,
+    );
   if (target?.by === "id" && s.opts.cluster && s.opts.cluster !== target.clusterID) {
     throw usageError(`the id is of cluster ${target.clusterID}, not ${s.opts.cluster}`);
   }
@@ -42,7 +46,9 @@ export async function replay(s: Session, arg: string | undefined, o: { at: strin
   }
   // The point asked (never the last event's sequence of an aggregate, which may be 0 or earlier): a header, on stderr.
   const point = typeof at === "number" ? `sequence ${at}` : `${at} (up to sequence ${upTo.seq})`;
-  const what = target ? `${target.uuid}${entries.length === 0 ? ": it did not exist yet at that point" : ""}` : `${entries.length} live aggregates`;
+  const what = target
+    ? `${target.uuid}${entries.length === 0 ? ": it did not exist yet at that point" : ""}`
+    : `${entries.length} live aggregate${entries.length === 1 ? "" : "s"}`;
   s.out.note(`cluster ${cluster} at ${point}: ${what}`);
   s.out.result(
     { cluster, at, upTo, items: entries },

@@ -2,7 +2,9 @@
  * `clusters`: per storage cluster, the journal replicas answering (NATS micro-service discovery:
  * one `$SRV.STATS` request collects every replica of every `csi-journal-<cluster>` service),
  * the event log's last sequence and the Redis projection's `applied` watermark (the lag between
- * them). The clusters are those of the clusters file and any other whose journal answers.
+ * them). The clusters are those of the clusters file and any other whose journal answers. A
+ * cluster no journal answers for is a row with 0 replicas and a note; exit 1 if one is not served,
+ * 3 if none of them is (no journal runs: as any command that asks one).
  */
 import { subjects } from "@csi/contracts";
 import { keysFor, RedisStore } from "@csi/journal/operator";
@@ -38,12 +40,11 @@ export async function clusters(s: Session): Promise<number> {
   const configured = s.clusters().clusters;
   // One account: one request finds every journal service. Accounts: csictl imports each configured cluster's discovery.
   const asked = s.accounts() ? configured.map((c) => client.stats(subjects.journalServiceName(c.clusterID))) : [client.stats()];
-  for (const answers of await Promise.all(asked))
-    for await (const st of answers) {
-      const cluster = st.metadata?.cluster ?? JOURNAL_SERVICE.exec(st.name)?.[1];
-      if (!cluster || st.name !== subjects.journalServiceName(cluster)) continue;
-      replicas.set(cluster, [...(replicas.get(cluster) ?? []), st]);
-    }
+  for (const st of await answering(asked)) {
+    const cluster = st.metadata?.cluster ?? JOURNAL_SERVICE.exec(st.name)?.[1];
+    if (!cluster || st.name !== subjects.journalServiceName(cluster)) continue;
+    replicas.set(cluster, [...(replicas.get(cluster) ?? []), st]);
+  }
   const chosen = s.opts.cluster ? [s.cluster().clusterID] : [...new Set([...configured.map((c) => c.clusterID), ...replicas.keys()])].sort();
   const rows = await Promise.all(
     chosen.map(async (id) => {
@@ -71,5 +72,22 @@ export async function clusters(s: Session): Promise<number> {
     (h) => listing(CLUSTER_COLUMNS, rows, h),
     () => rows.map((r) => r.cluster),
   );
+  const unserved = rows.filter((r) => r.replicas === 0).map((r) => r.cluster);
+  if (unserved.length > 0) s.out.note(`no journal of cluster ${unserved.join(", ")} answers: is one running?`);
+  // Not one journal answers: unreachable, as every command that asks a journal then is (3); some not served: a finding (1).
+  if (rows.length > 0 && unserved.length === rows.length) return EXIT.unreachable;
   return rows.every((r) => r.ok) ? EXIT.ok : EXIT.failed;
+}
+
+/** Every replica's answer to the discovery requests; none at all (NATS: "no responders") is an empty list, not an error. */
+async function answering(asked: Promise<AsyncIterable<ServiceStats>>[]): Promise<ServiceStats[]> {
+  const all: ServiceStats[] = [];
+  for (const answers of await Promise.all(asked)) {
+    try {
+      for await (const st of answers) all.push(st);
+    } catch (err) {
+      if ((err as Error).name !== "NoResponders") throw err;
+    }
+  }
+  return all;
 }

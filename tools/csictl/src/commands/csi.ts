@@ -13,6 +13,7 @@ import { formatBytes, parseSize } from "../domain/sizes.js";
 import { csiIdOf } from "../domain/target.js";
 import { usageError } from "../errors.js";
 import { type Column, fields, listing } from "../output.js";
+import { volumeIdNamed } from "../resolve.js";
 import type { Session } from "../session.js";
 
 const csiMode = (mode: string) => mode.toUpperCase().replaceAll("-", "_") as AccessMode;
@@ -110,6 +111,9 @@ export interface CreateVolumeOptions {
 /** The CreateVolumeRequest of `name` with the command's options (checked: a usage error before anything is sent). */
 export function createVolumeRequest(s: Session, name: string, o: CreateVolumeOptions) {
   if (o.block && o.fs) throw usageError("--block and --fs exclude each other (a block volume has no filesystem)");
+  const size = parseSize(o.size);
+  const limit = o.limit ? parseSize(o.limit) : 0;
+  if (limit > 0 && limit < size) throw usageError(`--limit ${o.limit} is below --size ${o.size}: no capacity fits both`);
   if (o.fromSnapshot && o.fromVolume) throw usageError("--from-snapshot and --from-volume exclude each other");
   const parameters = parseParams(o.param);
   if (s.opts.cluster) parameters.clusterID = s.opts.cluster;
@@ -122,7 +126,7 @@ export function createVolumeRequest(s: Session, name: string, o: CreateVolumeOpt
       : undefined;
   return {
     name,
-    capacity_range: { required_bytes: String(parseSize(o.size)), limit_bytes: o.limit ? String(parseSize(o.limit)) : "0" },
+    capacity_range: { required_bytes: String(size), limit_bytes: String(limit) },
     volume_capabilities: [capability],
     parameters,
     ...(source ? { volume_content_source: source } : {}),
@@ -142,9 +146,23 @@ export async function volumeCreate(s: Session, name: string, o: CreateVolumeOpti
   );
 }
 
-export async function volumeGet(s: Session, id: string): Promise<void> {
+/**
+ * The CSI id of the volume `text` names (resolve.ts: the id, its request name, uuid or a unique
+ * prefix, its PVC), checked against --cluster; NotFound (exit 1) when it names no volume.
+ */
+async function volumeIdOf(s: Session, text: string): Promise<string> {
+  const id = await volumeIdNamed(s, text);
+  if (id === undefined) throw new DriverError("NotFound", `no volume is named ${JSON.stringify(text.slice(0, 128))} (${NAMED_BY})`);
   s.inCluster(id);
-  const res = await s.csi("Controller").ControllerGetVolume({ volume_id: csiIdOf(id) });
+  return id;
+}
+
+/** What a volume argument may be. */
+const NAMED_BY = "a volume id, or a live volume's request name, uuid, unique prefix of either, or namespace/pvc";
+
+export async function volumeGet(s: Session, text: string): Promise<void> {
+  const id = await volumeIdOf(s, text);
+  const res = await s.csi("Controller").ControllerGetVolume({ volume_id: id });
   answered(res.volume, "volume");
   const entry = asJson<VolumeEntry>("ControllerGetVolume", res);
   const nodes = entry.status?.publishedNodeIds ?? [];
@@ -223,14 +241,17 @@ export async function volumeList(s: Session, o: { maxEntries?: string; startingT
   moreHint(s, nextToken);
 }
 
-export async function volumeExpand(s: Session, id: string, o: { size: string; requestId?: string }): Promise<void> {
-  s.inCluster(id);
-  const request = { volume_id: csiIdOf(id), capacity_range: { required_bytes: String(parseSize(o.size)) } };
+export async function volumeExpand(s: Session, text: string, o: { size: string; requestId?: string }): Promise<void> {
+  const size = parseSize(o.size);
+  const id = await volumeIdOf(s, text);
+  const request = { volume_id: id, capacity_range: { required_bytes: String(size) } };
   const { requestId, md } = withRequestId(o.requestId);
   const res = asJson<{ capacityBytes: string; nodeExpansionRequired: boolean }>(
     "ControllerExpandVolume",
     await s.csi("Controller").ControllerExpandVolume(request, md),
   );
+  if (BigInt(res.capacityBytes) > BigInt(size))
+    s.out.note(`${id} is ${formatBytes(res.capacityBytes)} already, more than the ${formatBytes(size)} asked: a volume never shrinks, nothing changed`);
   s.out.result(
     { requestId, volumeId: id, ...res },
     () =>
@@ -272,13 +293,13 @@ type Controller = CsiClient<"Controller">;
 const DELETES = {
   volume: {
     key: "volumeId",
-    idOf: (id: string) => csiIdOf(id),
+    idOf: (s: Session, text: string) => volumeIdNamed(s, text),
     get: (c: Controller, volume_id: string) => c.ControllerGetVolume({ volume_id }),
     del: (c: Controller, volume_id: string, md: grpc.Metadata) => c.DeleteVolume({ volume_id }, md),
   },
   snapshot: {
     key: "snapshotId",
-    idOf: (id: string) => csiIdOf(id, "snapshot id"),
+    idOf: async (_s: Session, text: string) => csiIdOf(text, "snapshot id"),
     get: (c: Controller, snapshot_id: string) => c.GetSnapshot({ snapshot_id }),
     del: (c: Controller, snapshot_id: string, md: grpc.Metadata) => c.DeleteSnapshot({ snapshot_id }, md),
   },
@@ -287,10 +308,10 @@ const DELETES = {
 /** Delete what is there; what is not is NotFound (exit 1), or nothing at all with --ignore-not-found. */
 async function deleteKnown(s: Session, what: keyof typeof DELETES, id: string, o: DeleteOptions): Promise<void> {
   const kind = DELETES[what];
-  s.inCluster(id);
-  const csiId = kind.idOf(id);
+  const csiId = await kind.idOf(s, id);
+  if (csiId !== undefined) s.inCluster(csiId);
   const c = s.csi("Controller");
-  if (!(await exists(() => kind.get(c, csiId)))) {
+  if (csiId === undefined || !(await exists(() => kind.get(c, csiId)))) {
     if (!o.ignoreNotFound) throw new DriverError("NotFound", `${what} ${id} not found (--ignore-not-found to accept that)`);
     s.out.result(
       { [kind.key]: id, deleted: false, notFound: true },
@@ -303,19 +324,21 @@ async function deleteKnown(s: Session, what: keyof typeof DELETES, id: string, o
   const { requestId, md } = withRequestId(o.requestId);
   await kind.del(c, csiId, md);
   s.out.result(
-    { [kind.key]: id, deleted: true, requestId },
-    () => `deleted ${what} ${id} (request ${requestId})`,
-    () => [id],
+    { [kind.key]: csiId, deleted: true, requestId },
+    () => `deleted ${what} ${csiId} (request ${requestId})`,
+    () => [csiId],
   );
 }
 
 export const volumeDelete = (s: Session, id: string, o: DeleteOptions) => deleteKnown(s, "volume", id, o);
 
+const yesNo = (b: boolean) => (b ? "yes" : "no");
+
 const SNAPSHOT_COLUMNS: Column<SnapshotEntry>[] = [
   { head: "SNAPSHOT ID", cell: (e) => e.snapshot.snapshotId },
   { head: "SOURCE VOLUME", cell: (e) => e.snapshot.sourceVolumeId },
   { head: "SIZE", cell: (e) => formatBytes(e.snapshot.sizeBytes) },
-  { head: "READY", cell: (e) => (e.snapshot.readyToUse ? "yes" : "no") },
+  { head: "READY", cell: (e) => yesNo(e.snapshot.readyToUse) },
   { head: "CREATED", cell: (e) => e.snapshot.creationTime },
   { head: "GROUP", cell: (e) => e.snapshot.groupSnapshotId, wide: true },
 ];
@@ -334,7 +357,7 @@ export async function snapshotCreate(s: Session, name: string, o: { source: stri
         ["ID", snapshot.snapshotId],
         ["SOURCE", snapshot.sourceVolumeId],
         ["SIZE", formatBytes(snapshot.sizeBytes)],
-        ["READY", snapshot.readyToUse],
+        ["READY", yesNo(snapshot.readyToUse)],
         ["CREATED", snapshot.creationTime],
         ["REQUEST", requestId],
       ]),

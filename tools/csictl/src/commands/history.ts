@@ -12,8 +12,9 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { stringify as yamlStringify } from "yaml";
 import { parseTarget, type Target } from "../domain/target.js";
 import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
-import { usageError } from "../errors.js";
+import { CliError, usageError } from "../errors.js";
 import { table } from "../output.js";
+import { resolveVolume } from "../resolve.js";
 import type { Session } from "../session.js";
 
 /** Events per history page asked of the journal (it cuts pages to its reply budget anyway). */
@@ -78,10 +79,27 @@ async function find(s: Session, nc: NatsConnection, target: Target): Promise<Fou
   return found;
 }
 
-export async function history(s: Session, arg: string, o: { name?: boolean; follow?: boolean }): Promise<void> {
-  const target = parseTarget(arg, { asName: !!o.name });
-  const nc = await s.nats();
+/**
+ * What `arg` names: an id or uuid as it is; a request name as the log knows it (deleted names
+ * too); else (resolve.ts) the live volume it names by a unique uuid or id prefix or its PVC.
+ */
+async function findNamed(s: Session, nc: NatsConnection, arg: string, asName: boolean): Promise<Found[]> {
+  let target: Target;
+  try {
+    target = parseTarget(arg, { asName });
+  } catch (err) {
+    if (!(err instanceof CliError)) throw err;
+    return find(s, nc, await resolveVolume(s, arg)); // the start of an id, or its error
+  }
   const found = await find(s, nc, target);
+  if (target.by !== "name" || asName || found.some((f) => f.entries.length > 0)) return found;
+  const resolved = await resolveVolume(s, arg);
+  return resolved.by === "id" ? find(s, nc, resolved) : found;
+}
+
+export async function history(s: Session, arg: string, o: { name?: boolean; follow?: boolean }): Promise<void> {
+  const nc = await s.nats();
+  const found = await findNamed(s, nc, arg, !!o.name);
   const entries = found.flatMap((f) => f.entries);
   if (entries.length === 0 && !o.follow) {
     const where = found.length === 1 ? `cluster ${found[0]?.cluster.clusterID}` : "any cluster";

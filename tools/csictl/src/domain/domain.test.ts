@@ -1,12 +1,14 @@
 /** The pure parts of csictl: sizes, what a person names an aggregate by, the timeline, health. */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { composeVolumeId, NodeRegistration } from "@csi/contracts";
-import { CliError, EXIT } from "../errors.js";
+import { composeVolumeId, NodeRegistration, SUPPORTED_FS } from "@csi/contracts";
+import { CliError, EXIT, notConnected } from "../errors.js";
+import { MAX_TIMEOUT_MS, timeoutOption } from "../options.js";
+import { collect, FILESYSTEMS } from "../program.js";
 import { findingRow, formatDuration, gcRow, parseDuration, parseLogPoint, replayRow } from "./audit.js";
 import { ago, clusterHealth, nodeHealth } from "./health.js";
 import { formatBytes, parseSize } from "./sizes.js";
-import { csiIdOf, parseTarget } from "./target.js";
+import { csiIdOf, looksLikePvc, parseTarget, type VolumeCandidate, volumesNamed } from "./target.js";
 import { actorOf, changeOf, type HistoryEntry, mergeHistories, Reorder, timelineRow } from "./timeline.js";
 
 const UUID = "36eaa70e-eb63-11ea-8e79-246e96907f74";
@@ -282,5 +284,68 @@ describe("audit: --at, --older-than, rows", () => {
       gcRow({ type: "collectReservation", pool: "p", imageName: "i", kind: "snapshot", uuid: UUID, outcome: "skipped", reason: "has an image now" }),
       ["collectReservation", "p/i", `snapshot ${UUID}`, "skipped (has an image now)", undefined],
     );
+  });
+});
+
+describe("what a volume argument names (issue 37)", () => {
+  const vol = (uuid: string, name: string, pvc?: string): VolumeCandidate => ({
+    id: composeVolumeId({ clusterID: "local", poolID: 1, uuid }),
+    clusterID: "local",
+    uuid,
+    name,
+    ...(pvc ? { pvc } : {}),
+  });
+  const a = vol("0a1b2c3d-0000-4000-8000-000000000001", "pvc-a", "shop/data-a");
+  const b = vol("0a1b9999-0000-4000-8000-000000000002", "pvc-b");
+  const c = vol("ffff0000-0000-4000-8000-000000000003", "0a1b");
+  const all = [a, b, c];
+  test("the request name first, even when it is also a prefix of other uuids", () => {
+    assert.deepEqual(volumesNamed("pvc-a", all), [a]);
+    assert.deepEqual(volumesNamed("0a1b", all), [c]);
+  });
+  test("the PVC it was made for, where the log recorded one", () => {
+    assert.deepEqual(volumesNamed("shop/data-a", all), [a]);
+    assert.ok(looksLikePvc("shop/data-a"));
+    assert.ok(!looksLikePvc("pvc-a") && !looksLikePvc("a/b/c") && !looksLikePvc("Shop/x"));
+  });
+  test("a unique prefix of the uuid or of the id; several are ambiguous; a too short one names nothing", () => {
+    assert.deepEqual(volumesNamed("0a1b2", all), [a]);
+    assert.deepEqual(volumesNamed("0A1B2C", all), [a], "hex in either case");
+    assert.deepEqual(volumesNamed(a.id.slice(0, 45), all), [a]);
+    assert.deepEqual(volumesNamed("0a1b-", []), []);
+    assert.deepEqual(volumesNamed("ffff", all), [c]);
+    assert.deepEqual(volumesNamed(a.id.slice(0, 30), all), all, "the cluster and pool part alone: every volume");
+    assert.deepEqual(volumesNamed("0a1", all), [], "under MIN_PREFIX");
+    assert.deepEqual(volumesNamed("nothing-like-it", all), []);
+  });
+});
+
+describe("options (issue 37)", () => {
+  test("--timeout: whole milliseconds from 1 to 2^31-1; anything else a usage error", () => {
+    assert.equal(timeoutOption("30000"), 30000);
+    assert.equal(timeoutOption(String(MAX_TIMEOUT_MS)), 2 ** 31 - 1);
+    for (const bad of ["0", "-1", "1.5", "1e12", "2147483648", "soon", "", "0x10"]) {
+      assert.throws(
+        () => timeoutOption(bad),
+        (e: unknown) => e instanceof CliError && e.exitCode === EXIT.usage,
+        bad,
+      );
+    }
+  });
+  test("a repeatable option starts with no values (its help shows no default)", () => {
+    assert.deepEqual(collect("a=1", undefined), ["a=1"]);
+    assert.deepEqual(collect("b=2", ["a=1"]), ["a=1", "b=2"]);
+  });
+  test("--fs offers what the node-agent makes", () => {
+    assert.deepEqual(FILESYSTEMS, [...SUPPORTED_FS]);
+  });
+  test("an endpoint that answered UNAVAILABLE is not one csictl could not reach", () => {
+    assert.equal(notConnected("projection store unavailable: reconnecting"), undefined);
+    assert.equal(notConnected("event log unavailable: connection refused by the journal"), undefined);
+    assert.equal(
+      notConnected("No connection established. Last error: Error: connect ECONNREFUSED /run/c.sock. Resolution note: x"),
+      "connect ECONNREFUSED /run/c.sock",
+    );
+    assert.equal(notConnected("No connection established. Last error: connect ENOENT /x.sock"), "connect ENOENT /x.sock");
   });
 });

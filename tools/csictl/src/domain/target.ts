@@ -33,3 +33,34 @@ export function csiIdOf(text: string, what = "volume id"): string {
     throw usageError(`not a ${what}: ${(err as Error).message.replace(/^malformed volume id: /, "")}`);
   }
 }
+
+/** A live volume as a person may name it. */
+export interface VolumeCandidate {
+  id: string;
+  clusterID: string;
+  uuid: string;
+  /** Its request name. */
+  name: string;
+  /** `namespace/name` of the PVC it was made for, where the log recorded one. */
+  pvc?: string;
+}
+
+/** The shortest uuid or id prefix taken (shorter ones name too many volumes to be meant). */
+export const MIN_PREFIX = 4;
+
+/**
+ * The volumes `text` names, first rule that matches any: its request name; the PVC it was made
+ * for (`namespace/name`); a prefix (MIN_PREFIX characters or more) of its uuid or of its CSI id.
+ * One is the answer, several are ambiguous, none is nothing. Pure.
+ */
+export function volumesNamed(text: string, candidates: readonly VolumeCandidate[]): VolumeCandidate[] {
+  const byName = candidates.filter((c) => c.name === text);
+  if (byName.length > 0) return byName;
+  const byPvc = candidates.filter((c) => c.pvc === text);
+  if (byPvc.length > 0 || text.length < MIN_PREFIX) return byPvc;
+  const lower = text.toLowerCase();
+  return candidates.filter((c) => c.uuid.startsWith(lower) || c.id.toLowerCase().startsWith(lower));
+}
+
+/** Whether `text` has the shape of a PVC's `namespace/name` (worth reading the log for). */
+export const looksLikePvc = (text: string) => /^[a-z0-9]([-a-z0-9]*[a-z0-9])?\/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(text);
