@@ -184,6 +184,11 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     await ceph.rbd(["create", "--size", "4M", `rbd/${bare}`]);
     await ceph.rbd(["create", "--size", "4M", `rbd/${others}`]);
     await ceph.rbd(["image-meta", "set", `rbd/${others}`, `${META_PREFIX}cluster`, "elsewhere"]);
+    // Ours by name and cluster, made under another event log (the pool bound to it before a rebind, another stack's log).
+    const otherLog = `csi-vol-${randomUUID()}`;
+    await ceph.rbd(["create", "--size", "4M", `rbd/${otherLog}`]);
+    const otherOwner = { kind: "volume", uuid: otherLog.slice("csi-vol-".length), cluster: CLUSTER, log: "another-log" };
+    await ceph.rbd(["image-meta", "set", `rbd/${otherLog}`, OWNER_KEY, JSON.stringify(otherOwner)]);
     // A temporary of a build that never finished (its owner ended long ago: none here), made by us.
     const tmp = `.tmp-csi-snap-${randomUUID()}-0123456789ab`;
     await ceph.rbd(["create", "--size", "4M", `rbd/${tmp}`]);
@@ -202,12 +207,13 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     const found = JSON.parse(verify.stdout) as { counts: Record<string, number>; findings: Finding[] };
     const rows = found.findings.map((f) => [f.type, "imageName" in f ? f.imageName : ""]);
     assert.deepEqual(
-      rows.filter(([, n]) => [leaked, bare, others, tmp, trashed].includes(String(n))),
+      rows.filter(([, n]) => [leaked, bare, others, otherLog, tmp, trashed].includes(String(n))),
       [
         ["leakedImage", leaked],
         ...[
           ["foreignImage", bare],
           ["foreignImage", others],
+          ["foreignImage", otherLog],
         ].sort((a, b) => (String(a[1]) < String(b[1]) ? -1 : 1)),
         ["tempImage", tmp],
         ["trashedImage", trashed],
@@ -220,6 +226,10 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
       "traced back without Redis",
     );
     assert.match(JSON.stringify(found.findings.find((f) => "imageName" in f && f.imageName === others)), /elsewhere/);
+    assert.match(
+      JSON.stringify(found.findings.find((f) => "imageName" in f && f.imageName === otherLog)),
+      /names event log \\"another-log\\", not this pool's/,
+    );
     const human = await csictl("verify", "--older-than", "0");
     assert.match(
       human.stdout,
@@ -229,7 +239,7 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     const gc = await csictl("--json", "gc", "--apply", "--older-than", "0", "--request-id", "gc-rbd");
     assert.equal(gc.code, 0, gc.stderr);
     const actions = (JSON.parse(gc.stdout) as { actions: { type: string; imageName: string; outcome: string }[] }).actions;
-    assert.ok(!actions.some((a) => [bare, others].includes(a.imageName)), "never a foreign image");
+    assert.ok(!actions.some((a) => [bare, others, otherLog].includes(a.imageName)), "never a foreign image");
     // (The first test's source volume may wait in the trash too: its clones are gone, the pool's sweep has not come by yet.)
     assert.deepEqual(
       actions.filter((a) => [leaked, tmp, trashed].includes(a.imageName)).map((a) => [a.type, a.imageName, a.outcome]),
@@ -241,14 +251,14 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
     );
     const left = (await ceph.rbdAsUser(["ls", "rbd"])) as string[];
     assert.deepEqual(
-      [leaked, bare, others, tmp].filter((n) => left.includes(n)),
-      [bare, others],
+      [leaked, bare, others, otherLog, tmp].filter((n) => left.includes(n)),
+      [bare, others, otherLog],
     );
     assert.ok(!(await trash()).includes(trashed), "purged from the trash");
     const after = await csictl("--json", "verify", "--older-than", "0");
     assert.equal(after.code, 0, `foreign images do not fail verify: ${after.stdout}`);
-    assert.equal((JSON.parse(after.stdout) as { counts: { foreignImages?: number } }).counts.foreignImages, 2);
-    for (const n of [bare, others]) await ceph.rbd(["rm", `rbd/${n}`]);
+    assert.equal((JSON.parse(after.stdout) as { counts: { foreignImages?: number } }).counts.foreignImages, 3);
+    for (const n of [bare, others, otherLog]) await ceph.rbd(["rm", `rbd/${n}`]);
   });
 
   for (const point of [
@@ -279,7 +289,7 @@ describe("RBD pool end to end", { skip: noCeph }, () => {
       });
       const [image, ...more] = (await ours()).filter((n) => !before.includes(n));
       assert.ok(image && more.length === 0, "the dead writer made one image, before any event");
-      assert.equal((await meta(image))[`${META_PREFIX}name`], name, "the image names its request");
+      assert.equal((JSON.parse((await meta(image))[OWNER_KEY] ?? "{}") as { name?: string }).name, name, "the image names its request");
       const csictl = csictlOf(() => j, CLUSTER);
       const verify = await csictl("--json", "verify", "--older-than", "0");
       assert.equal(verify.code, point.leaked ? 1 : 0, verify.stderr);
