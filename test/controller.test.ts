@@ -5,6 +5,7 @@
  * routing over clusters, and that secrets never reach the logs.
  */
 import assert from "node:assert/strict";
+import { rename } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type AccessMode, decomposeVolumeId, PLUGIN_NAME_RE } from "@csi/contracts";
@@ -194,6 +195,21 @@ describe("expand, get, validate, capacity", () => {
     assert.match(no.message, /block/);
     assert.equal(await code(ctrl.ValidateVolumeCapabilities({ volume_id: v.volume_id })), 3);
     assert.equal(await code(ctrl.ValidateVolumeCapabilities({ volume_id: "some-vol-id", volume_capabilities: [mountCap()] })), 5);
+
+    // Its image gone from the pool: both ControllerGetVolume and its ListVolumes entry say so (external-health-monitor reads either).
+    const { imagePath } = (await ctrl.ControllerPublishVolume({ volume_id: v.volume_id, node_id: "node-1", volume_capability: mountCap(), readonly: false }))
+      .publish_context;
+    await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1" });
+    assert.ok(imagePath);
+    await rename(imagePath, `${imagePath}.away`);
+    try {
+      const missing = { abnormal: true, message: `image ${v.volume_context.imageName} is missing from pool default` };
+      assert.deepEqual((await ctrl.ControllerGetVolume({ volume_id: v.volume_id })).status?.volume_condition, missing);
+      const listed = (await ctrl.ListVolumes({})).entries.find((e) => e.volume?.volume_id === v.volume_id);
+      assert.deepEqual(listed?.status?.volume_condition, missing);
+    } finally {
+      await rename(`${imagePath}.away`, imagePath);
+    }
   });
 
   test("GetCapacity reports the pool's free space", async () => {
@@ -234,8 +250,7 @@ describe("publish / unpublish with claims", () => {
     const listed = (await ctrl.ListVolumes({})).entries.find((e) => e.volume?.volume_id === v.volume_id);
     assert.deepEqual(listed?.status?.published_node_ids, ["node-1"]);
     // VOLUME_CONDITION is advertised: every ListVolumes entry has a condition (CSI: then it MUST be set).
-    assert.equal(listed?.status?.volume_condition?.abnormal, false);
-    assert.match(listed?.status?.volume_condition?.message ?? "", /^ok: /);
+    assert.deepEqual(listed?.status?.volume_condition, { abnormal: false, message: "image present" });
 
     await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1" });
     await ctrl.ControllerUnpublishVolume({ volume_id: v.volume_id, node_id: "node-1" });

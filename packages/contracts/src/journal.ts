@@ -37,7 +37,7 @@ export const VolumeView = z.object({
   claims: z.array(Claim),
   /** The I/O limits in force (no zeros; empty = none). Replies of older journals lack it. */
   mutableParameters: MutableParameters.default({}),
-  /** Set by volume.get: whether the image is present and sized as recorded. */
+  /** Set by volume.get (the image present and sized as recorded) and volume.list (the image present). */
   condition: z.object({ abnormal: z.boolean(), message: z.string() }).optional(),
 });
 export type VolumeView = z.infer<typeof VolumeView>;

@@ -289,14 +289,19 @@ export class FilePool implements PoolBackend {
     return this.#stat(name, this.imagePath(name));
   }
 
-  async listImages(): Promise<ImageInfo[]> {
+  async imageNames(): Promise<ReadonlySet<string>> {
     await this.init();
     const entries = await readdir(this.root, { withFileTypes: true });
-    const names = entries
-      .filter((e) => e.isFile() && e.name.endsWith(IMG))
-      .map((e) => e.name.slice(0, -IMG.length))
-      .filter(isImageName)
-      .sort();
+    return new Set(
+      entries
+        .filter((e) => e.isFile() && e.name.endsWith(IMG))
+        .map((e) => e.name.slice(0, -IMG.length))
+        .filter(isImageName),
+    );
+  }
+
+  async listImages(): Promise<ImageInfo[]> {
+    const names = [...(await this.imageNames())].sort();
     const infos = await Promise.all(names.map((n) => this.#stat(n, path.join(this.root, n + IMG))));
     return infos.filter((i): i is ImageInfo => i !== undefined);
   }

@@ -293,6 +293,10 @@ export class RbdPool implements PoolBackend {
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
+  async imageNames(): Promise<ReadonlySet<string>> {
+    return new Set((await this.#call<string[]>("names", {}, "list images")).filter(isImageName));
+  }
+
   async capacity(): Promise<PoolCapacity> {
     const df = await this.#call<{ total: number; free: number }>("df", {}, "read the pool's capacity");
     return { totalBytes: df.total, freeBytes: df.free, maxImageBytes: this.maxImageBytes };

@@ -36,6 +36,7 @@ import { createSnapshot, deleteSnapshot } from "../domain/snapshots.js";
 import { createVolume, deleteVolume, expandVolume, madeIn, modifyVolume, poolOf, publishVolume, recordIn, unpublishVolume } from "../domain/volumes.js";
 import type { IndexOf, JournalStore } from "../ports/store.js";
 import { Audit, type HeartbeatReader } from "./audit.js";
+import { withConditions } from "./conditions.js";
 import type { Projector } from "./projector.js";
 import { type RunnerDeps, run } from "./runner.js";
 
@@ -119,7 +120,10 @@ export class Journal {
   async listVolumes(req: ParsedRequest<"volume.list">): Promise<CommandResult<"volume.list">> {
     const { uuids, view, next } = await this.#page({ kind: "volume" }, "volume", req.startingToken, req.maxEntries);
     // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
-    const entries = uuids.flatMap((u) => optionalList(madeIn(view, "volume", u, undefined), volumeView));
+    const entries = await withConditions(
+      uuids.flatMap((u) => optionalList(madeIn(view, "volume", u, undefined), volumeView)),
+      this.d.pools,
+    );
     return this.fitReply(entries, (v) => v.uuid, next);
   }
 

@@ -102,6 +102,8 @@ export interface PoolBackend {
   readonly marksOwners?: boolean;
   /** The identity of the log the pool is bound to, once bound (pools that write it on every image: RBD). */
   readonly boundLog?: string;
+  /** The names of every image, from one listing (cheaper than listImages: nothing stat'ed): ListVolumes' conditions. */
+  imageNames(): Promise<ReadonlySet<string>>;
   /** Trash entries this driver made and temporaries of interrupted builds (pools that have them). */
   leftovers?(): Promise<Leftover[]>;
   /** Remove one leftover: a trash entry only if marked ours and nothing needs it (false: kept), a temporary by its name. */
