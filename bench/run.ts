@@ -36,6 +36,7 @@ import { runInBenchDir } from "./lib/bench-dir.js";
 import { cpuLine, cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { type Floors, measureFloors } from "./lib/primitives.js";
+import { redisCalls } from "./lib/redis-calls.js";
 import { startServices } from "./lib/services.js";
 import { replayScenario } from "./replay.js";
 import { scaleScenario } from "./scale.js";
@@ -85,7 +86,7 @@ type Step = { f: Figures; cpu: Record<string, number> };
  * its group deleted in the last minutes (docs/performance.md, "The file pool's create"). Returns
  * the creates' figures by path and level.
  */
-async function levels(paths: CreatePath[]): Promise<Map<string, Map<number, Step>>> {
+async function levels(paths: CreatePath[], redisTotal: () => Promise<number>): Promise<Map<string, Map<number, Step>>> {
   const out = new Map(paths.map((p) => [p.label, new Map<number, Step>()]));
   // Warm-up, not measured: every path's code compiled and its connections settled before the first level.
   for (const p of paths) {
@@ -104,13 +105,16 @@ async function levels(paths: CreatePath[]): Promise<Map<string, Map<number, Step
       const ids: string[] = [];
       const tag = randomUUID().slice(0, 8);
       const cpu = cpuMeter(p.procs);
+      const r0 = await redisTotal();
       const created = await measure(N, c, async (i) => {
         ids[i] = await p.create(`bench-${tag}-${i}`);
       });
       const perOp = cpu.perOp(N);
+      const redisPerOp = ((await redisTotal()) - r0 - 1) / N;
       out.get(p.label)?.set(c, { f: created, cpu: perOp });
       made.set(p, ids);
       report(`${p.label} create`, created, perOp, c === 1 ? p.floorMs : undefined, cpu.writesPerOp(N));
+      console.log(`  Redis commands per create: ${redisPerOp.toFixed(1)}`);
       if (new Set(ids).size !== N && created.errors === 0) failures.push(`${p.label} c=${c}: ${new Set(ids).size} distinct answers for ${N} creates`);
     }
     for (const [p, ids] of made) {
@@ -240,7 +244,8 @@ async function opsScenarios(dir: string, nats: LocalServer, redis: LocalServer, 
     console.log(
       "paths: journal = its NATS command; CSI = CreateVolume/DeleteVolume through the controller's gRPC socket; bare = the same hops, round trips and file with no application code (bench/lib/bare-chain.ts)",
     );
-    const figures = await levels(paths);
+    const calls = redisCalls(redis.url);
+    const figures = await levels(paths, calls.total).finally(calls.close);
     console.log("");
     if (PATHS.includes("journal")) await storm("journal", journalCreate, procs, svc.countImages);
     if (PATHS.includes("csi")) await storm("CSI", csiCreate, procs, svc.countImages);

@@ -66,6 +66,8 @@ export interface CephCluster {
   readImage(pool: string, image: string, offset: number, length: number, snap?: string): Promise<Buffer>;
   /** The daemons' pids (the bench reads their CPU). */
   pids(): Record<"mon" | "mgr" | "osd", number | undefined>;
+  /** Client operations the OSD has served so far (its admin socket's `perf dump`, `osd.op`): a bench's OSD ops per create. */
+  osdOps(): Promise<number>;
   /** Sends a signal to one daemon (SIGSTOP/SIGCONT: a cluster that stops answering, and back). */
   signal(daemon: "mon" | "mgr" | "osd", sig: NodeJS.Signals): void;
   /** Kill the daemons, remove the directory. Idempotent. */
@@ -409,6 +411,10 @@ export async function startCeph(opts: { pools?: string[]; user?: string; dir?: s
         mgr: daemons.find((d) => d.name === "ceph-mgr")?.child.pid,
         osd: daemons.find((d) => d.name === "ceph-osd")?.child.pid,
       }),
+      osdOps: async () => {
+        const dump = JSON.parse(await cli("ceph", ["--admin-daemon", path.join(dir, "run", "osd.0.asok"), "perf", "dump"])) as { osd?: { op?: number } };
+        return dump.osd?.op ?? 0;
+      },
       signal: (which, sig) => {
         daemons.find((d) => d.name === `ceph-${which}`)?.child.kill(sig);
       },

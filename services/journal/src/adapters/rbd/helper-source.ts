@@ -52,14 +52,16 @@ def ioctx():
         return state["ioctx"]
 
 
-def describe(img, name):
+def describe(img, name, meta=None):
+    # meta: the metadata just written (an image made now holds no other): not read back.
     snaps = [s["name"] for s in img.list_snaps() if s.get("namespace", USER_NS) == USER_NS]
     try:
         p = img.get_parent_image_spec()
         parent = {"pool": p["pool_name"], "image": p["image_name"], "snap": p["snap_name"]}
     except rbd.ImageNotFound:
         parent = None
-    meta = {k: v for k, v in img.metadata_list() if k.startswith(META_PREFIX)}
+    if meta is None:
+        meta = {k: v for k, v in img.metadata_list() if k.startswith(META_PREFIX)}
     return {"name": name, "id": img.id(), "size": img.size(), "snaps": snaps, "parent": parent, "meta": meta,
             "created": calendar.timegm(img.create_timestamp().timetuple())}
 
@@ -78,7 +80,7 @@ def op_create(io, a):
     rbd.RBD().create(io, a["name"], a["size"], old_format=False, features=rbd.RBD().features_from_string(a["features"]))
     with rbd.Image(io, a["name"]) as img:
         set_meta(img, a["meta"])
-        return describe(img, a["name"])
+        return describe(img, a["name"], a["meta"])
 
 
 def op_clone(io, a):
@@ -138,12 +140,11 @@ def op_remove(io, a):
     # User snapshots go first (one with clones moves to the trash namespace: clone v2), then the
     # image to the trash (its name is free at once), marked as ours to purge, then out of the
     # trash unless clones still need it: it stays there until they are gone (op_trash_purge).
-    # An image someone has open (a node mapped it: a watcher) is refused: EBUSY. A read-only
-    # open registers no watch of its own.
-    with rbd.Image(io, a["name"], read_only=True) as ro:
-        if list(ro.watchers_list()):
-            raise rbd.ImageBusy("the image has watchers (mapped or open somewhere)", errno=16)
+    # An image someone else has open (a node mapped it: a watcher) is refused: EBUSY. This
+    # writable open registers one watch of its own: any more is someone else's.
     with rbd.Image(io, a["name"]) as img:
+        if len(list(img.watchers_list())) > 1:
+            raise rbd.ImageBusy("the image has watchers (mapped or open somewhere)", errno=16)
         image_id = img.id()
         for s in list(img.list_snaps()):
             if s.get("namespace", USER_NS) == USER_NS:
