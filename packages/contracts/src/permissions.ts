@@ -24,7 +24,8 @@
  *   FLEET         what crosses between nodes and the control plane: node registrations
  *                 (CSI_NODES), node work (CSI_NODE_WORK) and every cluster's device reports
  *                 (CSI_REPORTS_<c>). Its one user (`fleet`) is the operator's: `csictl fleet init`
- *                 makes the streams and the durable consumers of the declared nodes and clusters.
+ *                 makes the streams and the durable consumers of the declared nodes and clusters,
+ *                 and `csictl node remove` purges a gone node's registration (ADMIN only reads them).
  *                 No running service is a member. Exports: a node's own registration and report
  *                 subjects (JetStream publishes, acknowledged back across), the controller's node
  *                 work subject, reads of the registrations, and each consumer's pull/ack API to the

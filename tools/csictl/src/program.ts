@@ -100,7 +100,7 @@ export function buildProgram(): Command {
       "after",
       "\nExit status: 0 ok, 1 the operation failed or a check found something, 2 usage, 3 a server is unreachable, 141 the reader of the output went away (as by SIGPIPE).\nSee docs/csictl.md.",
     );
-  volumeCommands(program);
+  nodeCommands(program, volumeCommands(program));
   snapshotCommands(program);
   auditCommands(program);
   operatorCommands(program);
@@ -108,7 +108,7 @@ export function buildProgram(): Command {
   return program;
 }
 
-function volumeCommands(program: Command): void {
+function volumeCommands(program: Command): Command {
   const volume = program.command("volume").description("create, inspect, expand and delete volumes through the CSI endpoint");
   volume
     .command("create")
@@ -173,6 +173,28 @@ function volumeCommands(program: Command): void {
     .option("--param <key=value>", "StorageClass parameter (repeatable)", collect)
     .addOption(requestIdOption())
     .action(act(async (s, image, o) => (await import("./commands/adopt.js")).volumeAdopt(s, image, o), { names: true }));
+  return volume;
+}
+
+/** A node's claims and registration: `volume detach` (nomad volume detach), `node remove` (nomad node purge, kubectl delete node). */
+function nodeCommands(program: Command, volume: Command): void {
+  const node = () => import("./commands/node.js");
+  volume
+    .command("detach")
+    .description("release a node's claim on a volume (the journal's ControllerUnpublishVolume for that node), e.g. a stale claim verify reports")
+    .argument("<volume-id>", "a volume id, or a live volume's request name, uuid, unique prefix or namespace/pvc")
+    .argument("<node-id>", "the node whose claim to release")
+    .addOption(requestIdOption())
+    .action(act(async (s, id, nodeId, o) => (await node()).volumeDetach(s, id, nodeId, o)));
+  program
+    .command("node")
+    .description("one node-agent's registration")
+    .command("remove")
+    .description("forget a node: its registration removed, so nodes no longer lists it (refused while it is healthy or holds claims, unless --force)")
+    .argument("<node-id>")
+    .option("--force", "remove it even if it heartbeats or holds claims (the claims stay: volume detach releases them)")
+    .option("--auth-dir <dir>", "in the NATS account layout: an auth init directory whose fleet user removes it (default: the running stack's)")
+    .action(act(async (s, nodeId, o) => (await node()).nodeRemove(s, nodeId, o)));
 }
 
 function snapshotCommands(program: Command): void {

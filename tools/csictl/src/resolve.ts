@@ -7,7 +7,7 @@
  * shape that nothing else matched), a unique prefix of the uuid or id. Several matches are a
  * usage error listing them (exit 2).
  */
-import { composeVolumeId, type ResolvedCluster } from "@csi/contracts";
+import { composeVolumeId, type ResolvedCluster, type VolumeView } from "@csi/contracts";
 import { eventsOf } from "@csi/journal/operator";
 import { looksLikePvc, parseTarget, type Target, type VolumeCandidate, volumesNamed } from "./domain/target.js";
 import { CliError, usageError } from "./errors.js";
@@ -18,23 +18,22 @@ const PAGE = 1000;
 /** Candidates an ambiguity error lists. */
 const LISTED = 10;
 
-/** Every live volume of a cluster, as candidates (without their PVC). */
-async function liveVolumes(s: Session, cluster: ResolvedCluster): Promise<VolumeCandidate[]> {
+/** Every live volume of a cluster as the journal lists them (`volume.list`, all pages), each with its CSI id. */
+export async function clusterVolumes(s: Session, cluster: ResolvedCluster): Promise<(VolumeView & { id: string })[]> {
   const journal = await s.journal();
-  const out: VolumeCandidate[] = [];
+  const out: (VolumeView & { id: string })[] = [];
   let token: string | undefined;
   do {
     const page = await journal.call(cluster.clusterID, "volume.list", { maxEntries: PAGE, ...(token ? { startingToken: token } : {}) });
-    for (const v of page.entries)
-      out.push({
-        id: composeVolumeId({ clusterID: cluster.clusterID, poolID: v.poolId, uuid: v.uuid }),
-        clusterID: cluster.clusterID,
-        uuid: v.uuid,
-        name: v.name,
-      });
+    for (const v of page.entries) out.push({ ...v, id: composeVolumeId({ clusterID: cluster.clusterID, poolID: v.poolId, uuid: v.uuid }) });
     token = page.nextToken;
   } while (token);
   return out;
+}
+
+/** Every live volume of a cluster, as candidates (without their PVC). */
+async function liveVolumes(s: Session, cluster: ResolvedCluster): Promise<VolumeCandidate[]> {
+  return (await clusterVolumes(s, cluster)).map((v) => ({ id: v.id, clusterID: cluster.clusterID, uuid: v.uuid, name: v.name }));
 }
 
 /** The PVC (`namespace/name`) each volume of the cluster was made for, as its VolumeReserved event recorded it. */
@@ -49,7 +48,7 @@ async function pvcs(s: Session, cluster: ResolvedCluster): Promise<Map<string, s
 }
 
 /** The clusters a name is looked for in: --cluster's, else every one. */
-const inScope = (s: Session): ResolvedCluster[] => (s.opts.cluster ? [s.cluster()] : s.clusters().clusters);
+export const inScope = (s: Session): ResolvedCluster[] => (s.opts.cluster ? [s.cluster()] : s.clusters().clusters);
 
 /**
  * What `text` names: a CSI id (or `--name`: a request name) as parseTarget reads it; else the one

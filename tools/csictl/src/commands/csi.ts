@@ -150,7 +150,7 @@ export async function volumeCreate(s: Session, name: string, o: CreateVolumeOpti
  * The CSI id of the volume `text` names (resolve.ts: the id, its request name, uuid or a unique
  * prefix, its PVC), checked against --cluster; NotFound (exit 1) when it names no volume.
  */
-async function volumeIdOf(s: Session, text: string): Promise<string> {
+export async function volumeIdOf(s: Session, text: string): Promise<string> {
   const id = await volumeIdNamed(s, text);
   if (id === undefined) throw new DriverError("NotFound", `no volume is named ${JSON.stringify(text.slice(0, 128))} (${NAMED_BY})`);
   s.inCluster(id);

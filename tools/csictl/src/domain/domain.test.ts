@@ -6,7 +6,7 @@ import { CliError, EXIT, notConnected } from "../errors.js";
 import { MAX_TIMEOUT_MS, timeoutOption } from "../options.js";
 import { collect, FILESYSTEMS } from "../program.js";
 import { findingRow, formatDuration, gcRow, parseDuration, parseLogPoint, replayRow } from "./audit.js";
-import { ago, clusterHealth, nodeHealth } from "./health.js";
+import { ago, clusterHealth, nodeHealth, removalRefusal } from "./health.js";
 import { formatBytes, parseSize } from "./sizes.js";
 import { csiIdOf, looksLikePvc, parseTarget, type VolumeCandidate, volumesNamed } from "./target.js";
 import { actorOf, changeOf, type HistoryEntry, mergeHistories, Reorder, timelineRow } from "./timeline.js";
@@ -194,6 +194,19 @@ describe("health", () => {
     assert.equal(nodeHealth(reg("2026-01-01T00:00:31.000Z"), now, 3).healthy, true);
     assert.equal(nodeHealth(reg("2026-01-01T00:00:29.999Z"), now).healthy, false);
     assert.equal(nodeHealth(reg("not a time"), now).healthy, false);
+  });
+  test("node remove: refused while healthy or holding claims, unless --force", () => {
+    const fresh = nodeHealth(reg("2026-01-01T00:00:50.000Z"), now);
+    const stale = nodeHealth(reg("2026-01-01T00:00:00.000Z"), now);
+    const claims = Array.from({ length: 7 }, (_, i) => ({ id: `v${i}`, name: `pvc-${i}` }));
+    assert.equal(removalRefusal(stale, [], false), undefined);
+    assert.match(
+      removalRefusal(fresh, [], false) ?? "",
+      /^node n1 not removed: it is healthy \(last heartbeat 10s ago\): stop its node-agent first, or it registers again within 10s \(or --force\)$/,
+    );
+    assert.match(removalRefusal(stale, claims.slice(0, 1), false) ?? "", /it holds a claim on v0 \(pvc-0\): csictl volume detach <volume> n1 releases each/);
+    assert.match(removalRefusal(fresh, claims, false) ?? "", /healthy .*; it holds 7 claims on v0 \(pvc-0\), .*v4 \(pvc-4\), and 2 more/);
+    assert.equal(removalRefusal(fresh, claims, true), undefined);
   });
   test("a cluster is served with a replica and a complete projection; lag = log − watermark", () => {
     assert.deepEqual(clusterHealth("c", 2, 10, { applied: 7, complete: true }), {

@@ -77,3 +77,28 @@ export function ago(ms: number): string {
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
   return `${Math.floor(s / 86400)}d ago`;
 }
+
+/** A claim a node holds: the volume's CSI id. */
+export interface NodeClaim {
+  id: string;
+  name: string;
+}
+
+/**
+ * Why `node remove` refuses to drop a node's registration (undefined: it may): a node still
+ * heartbeating would only register again, and one that holds claims would leave them to nobody
+ * (`volume detach` releases them first). `--force` removes it whatever it is.
+ */
+export function removalRefusal(h: NodeHealth, claims: readonly NodeClaim[], force: boolean): string | undefined {
+  if (force) return undefined;
+  const why: string[] = [];
+  if (h.healthy) why.push(`it is healthy (last heartbeat ${ago(h.ageMs)}): stop its node-agent first, or it registers again within ${h.heartbeatMs / 1000}s`);
+  if (claims.length > 0) {
+    const listed = claims.slice(0, 5).map((c) => `${c.id} (${c.name})`);
+    const more = claims.length > 5 ? `, and ${claims.length - 5} more` : "";
+    why.push(
+      `it holds ${claims.length === 1 ? "a claim" : `${claims.length} claims`} on ${listed.join(", ")}${more}: csictl volume detach <volume> ${h.nodeId} releases each`,
+    );
+  }
+  return why.length ? `node ${h.nodeId} not removed: ${why.join("; ")} (or --force)` : undefined;
+}
