@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type NodeRegistration, nodeSubjects } from "@csi/contracts";
-import { runCsictl, runStack } from "@csi/testkit";
+import { csictlAt, runStack } from "@csi/testkit";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 
@@ -19,8 +19,8 @@ const HOUR = 3600_000;
 async function stackOf(cleanups: (() => Promise<void>)[], env: Record<string, string>) {
   const { runDir } = await runStack(cleanups, { CATCHUP_EVERY_MS: "0", ...env });
   const stack = JSON.parse(await readFile(path.join(runDir, "stack.json"), "utf8")) as { natsUrl: string; nodeId: string };
-  const csictl = (...args: string[]) => runCsictl(args, { RUN_DIR: runDir }, { timeoutMs: 120_000 });
-  return { runDir, stack, csictl };
+  const { csictl, json } = csictlAt(runDir);
+  return { runDir, stack, csictl, json };
 }
 
 /** A registration as a node-agent that stopped an hour ago left it (open NATS: published as it would). */
@@ -51,11 +51,7 @@ describe("an open stack: volume detach, node remove", () => {
   after(async () => {
     for (const c of cleanups.reverse()) await c();
   });
-  const json = async <T>(...args: string[]): Promise<T> => {
-    const r = await s.csictl("--json", ...args);
-    assert.equal(r.code, 0, `csictl ${args.join(" ")}: exit ${r.code}\n${r.stderr}`);
-    return JSON.parse(r.stdout) as T;
-  };
+  const json = <T>(...args: string[]) => s.json<T>(...args);
   const nodeIds = async () => (await s.csictl("nodes", "-o", "name")).stdout.trim().split("\n").filter(Boolean).sort();
 
   test("a stopped node with a claim: refused, detached, then removed; nodes exits 0 again", async () => {

@@ -6,7 +6,7 @@
  */
 import { forMachines, type HumanOptions, type OutputFormat, render } from "./domain/format.js";
 
-export { type Cell, type Column, fields, type HumanOptions, listing, table } from "./domain/format.js";
+export { type Cell, type Column, fields, type HumanOptions, listing, TableTail, table } from "./domain/format.js";
 
 export interface Printer {
   format: OutputFormat;

@@ -22,6 +22,21 @@ function count(text: string | undefined, flag: string): number | undefined {
   return n;
 }
 
+/**
+ * A point after the log's last event, said plainly (the state shown is then the log's now): a
+ * sequence past its last one; a time after its last event's (known from the whole cluster's
+ * replay, whose `upTo` is the log's last event).
+ */
+async function pastTheEnd(s: Session, cluster: string, at: number | string, logUpTo?: { seq: number; time?: string | undefined }): Promise<string | undefined> {
+  if (typeof at === "number") {
+    const last = await (await s.eventLog(cluster)).lastSeq();
+    return at > last ? `sequence ${at} is past the end of the log (its last sequence is ${last}): this is the state now` : undefined;
+  }
+  if (!logUpTo?.time || Date.parse(at) <= Date.parse(logUpTo.time)) return undefined;
+  const last = await (await s.eventLog(cluster)).lastSeq();
+  return logUpTo.seq === last ? `${at} is past the log's last event (sequence ${last}, at ${logUpTo.time}): this is the state now` : undefined;
+}
+
 export async function replay(s: Session, arg: string | undefined, o: { at: string }): Promise<void> {
   const at = parseLogPoint(o.at);
   const target = arg === undefined ? undefined : await resolveVolume(s, arg);
@@ -50,6 +65,8 @@ export async function replay(s: Session, arg: string | undefined, o: { at: strin
     ? `${target.uuid}${entries.length === 0 ? ": it did not exist yet at that point" : ""}`
     : `${entries.length} live aggregate${entries.length === 1 ? "" : "s"}`;
   s.out.note(`cluster ${cluster} at ${point}: ${what}`);
+  const past = await pastTheEnd(s, cluster, at, target === undefined ? upTo : undefined);
+  if (past) s.out.note(past);
   s.out.result(
     { cluster, at, upTo, items: entries },
     (h) =>

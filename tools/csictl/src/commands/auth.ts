@@ -23,7 +23,7 @@ import {
   REDIS_JOURNAL_USER,
   redisPasswordFile,
 } from "../domain/auth-files.js";
-import { CliError, EXIT, usageError } from "../errors.js";
+import { EXIT, usageError } from "../errors.js";
 import { commaList } from "../options.js";
 import { table } from "../output.js";
 import type { Session } from "../session.js";
@@ -73,7 +73,8 @@ export interface AuthDir {
  */
 export async function writeAuthDir(dir: string, o: { clusters: string[]; nodes: string[]; nkeys?: boolean; force?: boolean }): Promise<AuthDir> {
   if (existsSync(path.join(dir, NATS_AUTH_CONF)) && !o.force)
-    throw new CliError(EXIT.failed, `${path.join(dir, NATS_AUTH_CONF)} exists: pass --force to replace every credential in ${dir}`);
+    // As `log export` over a file: refused before anything is written, a usage error (2; docs/csictl.md).
+    throw usageError(`${path.join(dir, NATS_AUTH_CONF)} exists: pass --force to replace every credential in ${dir}`);
   let roles: NatsRole[];
   let specs: ReturnType<typeof natsAccountSpecs>;
   try {

@@ -10,6 +10,7 @@ import { concurrencyOption, MAX_BULK_BYTES, mapLimit, parseNames } from "../doma
 import { EXIT, explain, usageError } from "../errors.js";
 import { type Column, listing } from "../output.js";
 import { startProgress } from "../progress.js";
+import { clusterVolumes, inScope } from "../resolve.js";
 import type { Session } from "../session.js";
 import { type CreateVolumeOptions, createVolumeRequest, type VolumeJson, withRequestId } from "./csi.js";
 
@@ -22,6 +23,8 @@ interface BulkResult {
   name: string;
   requestId: string;
   volume?: VolumeJson;
+  /** created, or exists: the volume of that name was there before (CreateVolume answers it again, idempotently). */
+  result?: "created" | "exists";
   /** `CODE: message`, as csictl prints an error. */
   error?: string;
   /** The exit status this failure alone would have had. */
@@ -50,12 +53,21 @@ async function readInput(file: string): Promise<string> {
 const COLUMNS: Column<BulkResult>[] = [
   { head: "NAME", cell: (r) => r.name },
   { head: "VOLUME ID", cell: (r) => r.volume?.volumeId },
-  { head: "RESULT", cell: (r) => r.error ?? "created" },
+  { head: "RESULT", cell: (r) => r.error ?? (r.result === "exists" ? "exists (already there)" : r.result) ?? "created or already there" },
   { head: "REQUEST", cell: (r) => r.requestId, wide: true },
 ];
 
 /** Whether `volume create` was given a batch: several names, or -f. */
 export const isBulk = (names: string[], o: BulkCreateOptions) => names.length !== 1 || o.filename !== undefined;
+
+/** The ids of the live volumes of every cluster in scope, before the creates (undefined: the journals cannot be asked). */
+async function existingIds(s: Session): Promise<Set<string> | undefined> {
+  try {
+    return new Set((await Promise.all(inScope(s).map((c) => clusterVolumes(s, c)))).flat().map((v) => v.id));
+  } catch {
+    return undefined;
+  }
+}
 
 export async function volumeCreateMany(s: Session, given: string[], o: BulkCreateOptions): Promise<number> {
   const concurrency = concurrencyOption(o.concurrency);
@@ -65,6 +77,7 @@ export async function volumeCreateMany(s: Session, given: string[], o: BulkCreat
   const requests = names.map((n) => createVolumeRequest(s, n, o)); // every option checked before the first call
   const client = s.csi("Controller"); // one client: one channel, one connection for every call
   const json = csiMethodJson("Controller", "CreateVolume");
+  const before = await existingIds(s);
   const progress = startProgress(s.out.json, "create", names.length, "volumes");
   const results = await mapLimit(
     requests,
@@ -73,7 +86,8 @@ export async function volumeCreateMany(s: Session, given: string[], o: BulkCreat
       const { requestId, md } = withRequestId(o.requestId === undefined ? undefined : `${o.requestId}-${i + 1}`);
       try {
         const { volume } = json.response<{ volume: VolumeJson }>(await client.CreateVolume(request, md));
-        return { name: request.name, requestId, volume };
+        const existed = before?.has(volume.volumeId);
+        return { name: request.name, requestId, volume, ...(existed === undefined ? {} : { result: existed ? "exists" : "created" }) };
       } catch (err) {
         const { exitCode, message } = explain(err);
         return { name: request.name, requestId, error: message, exitCode };
@@ -88,7 +102,9 @@ export async function volumeCreateMany(s: Session, given: string[], o: BulkCreat
     (h) => listing(COLUMNS, results, h),
     () => results.flatMap((r) => (r.volume ? [r.volume.volumeId] : [])),
   );
-  s.out.note(`${results.length - failed.length} created, ${failed.length} failed`);
+  const there = results.filter((r) => r.result === "exists").length;
+  const made = results.length - failed.length - there;
+  s.out.note(`${made} ${before ? "created" : "created or already there"}, ${there ? `${there} already there, ` : ""}${failed.length} failed`);
   if (failed.length === 0) return EXIT.ok;
   const codes = new Set(failed.map((r) => r.exitCode));
   return codes.size === 1 ? (failed[0]?.exitCode ?? EXIT.failed) : EXIT.failed;

@@ -13,7 +13,7 @@ import { stringify as yamlStringify } from "yaml";
 import { parseTarget, type Target } from "../domain/target.js";
 import { type HistoryEntry, mergeHistories, Reorder, type TimelineRow, timelineRow } from "../domain/timeline.js";
 import { CliError, usageError } from "../errors.js";
-import { table } from "../output.js";
+import { TableTail, table } from "../output.js";
 import { resolveVolume } from "../resolve.js";
 import type { Session } from "../session.js";
 
@@ -128,7 +128,29 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
     );
   }
   const only = found[0];
-  if (o.follow && only) await follow(s, nc, only);
+  if (o.follow && only) await follow(s, nc, only, followedRows(s, rows));
+}
+
+/**
+ * How a followed event is printed for a person: a line in the columns of the table above it
+ * (`-o wide`: with its subject), the header first when there was no table.
+ */
+function followedRows(s: Session, shown: { entry: HistoryEntry; row: TimelineRow }[]): (e: HistoryEntry) => string {
+  const wide = s.out.format === "wide";
+  const headers = s.opts.headers !== false;
+  const line = (row: TimelineRow, e: HistoryEntry) => [...cells(row), ...(wide ? [e.subject] : [])];
+  const head = [...HEAD, ...(wide ? ["SUBJECT"] : [])];
+  const tail = new TableTail(
+    head,
+    shown.map((r) => line(r.row, r.entry)),
+    headers,
+  );
+  let first = shown.length === 0 && headers ? `${tail.line(head)}\n` : "";
+  return (e) => {
+    const text = `${first}${tail.line(line(timelineRow(e), e))}\n`;
+    first = "";
+    return text;
+  };
 }
 
 /**
@@ -136,7 +158,7 @@ export async function history(s: Session, arg: string, o: { name?: boolean; foll
  * printed, one ordered consumer per subject, merged back into log order. A name that reserves a
  * new uuid meanwhile (a re-create after delete) brings that uuid's subjects in. Ends on Ctrl-C.
  */
-async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
+async function follow(s: Session, nc: NatsConnection, f: Found, human: (e: HistoryEntry) => string): Promise<void> {
   const apiPrefix = s.logApi(f.cluster.clusterID);
   const js = jetstream(nc, apiPrefix ? { apiPrefix, checkAPI: false } : {});
   const stream = subjects.streamName(f.cluster.clusterID);
@@ -148,9 +170,8 @@ async function follow(s: Session, nc: NatsConnection, f: Found): Promise<void> {
   const watching = new Set<string>();
   const stops: (() => void)[] = [];
   const print = (e: HistoryEntry) => {
-    const row = timelineRow(e);
-    if (s.out.json) writeLive(s, { cluster: f.cluster.clusterID, ...row, ...entryJson(e) });
-    else process.stdout.write(`${table(HEAD, [cells(row)], { headers: false })}\n`);
+    if (s.out.json) writeLive(s, { cluster: f.cluster.clusterID, ...timelineRow(e), ...entryJson(e) });
+    else process.stdout.write(human(e));
   };
   const watch = async (subject: string) => {
     if (watching.has(subject)) return;

@@ -5,7 +5,9 @@ import { composeVolumeId, NodeRegistration, SUPPORTED_FS } from "@csi/contracts"
 import { CliError, EXIT, notConnected } from "../errors.js";
 import { MAX_TIMEOUT_MS, timeoutOption } from "../options.js";
 import { collect, FILESYSTEMS } from "../program.js";
+import { timeLeft } from "../progress.js";
 import { findingRow, formatDuration, gcRow, parseDuration, parseLogPoint, replayRow } from "./audit.js";
+import { TableTail, table } from "./format.js";
 import { ago, clusterHealth, nodeHealth, removalRefusal } from "./health.js";
 import { formatBytes, parseSize } from "./sizes.js";
 import { csiIdOf, looksLikePvc, parseTarget, type VolumeCandidate, volumesNamed } from "./target.js";
@@ -360,5 +362,33 @@ describe("options (issue 37)", () => {
       "connect ECONNREFUSED /run/c.sock",
     );
     assert.equal(notConnected("No connection established. Last error: connect ENOENT /x.sock"), "connect ENOENT /x.sock");
+  });
+});
+
+describe("progress and followed rows", () => {
+  test("timeLeft: the rate so far, whole seconds; nothing while unknown (no progress, done)", () => {
+    assert.equal(timeLeft(0, 100, 5000), "", "no rate yet: no NFs left");
+    assert.equal(timeLeft(100, 100, 5000), "");
+    assert.equal(timeLeft(50, 100, 5000), " | 5s left");
+    assert.equal(timeLeft(99, 100, 990), " | 1s left", "under a second shows 1s");
+    assert.equal(timeLeft(10, 1000, 60_000), " | 1h39m left");
+  });
+  test("TableTail: rows printed after a table start every column where the table's do", () => {
+    const head = ["SEQ", "TIME", "EVENT", "CHANGE"];
+    const printed = table(head, [[7, "2026-01-01T00:00:00Z", "VolumeReserved", "size 1 MiB"]]);
+    const tail = new TableTail(head, [[7, "2026-01-01T00:00:00Z", "VolumeReserved", "size 1 MiB"]], true);
+    const lines = [...printed.split("\n"), tail.line([12, "2026-01-01T00:00:09Z", "Claimed", "n1"]), tail.line([100, "-", "X", ""])];
+    const starts = (l: string, cells: string[]) => {
+      let at = 0;
+      return cells.map((c) => {
+        at = l.indexOf(c, at);
+        return at;
+      });
+    };
+    const cols = starts(lines[0] as string, head);
+    assert.deepEqual(starts(lines[2] as string, ["12", "2026-01-01T00:00:09Z", "Claimed", "n1"]), cols);
+    assert.deepEqual(starts(lines[3] as string, ["100", "-", "X", "-"]), cols);
+    const longer = tail.line([1, "t", "AVeryLongEventNameIndeed", "c"]);
+    assert.match(longer, /AVeryLongEventNameIndeed {2}c$/, "a wider cell widens its column from there on");
   });
 });

@@ -68,6 +68,30 @@ export function table(head: string[], rows: Cell[][], o: Partial<HumanOptions> =
     .join("\n");
 }
 
+/**
+ * Rows that go on below a table already printed (`history --follow`), in its columns: each cell
+ * padded to its column's width so far, as `table` pads it; a column grows when a cell is wider
+ * (what is printed above stays as it was).
+ */
+export class TableTail {
+  readonly #widths: number[];
+  constructor(head: string[], rows: Cell[][], headers: boolean) {
+    this.#widths = head.map((h, i) => Math.max(headers ? h.length : 0, ...rows.map((r) => cellText(r[i]).length)));
+  }
+
+  line(cells: Cell[]): string {
+    return cells
+      .map((c, i) => {
+        const text = cellText(c);
+        const width = Math.max(this.#widths[i] ?? 0, text.length);
+        this.#widths[i] = width;
+        return text.padEnd(width);
+      })
+      .join(BORDERLESS.middle)
+      .trimEnd();
+  }
+}
+
 /** Key/value lines for one object ("ID  0001-…"); empty values are left out. */
 export function fields(pairs: [string, Cell][]): string {
   return table(
