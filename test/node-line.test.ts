@@ -6,6 +6,7 @@
  * the check fail.
  */
 import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
@@ -139,5 +140,40 @@ describe("the check fails on a broken copy", () => {
 
   test("a locked package that needs a newer Node than the pinned one", () => {
     fails((f) => f.locked.push({ name: "some-lib", engines: ">=26" }), /some-lib needs Node >=26: npm ci --engine-strict refuses it on 24\./);
+  });
+});
+
+describe("npm itself keeps to the line: devEngines, install scripts", () => {
+  const pkg = JSON.parse(read("package.json")) as {
+    engines: { node: string };
+    devEngines?: { runtime?: { name: string; version: string; onFail?: string } };
+    allowScripts?: Record<string, boolean>;
+  };
+  test("devEngines.runtime is engines.node with onFail error: npm ci, npm start and npm test refuse another Node", () => {
+    assert.deepEqual(pkg.devEngines?.runtime, { name: "node", version: pkg.engines.node, onFail: "error" });
+  });
+  test("every locked package with install scripts is decided in allowScripts (npm ci prints no install-scripts warning)", () => {
+    const lock = JSON.parse(read("package-lock.json")) as { packages: Record<string, { hasInstallScript?: boolean }> };
+    const scripted = Object.entries(lock.packages).flatMap(([where, p]) => (p.hasInstallScript && where ? [where.replace(/^.*node_modules\//, "")] : []));
+    assert.ok(scripted.length > 0);
+    for (const name of scripted) assert.equal(typeof pkg.allowScripts?.[name], "boolean", `${name} has install scripts: approve or deny it in allowScripts`);
+  });
+  // The machine's own node, where it is of another line (Debian's 20 here): npm refuses to run a script on it.
+  const other = ["/usr/bin/node", "/usr/local/bin/node"].find((p) => {
+    try {
+      return p !== process.execPath && semver.major(execFileSync(p, ["--version"], { encoding: "utf8" }).trim()) !== semver.major(process.version);
+    } catch {
+      return false;
+    }
+  });
+  test("npm run on a Node of another line is refused (EBADDEVENGINES)", { skip: other ? false : "no node of another line on this machine" }, () => {
+    const dir = path.dirname(other as string);
+    const r = spawnSync("npm", ["run", "csictl", "--", "--version"], {
+      cwd: ROOT,
+      env: { ...process.env, PATH: `${dir}:${process.env.PATH}` },
+      encoding: "utf8",
+    });
+    assert.notEqual(r.status, 0, r.stdout);
+    assert.match(r.stderr, /EBADDEVENGINES/);
   });
 });
