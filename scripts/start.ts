@@ -5,7 +5,8 @@
  *    ports with data under ./.data/ (stopped on exit); set → use those servers.
  *  - Starts a journal per cluster (one; CLUSTERS=2 for two; or those of CLUSTERS_FILE), the
  *    controller (unix://$PWD/run/csi-controller.sock) and one node-agent
- *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs (pino JSON) on stdout.
+ *    (unix://$PWD/run/csi-node.sock, node id = hostname), logs on stdout: pino JSON, or with
+ *    LOG_FORMAT=pretty one line a person reads — the services' and npm start's own alike.
  *  - A service counts as started once it has written its READY_FILE (<runDir>/<name>.ready.json:
  *    its readiness checks passed), so the stack comes up at any LOG_LEVEL. Each service's
  *    /metrics, /healthz and /readyz listen on 127.0.0.1 at a free port.
@@ -29,13 +30,20 @@
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { removeStackFile, writeStackFile } from "@csi/cli/stack-file";
-import { redactUrl } from "@csi/runtime";
+import { createLogger, LOG_FORMATS, type LogFormat, redactUrl } from "@csi/runtime";
 import { ROOT } from "@csi/testkit";
 import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
 
-const say = (msg: string, extra: Record<string, unknown> = {}) =>
-  process.stdout.write(`${JSON.stringify({ level: "info", time: Date.now(), service: "start", msg, ...extra })}\n`);
+// npm start's own lines (its steps, the stack's, `csi stack ready`) as the services' are: LOG_FORMAT, LOG_LEVEL.
+const format = process.env.LOG_FORMAT;
+const log = createLogger(
+  "start",
+  process.env.LOG_LEVEL || "info",
+  1,
+  (LOG_FORMATS as readonly string[]).includes(format ?? "") ? (format as LogFormat) : "json",
+);
+const say = (msg: string, extra: Record<string, unknown> = {}) => log.info(extra, msg);
 
 const dataDir = path.resolve(process.env.DATA_DIR ?? path.join(ROOT, ".data"));
 const runDir = path.resolve(process.env.RUN_DIR ?? path.join(ROOT, "run"));
@@ -84,7 +92,7 @@ try {
   const stack = await starting;
   stack.exited.then((code) => {
     if (stopping) return;
-    say("a service exited; stopping", { code });
+    log.warn({ code }, "a service exited; stopping");
     void stopAll(1);
   });
   const { controllerEndpoint: controller, nodeEndpoint: node, natsUrl: nats, redisUrl: redis, nodeId, clustersFile, clusters, authDir, redisSentinels } = stack;
@@ -123,12 +131,12 @@ try {
   });
 } catch (err) {
   if (err instanceof StackInUse) {
-    process.stdout.write(`${JSON.stringify({ level: "error", time: Date.now(), service: "start", msg: "data directory in use", dir: err.dir })}\n`);
+    log.error({ dir: err.dir }, "data directory in use");
     process.stderr.write(`npm start: ${err.message}\n`);
     process.exit(1);
   }
   if (!stopping) {
-    say("could not start the stack", { err: String((err as Error)?.stack ?? err) });
+    log.error({ err: String((err as Error)?.stack ?? err) }, "could not start the stack");
     await stopAll(1);
   }
 }

@@ -242,3 +242,34 @@ test("the stack lock: services started at once are all recorded; a restarted one
   );
   await lock.release();
 });
+
+test("LOG_FORMAT=pretty npm start: its own lines, csi stack ready included, are pretty as the services' are", async (t) => {
+  const dir = await tempDir("csi-pretty-");
+  const started = spawnStart(dir, { LOG_FORMAT: "pretty" });
+  t.after(async () => {
+    if (started.child.exitCode === null) started.child.kill("SIGTERM");
+    await started.exited;
+    await rm(dir, { recursive: true, force: true });
+  });
+  let out = "";
+  await new Promise<void>((resolve, reject) => {
+    const onData = (b: Buffer) => {
+      out += b.toString();
+      if (/\(start\) csi stack ready/.test(out)) resolve();
+    };
+    started.child.stdout.on("data", onData);
+    started.child.stderr.on("data", onData);
+    started.exited.then((c) => reject(new Error(`npm start exited ${c}:\n${out}`)));
+  });
+  const lines = out.split("\n").filter(Boolean);
+  assert.deepEqual(
+    lines.filter((l) => l.startsWith("{")),
+    [],
+    "no JSON line",
+  );
+  assert.match(out, /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: \(start\) started embedded nats-server /m);
+  assert.match(out, /INFO: \(journal\) /m, "the services' lines too");
+  started.child.kill("SIGTERM");
+  assert.equal(await started.exited, 0);
+  assert.match(out, /\(start\) stopped/);
+});
