@@ -7,6 +7,9 @@
  * distinct id per create of the round; a capacity of 0, "not reported", or at least the 1 MiB
  * asked), a delete must succeed; an error prints FAILED and the bench exits 1.
  *
+ * BENCH_PEERS_RBD=1: every driver on one single-node Ceph instead, ceph-csi's RBD driver among the
+ * peers (bench/lib/ceph-peers.ts: the placeholders, the Ceph CPU and OSD ops per create).
+ *
  * Ours is started as `npm run bench` starts it (bench/lib/services.ts: fresh nats-server and
  * redis-server, one journal, one controller), with its data on the bench disk (bench/lib/bench-dir.ts,
  * BENCH_DISK). A peer is a command line given in the environment, which this script runs (with
@@ -40,28 +43,38 @@ import { type LocalServer, startServer } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
 import { startBareChain } from "./lib/bare-chain.js";
 import { descendants, runInBenchDir } from "./lib/bench-dir.js";
+import { type CephBench, startCephBench } from "./lib/ceph-peers.js";
 import { cpuLine, cpuMeter, machineBusy, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
 
+/** On Ceph every driver makes 1 GiB images (thin: nothing written), as ceph-csi's users ask; elsewhere 1 MiB. */
+const RBD = process.env.BENCH_PEERS_RBD === "1";
+const SIZE = RBD ? 1024 * 1024 * 1024 : 1024 * 1024;
 const N = Number(process.env.BENCH_PEERS_N ?? 500);
 const ROUNDS = Number(process.env.BENCH_PEERS_ROUNDS ?? 3);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,16,64").split(",").map(Number);
 /** Creates and deletes per driver before the first round, not measured (JIT, connections). */
 const WARMUP = Number(process.env.BENCH_PEERS_WARMUP ?? 500);
-const MiB = 1024 * 1024;
-/** The peers issue 25 names; any other BENCH_PEER_<NAME> is run as well. */
-const KNOWN: Record<string, string> = { HOSTPATH: "csi-driver-host-path", DEMOCRATIC: "democratic-csi" };
+/** The peers compared with (on Ceph: ceph-csi's RBD driver, the file drivers left out); any other BENCH_PEER_<NAME> is run as well. */
+const FILE_PEERS: Record<string, string> = { HOSTPATH: "csi-driver-host-path", DEMOCRATIC: "democratic-csi" };
+const KNOWN: Record<string, string> = RBD ? { CEPHCSI: "ceph-csi" } : FILE_PEERS;
 /**
  * Whether a driver's acknowledged creates are on disk when it answers (the table's "durable"
  * column; docs/operations.md, "Durability"). The known peers' answers were read from their code
  * and traced (strace, issue 32): neither fsyncs anything.
  */
 const DURABILITY: Record<string, string> = {
-  ours: process.env.CSI_UNSAFE_NO_FSYNC === "1" ? "no: log not fsynced (CSI_UNSAFE_NO_FSYNC=1)" : "yes: log and image fsynced",
+  ours:
+    process.env.CSI_UNSAFE_NO_FSYNC === "1"
+      ? "no: log not fsynced (CSI_UNSAFE_NO_FSYNC=1)"
+      : RBD
+        ? "yes: log fsynced, the image on the OSD"
+        : "yes: log and image fsynced",
   "bare chain": process.env.CSI_UNSAFE_NO_FSYNC === "1" ? "no: log not fsynced (CSI_UNSAFE_NO_FSYNC=1)" : "yes: log and file fsynced",
   "csi-driver-host-path": "no: rewrites a JSON file, no fsync",
   "democratic-csi": "no: makes a directory, no fsync",
+  "ceph-csi": "yes: its omap journal and the image on the OSD (Ceph acks a write once it is durable)",
 };
 /**
  * The capability every driver is asked for: single-node-writer, mount, no file system type
@@ -74,7 +87,9 @@ const failures: string[] = [];
 /** A driver under test: how it is called, which processes are its own, and how to stop it. */
 interface Driver {
   label: string;
+  /** Its processes; `refresh` adds those it started since (ours: the journal's RBD helper, started on first use). */
   procs: Processes;
+  refresh?(): void;
   calls(): Calls;
   stop(): Promise<unknown>;
 }
@@ -91,13 +106,16 @@ interface Step {
   f: Figures;
   cpu: Record<string, number>;
   client: number;
+  /** On Ceph (BENCH_PEERS_RBD=1): the Ceph daemons' CPU ms and the OSD's client operations per operation. */
+  ceph?: { cephCpu: number; osdOps: number };
 }
 
 /** The peers given in the environment, in the order: host-path, democratic-csi, the others. */
 function peersFromEnv(): { name: string; label: string; command: string }[] {
   const names = Object.keys(process.env)
     .filter((k) => /^BENCH_PEER_[A-Z0-9]+$/.test(k))
-    .map((k) => k.slice("BENCH_PEER_".length));
+    .map((k) => k.slice("BENCH_PEER_".length))
+    .filter((n) => !RBD || !(n in FILE_PEERS));
   for (const [name, label] of Object.entries(KNOWN)) if (!names.includes(name)) console.log(`${label}: skipped (BENCH_PEER_${name} is not set)`);
   const order = [...Object.keys(KNOWN).filter((n) => names.includes(n)), ...names.filter((n) => !(n in KNOWN)).sort()];
   return order.map((name) => ({ name, label: KNOWN[name] ?? name.toLowerCase(), command: process.env[`BENCH_PEER_${name}`] as string }));
@@ -134,11 +152,11 @@ async function channelReady(sock: string, exited: Promise<never>): Promise<void>
 }
 
 /** Start a peer from its command line; resolve once its socket answers GetPluginInfo and Probe. */
-async function startPeer(dir: string, peer: { name: string; label: string; command: string }): Promise<Driver> {
+async function startPeer(dir: string, peer: { name: string; label: string; command: string }, more: (s: string) => string = (s) => s): Promise<Driver> {
   const sock = path.join(dir, `${peer.name.toLowerCase()}.sock`);
   const data = path.join(dir, `peer-${peer.name.toLowerCase()}`);
   mkdirSync(data);
-  const fill = (s: string) => s.replaceAll("{socket}", sock).replaceAll("{dir}", data).replaceAll("{config}", `${data}.config`);
+  const fill = (s: string) => more(s.replaceAll("{socket}", sock).replaceAll("{dir}", data).replaceAll("{config}", `${data}.config`));
   const template = process.env[`BENCH_PEER_${peer.name}_CONFIG`];
   if (template) writeFileSync(`${data}.config`, fill(readFileSync(template, "utf8")));
   const command = fill(peer.command);
@@ -176,22 +194,24 @@ async function startPeer(dir: string, peer: { name: string; label: string; comma
   const pid = child.pid as number;
   const procs: Processes = { [peer.name.toLowerCase()]: pid };
   for (const d of descendants(pid)) procs[`${peer.name.toLowerCase()}-${d}`] = d;
-  const parameters = JSON.parse(process.env[`BENCH_PEER_${peer.name}_PARAMETERS`] ?? "{}") as Record<string, string>;
-  return { label: peer.label, procs, calls: () => csiCalls(peer.label, sock, parameters), stop };
+  const parameters = JSON.parse(fill(process.env[`BENCH_PEER_${peer.name}_PARAMETERS`] ?? "{}")) as Record<string, string>;
+  const secrets = JSON.parse(fill(process.env[`BENCH_PEER_${peer.name}_SECRETS`] ?? "{}")) as Record<string, string>;
+  return { label: peer.label, procs, calls: () => csiCalls(peer.label, sock, parameters, secrets), stop };
 }
 
 /** The CreateVolume and DeleteVolume every CSI driver gets, each answer checked. */
-function csiCalls(label: string, sock: string, parameters: Record<string, string>): Calls {
+function csiCalls(label: string, sock: string, parameters: Record<string, string>, secrets: Record<string, string> = {}): Calls {
   const ctrl = csiClient(`unix://${sock}`, "Controller");
   return {
     close: () => ctrl.close(),
     create: async (name: string) => {
-      const v = (await ctrl.CreateVolume({ name, volume_capabilities: [peerCap], capacity_range: { required_bytes: String(MiB) }, parameters })).volume;
+      const v = (await ctrl.CreateVolume({ name, volume_capabilities: [peerCap], capacity_range: { required_bytes: String(SIZE) }, parameters, secrets }))
+        .volume;
       const capacity = Number(v?.capacity_bytes ?? 0);
-      check(!!v?.volume_id && (capacity === 0 || capacity >= MiB), `${label} CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
+      check(!!v?.volume_id && (capacity === 0 || capacity >= SIZE), `${label} CreateVolume ${name} answered ${JSON.stringify(v).slice(0, 200)}`);
       return v?.volume_id as string;
     },
-    remove: (id: string) => ctrl.DeleteVolume({ volume_id: id }),
+    remove: (id: string) => ctrl.DeleteVolume({ volume_id: id, secrets }),
   };
 }
 
@@ -210,7 +230,7 @@ async function bareDriver(dir: string, nats: LocalServer, redis: LocalServer): P
 }
 
 /** N creates then N deletes through one driver at concurrency c, each step's CPU read from /proc. */
-async function round(d: Driver, c: number, n: number): Promise<{ create: Step; remove: Step }> {
+async function round(d: Driver, c: number, n: number, ceph?: CephBench): Promise<{ create: Step; remove: Step }> {
   const calls = d.calls();
   try {
     const ids: string[] = [];
@@ -218,8 +238,10 @@ async function round(d: Driver, c: number, n: number): Promise<{ create: Step; r
     const step = async (op: (i: number) => Promise<unknown>): Promise<Step> => {
       const cpu = cpuMeter(d.procs, true);
       const client = cpuMeter({ client: process.pid });
+      const cluster = await ceph?.meter();
       const f = await measure(n, c, op);
-      return { f, cpu: cpu.perOp(n), client: client.perOp(n).total ?? 0 };
+      const step = { f, cpu: cpu.perOp(n), client: client.perOp(n).total ?? 0 };
+      return cluster ? { ...step, ceph: await cluster.perOp(n) } : step;
     };
     const create = await step(async (i) => {
       ids[i] = await calls.create(`peers-${tag}-${i}`);
@@ -233,7 +255,8 @@ async function round(d: Driver, c: number, n: number): Promise<{ create: Step; r
 }
 
 function print(label: string, s: Step): void {
-  console.log(`${row(label, s.f)}\n${"".padEnd(32)}cpu ms/op: ${cpuLine(s.cpu)}   client ${s.client.toFixed(2)}`);
+  const cluster = s.ceph ? `   Ceph CPU ${s.ceph.cephCpu.toFixed(2)}   OSD ops ${s.ceph.osdOps.toFixed(1)}` : "";
+  console.log(`${row(label, s.f)}\n${"".padEnd(32)}cpu ms/op: ${cpuLine(s.cpu)}   client ${s.client.toFixed(2)}${cluster}`);
   if (s.f.errors > 0) {
     failures.push(`${label}: ${s.f.errors} errors (${s.f.firstErrors.join("; ")})`);
     console.log(`${"".padEnd(32)}FAILED: ${s.f.firstErrors.join("; ")}`);
@@ -247,7 +270,7 @@ const fmt = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x
 function summary(drivers: Driver[], results: Map<string, Map<number, { create: Step; remove: Step }[]>>): void {
   console.log(
     `\nmedians of ${ROUNDS} rounds of ${N} (creates/s range in brackets); CPU = ms per create of the driver's processes, the client's apart\n` +
-      "| c | driver | durable | creates/s | p50 ms | p99 ms | CPU ms/create | deletes/s | client CPU ms/create |\n|---|---|---|---|---|---|---|---|---|",
+      `| c | driver | durable | creates/s | p50 ms | p99 ms | CPU ms/create | deletes/s | client CPU ms/create |${RBD ? " Ceph CPU ms/create | OSD ops/create |" : ""}\n|---|---|---|---|---|---|---|---|---|${RBD ? "---|---|" : ""}`,
   );
   for (const c of LEVELS) {
     const best = new Map<string, number>();
@@ -257,7 +280,8 @@ function summary(drivers: Driver[], results: Map<string, Map<number, { create: S
       best.set(d.label, median(rates));
       console.log(
         `| ${c} | ${d.label} | ${DURABILITY[d.label] ?? "not known"} | ${fmt(median(rates))} (${fmt(Math.min(...rates))}–${fmt(Math.max(...rates))}) | ${fmt(median(rs.map((r) => r.create.f.p50)))} | ${fmt(median(rs.map((r) => r.create.f.p99)))} | ` +
-          `${fmt(median(rs.map((r) => r.create.cpu.total ?? 0)))} | ${d.label === "bare chain" ? "– (a file removed)" : fmt(median(rs.map((r) => r.remove.f.opsPerSec)))} | ${fmt(median(rs.map((r) => r.create.client)))} |`,
+          `${fmt(median(rs.map((r) => r.create.cpu.total ?? 0)))} | ${d.label === "bare chain" ? "– (a file removed)" : fmt(median(rs.map((r) => r.remove.f.opsPerSec)))} | ${fmt(median(rs.map((r) => r.create.client)))} |` +
+          (RBD ? ` ${fmt(median(rs.map((r) => r.create.ceph?.cephCpu ?? 0)))} | ${fmt(median(rs.map((r) => r.create.ceph?.osdOps ?? 0)))} |` : ""),
       );
     }
     const peers = drivers.filter((d) => d.label !== "ours" && d.label !== "bare chain").map((d) => best.get(d.label) ?? 0);
@@ -276,19 +300,27 @@ async function main({ dir, what }: { dir: string; what: string }) {
   const nats = await startServer("nats", path.join(dir, "nats"));
   const redis = await startServer("redis", path.join(dir, "redis"));
   const drivers: Driver[] = [];
+  const ceph = RBD ? await startCephBench() : undefined;
   try {
-    const svc = await startServices(dir, nats, redis);
+    if (ceph) console.log("on Ceph (BENCH_PEERS_RBD=1): ours on the Ceph pool rbd, the peers on the pool peers, one Ceph user; 1 GiB images");
+    const svc = await startServices(dir, nats, redis, 1, {}, ceph?.pools);
+    const jrn = svc.journals[0]?.child.pid;
+    const procs: Processes = { ctl: svc.controller.child.pid, jrn, nats: nats.pid, redis: redis.pid };
     drivers.push({
       label: "ours",
-      procs: { ctl: svc.controller.child.pid, jrn: svc.journals[0]?.child.pid, nats: nats.pid, redis: redis.pid },
+      procs,
+      refresh: () => {
+        for (const d of jrn ? descendants(jrn) : []) procs[`jrn-${d}`] = d; // the RBD helper
+      },
       calls: () => csiCalls("ours", svc.sock.slice("unix://".length), {}),
       stop: svc.stop,
     });
-    if (process.env.BENCH_PEERS_BARE !== "0") drivers.push(await bareDriver(dir, nats, redis));
-    for (const p of peers) drivers.push(await startPeer(dir, p));
+    if (!ceph && process.env.BENCH_PEERS_BARE !== "0") drivers.push(await bareDriver(dir, nats, redis));
+    for (const p of peers) drivers.push(await startPeer(dir, p, ceph?.fill));
     for (const d of drivers) {
       const warm = await round(d, 16, WARMUP);
       for (const s of [warm.create, warm.remove]) if (s.f.errors > 0) failures.push(`${d.label} warm-up: ${s.f.firstErrors.join("; ")}`);
+      d.refresh?.();
     }
     const results = new Map(drivers.map((d) => [d.label, new Map<number, { create: Step; remove: Step }[]>()]));
     /** By level: the largest share of the machine's busy CPU in a round that was outside the drivers and the client. */
@@ -299,7 +331,7 @@ async function main({ dir, what }: { dir: string; what: string }) {
         const all = cpuMeter(Object.assign({ client: process.pid }, ...drivers.map((d) => d.procs)), true);
         const busyBefore = machineBusy();
         for (const d of [...drivers.slice(r % drivers.length), ...drivers.slice(0, r % drivers.length)]) {
-          const res = await round(d, c, N);
+          const res = await round(d, c, N, ceph);
           print(`${d.label} create`, res.create);
           print(`${d.label} delete`, res.remove);
           const byLevel = results.get(d.label) as Map<number, { create: Step; remove: Step }[]>;
@@ -319,7 +351,7 @@ async function main({ dir, what }: { dir: string; what: string }) {
     );
   } finally {
     await Promise.all(drivers.map((d) => d.stop()));
-    await Promise.all([nats.stop(), redis.stop()]);
+    await Promise.all([nats.stop(), redis.stop(), ceph?.stop()]);
   }
 }
 

@@ -1,12 +1,19 @@
 /** The services a bench scenario talks to: journal replica(s) and a controller, spawned as `npm start` would. */
 import { readdir } from "node:fs/promises";
 import path from "node:path";
-import type { LocalServer } from "@csi/testkit";
+import type { LocalServer, TestPool } from "@csi/testkit";
 import { spawnService, writeClustersFile } from "@csi/testkit";
 
-/** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE. */
-export async function startServices(dir: string, nats: LocalServer, redis: LocalServer, replicas = 1, env: Record<string, string> = {}) {
-  const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools: ["default"] }]);
+/** Start a journal (or several) and a controller on fresh servers; `nodeArgs` from BENCH_PROFILE; `pools`: cluster bench's (default: one file pool). */
+export async function startServices(
+  dir: string,
+  nats: LocalServer,
+  redis: LocalServer,
+  replicas = 1,
+  env: Record<string, string> = {},
+  pools: TestPool[] = ["default"],
+) {
+  const clustersFile = await writeClustersFile(dir, [{ clusterID: "bench", pools }]);
   const base = {
     NATS_URL: nats.url,
     ...(nats.monitorUrl ? { NATS_MONITOR_URL: nats.monitorUrl } : {}),
