@@ -61,30 +61,28 @@ async function measure(ceph: CephCluster, way: string, clientCpu: () => number, 
 
 /**
  * librbd in one Python process: "bare" = create + remove; "same" = every librbd step RbdPool takes
- * for createImage + deleteImage (create, the one owner metadata key, the image described without
- * reading its metadata back; the names listed; one writable open: watchers checked, snapshots
- * listed, the delete mark; trash move, trash remove).
+ * for createImage + deleteImage (create, its id read, the one owner metadata key written on its
+ * header; the names listed; a read-only open: watchers checked, snapshots listed; the delete mark
+ * on the header; trash move, trash remove).
  */
 const LIBRBD = `
-import json, os, resource, sys, time, rados, rbd
+import json, os, resource, struct, sys, time, rados, rbd
 n, same = int(sys.argv[1]), sys.argv[2] == "same"
 c = rados.Rados(rados_id="admin", conffile=os.environ["CEPH_CONF"]); c.connect()
 io = c.open_ioctx("rbd"); r = rbd.RBD()
-def describe(img, meta=True):
-    [s for s in img.list_snaps()]
-    try: img.get_parent_image_spec()
-    except rbd.ImageNotFound: pass
-    return (img.id(), img.size(), list(img.metadata_list()) if meta else [], img.create_timestamp())
+def enc(b): return struct.pack("<I", len(b)) + b
+def meta_set(image_id, k, v):
+    io.execute("rbd_header." + image_id, "rbd", "metadata_set", struct.pack("<I", 1) + enc(k.encode()) + enc(v.encode()))
 def pair(name):
     r.create(io, name, 16 << 20, old_format=False, features=1)
     if not same:
         r.remove(io, name); return
-    with rbd.Image(io, name) as img:
-        img.metadata_set("csi/owner", '{"kind":"volume","uuid":"u","cluster":"c","name":"n","log":"l"}')
-        describe(img, False)
+    raw = io.read("rbd_id." + name, 1024); image_id = raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode()
+    meta_set(image_id, "csi/owner", '{"kind":"volume","uuid":"u","cluster":"c","name":"n","log":"l"}')
     [i["name"] for i in r.list2(io)]
-    with rbd.Image(io, name) as img:
-        list(img.watchers_list()); image_id = img.id(); list(img.list_snaps()); img.metadata_set("csi/deleted", "1")
+    with rbd.Image(io, name, read_only=True) as ro:
+        list(ro.watchers_list()); ro.id(); list(ro.list_snaps())
+    meta_set(image_id, "csi/deleted", "1")
     r.trash_move(io, name, 0); r.trash_remove(io, image_id)
 pair("warm")
 u0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.time()
