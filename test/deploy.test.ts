@@ -6,7 +6,10 @@
  * ports, images, the driver name, class parameters and the shared pool directory line up; whatever
  * runs our image (manifests, Nomad jobs, compose, the Dockerfile's CMD) is plain node on a file
  * `npm run build` makes, and the Dockerfile's final stage has production dependencies only, no
- * tsx (test/image.test.ts replays that stage for real). The second half breaks one thing at a time
+ * tsx (test/image.test.ts replays that stage for real), and checks its own runtime needs (python3's
+ * rados and rbd, the node tools); the Swarm plugin (deploy/swarm/) serves both CSI interfaces on one
+ * socket through the mux, in front of the controller's and the node-agent's (`npm run e2e` runs
+ * the image, the compose file and the plugin for real). The second half breaks one thing at a time
  * in a copy of the real files and sees each check fail.
  */
 import assert from "node:assert/strict";
@@ -15,6 +18,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, test } from "node:test";
 import { PLUGIN_NAME } from "@csi/contracts";
+import { CONTROLLER_SETTINGS } from "@csi/controller/testing";
+import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
+import { envNames } from "@csi/runtime";
 import {
   builtOutputs,
   type CommandRun,
@@ -79,13 +85,99 @@ function resourcesOf(dir: string): K8sObject[] {
 const baseDocs = () => resourcesOf(path.join(K8S, "base"));
 const compose = () => parseYaml(read("docker-compose.yml"), "docker-compose.yml")[0] as unknown as Compose;
 const nomadJobs = () => filesUnder(path.join(ROOT, "deploy/nomad"), /\.nomad\.json$/).map((f) => JSON.parse(readFileSync(f, "utf8")) as NomadJob);
-/** Every command line of our image: Kubernetes (the base and the optional NATS/Redis component's Job), Nomad, compose. */
-const ourRuns = (docs = [...baseDocs(), ...resourcesOf(path.join(K8S, "components/nats-redis"))], jobs = nomadJobs(), c = compose()): CommandRun[] => [
-  ...kubernetesCommands(docs, IMAGE_NAME),
-  ...nomadCommands(jobs, IMAGE_NAME),
-  ...composeCommands(c),
-];
+/** Every command line of our image: Kubernetes (the base and the optional NATS/Redis component's Job), Nomad, compose, the Swarm plugin's entrypoint. */
+const ourRuns = (
+  docs = [...baseDocs(), ...resourcesOf(path.join(K8S, "components/nats-redis"))],
+  jobs = nomadJobs(),
+  c = compose(),
+  entrypoint = read(SWARM_ENTRYPOINT),
+): CommandRun[] => [...kubernetesCommands(docs, IMAGE_NAME), ...nomadCommands(jobs, IMAGE_NAME), ...composeCommands(c), ...entrypointCommands(entrypoint)];
 const dockerfile = (text = read("Dockerfile")) => parseDockerfile(text);
+
+/** The Swarm plugin (deploy/swarm/): its config.json and the entrypoint.sh make-plugin.sh installs as its entrypoint. */
+const SWARM_ENTRYPOINT = "deploy/swarm/entrypoint.sh";
+interface PluginConfig {
+  entrypoint: string[];
+  workdir: string;
+  interface: { types: string[]; socket: string };
+  network: { type: string };
+  propagatedMount: string;
+  linux: { capabilities: string[]; allowAllDevices: boolean };
+  mounts: { name?: string; source: string; destination: string; settable?: string[] }[];
+  env: { name: string; value: string }[];
+}
+const pluginConfig = () => JSON.parse(read("deploy/swarm/config.json")) as PluginConfig;
+
+/** The `node <file> ...` lines of the plugin's entrypoint (continuation lines joined, `&` dropped). */
+function entrypointCommands(text: string): CommandRun[] {
+  return text
+    .replace(/\\\n\s*/g, " ")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => /^node\s/.test(l))
+    .map((l) => ({ where: `${SWARM_ENTRYPOINT} (Swarm plugin)`, argv: l.replace(/\s*&$/, "").split(/\s+/) }));
+}
+
+/** The value of `--flag` in a command line. */
+const flagOf = (argv: string[], flag: string) => argv[argv.indexOf(`--${flag}`) + 1];
+
+/**
+ * The plugin as Swarm needs it (docs/deploy.md, "Docker Swarm"): both CSI interfaces on one socket,
+ * which the mux serves at /run/docker/plugins/<socket>, forwarding to the controller's and the
+ * node-agent's sockets as they serve them; the propagated mount Swarm publishes under
+ * (/data/published); the pool directory at the compose file's path; CAP_SYS_ADMIN and the host's
+ * devices; only env names the services read; the entrypoint make-plugin.sh installs.
+ */
+function checkSwarmPlugin(cfg: PluginConfig, entrypoint: string, makePlugin: string): string[] {
+  const problems: string[] = [];
+  for (const t of ["docker.csicontroller/1.0", "docker.csinode/1.0"])
+    if (!cfg.interface.types.includes(t)) problems.push(`config.json: interface type ${t} missing`);
+  if (cfg.propagatedMount !== "/data/published")
+    problems.push(`config.json: propagatedMount ${cfg.propagatedMount} is not /data/published, where Swarm publishes`);
+  if (!cfg.linux.capabilities.includes("CAP_SYS_ADMIN") || !cfg.linux.allowAllDevices)
+    problems.push("config.json: needs CAP_SYS_ADMIN and allowAllDevices (losetup, mount)");
+  if (cfg.network.type !== "host") problems.push(`config.json: network ${cfg.network.type}: the plugin reaches NATS as the host does`);
+  if (!cfg.mounts.some((m) => m.destination === "/var/lib/csi/pools" && m.settable?.includes("source")))
+    problems.push("config.json: no settable pool mount at /var/lib/csi/pools");
+  if (!cfg.mounts.some((m) => m.source === "/dev" && m.destination === "/dev")) problems.push("config.json: the host's /dev is not mounted");
+  const known = new Set([...envNames(CONTROLLER_SETTINGS), ...envNames(NODE_AGENT_SETTINGS), "NODE_ENV"]);
+  for (const e of cfg.env) if (!known.has(e.name)) problems.push(`config.json: env ${e.name} is read by neither the controller nor the node-agent`);
+  const install = /install -m 755 "\$here\/entrypoint\.sh" "\$dir\/rootfs(\S+)"/.exec(makePlugin)?.[1];
+  if (cfg.entrypoint.join(" ") !== install)
+    problems.push(`config.json: entrypoint ${cfg.entrypoint.join(" ")} is not where make-plugin.sh installs entrypoint.sh (${install})`);
+  const runs = entrypointCommands(entrypoint).map((r) => r.argv);
+  const mux = runs.find((a) => a[1] === "services/controller/dist/plugin/main.js");
+  const ctl = runs.find((a) => a[1] === rel(serviceMain("controller", "dist")));
+  const node = runs.find((a) => a[1] === rel(serviceMain("node-agent", "dist")));
+  if (!mux || !ctl || !node) return [...problems, "entrypoint.sh: starts not all of the plugin mux, the controller and the node-agent"];
+  if (flagOf(mux, "endpoint") !== `unix:///run/docker/plugins/${cfg.interface.socket}`)
+    problems.push(`entrypoint.sh: the mux serves ${flagOf(mux, "endpoint")}, not the plugin's socket`);
+  if (flagOf(mux, "controller-endpoint") !== flagOf(ctl, "endpoint"))
+    problems.push("entrypoint.sh: the mux's --controller-endpoint is not the controller's --endpoint");
+  if (flagOf(mux, "node-endpoint") !== flagOf(node, "endpoint")) problems.push("entrypoint.sh: the mux's --node-endpoint is not the node-agent's --endpoint");
+  return problems;
+}
+
+/**
+ * The final stage's runtime needs (issue 35): python3-rados beside python3-rbd (bookworm's
+ * python3-rbd does not pull it in), and a RUN that checks inside the image that the RBD helper's
+ * imports and every tool the node-agent runs are there; no `# syntax=` line (BuildKit would fetch
+ * the frontend from Docker Hub: no build without it).
+ */
+function checkImageNeeds(text: string): string[] {
+  const problems: string[] = [];
+  if (/^#\s*syntax\s*=/m.test(text)) problems.push("the Dockerfile has a # syntax= line: BuildKit fetches that frontend image (no offline build)");
+  const final = parseDockerfile(text).at(-1)?.instructions ?? [];
+  const apt = final.find((i) => i.op === "RUN" && /apt-get install/.test(i.args))?.args ?? "";
+  for (const p of ["python3-rbd", "python3-rados", "rbd-fuse", "e2fsprogs", "xfsprogs", "util-linux", "mount"])
+    if (!new RegExp(`\\s${p}(\\s|$)`).test(apt)) problems.push(`the final stage does not install ${p}`);
+  const check = final.find((i) => i.op === "RUN" && i.args.includes('python3 -c "import rados, rbd"'));
+  if (!check) problems.push('the final stage does not check python3 -c "import rados, rbd" in the image');
+  const tools = /for t in ([^;]+); do command -v "\$t"/.exec(check?.args ?? "")?.[1]?.split(/\s+/) ?? [];
+  for (const t of ["rbd-fuse", "losetup", "blockdev", "blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs", "mount", "umount"])
+    if (!tools.includes(t)) problems.push(`the final stage's check does not look for ${t}`);
+  return problems;
+}
 /** The final stage's CMD as a run, and the Dockerfile's checks given the deployment files' runs. */
 const dockerCmd = (text = read("Dockerfile")): CommandRun => ({
   where: "Dockerfile CMD",
@@ -250,6 +342,15 @@ describe("deployment files agree with the code", () => {
         );
     assert.equal(runs.filter((r) => r.argv[1] === rel(CSICTL_DIST)).length, 3, "csictl: the journal's init container and task, the fleet-init Job");
     assert.deepEqual(checkImage(), []);
+    assert.equal(runs.filter((r) => r.where.includes("Swarm plugin")).length, 3, "the plugin's controller, node-agent and mux");
+  });
+
+  test("the Swarm plugin: both CSI interfaces on one socket, served by the mux in front of the controller's and the node-agent's sockets", () => {
+    assert.deepEqual(checkSwarmPlugin(pluginConfig(), read(SWARM_ENTRYPOINT), read("deploy/swarm/make-plugin.sh")), []);
+  });
+
+  test("the image's runtime needs: python3-rados beside python3-rbd, checked inside the image with every node tool; no # syntax= line", () => {
+    assert.deepEqual(checkImageNeeds(read("Dockerfile")), []);
   });
 });
 
@@ -814,5 +915,59 @@ describe("each check fails on a broken copy", () => {
       /tools\/csictl\/dist\/main\.js is not built in the image: it would come from the build context/,
     );
     fails(edit("RUN npm run build", "RUN true"), /is not built in the image: it would come from the build context/);
+    const needs = (from: string | RegExp, to: string) => {
+      const t = text.replace(from, to);
+      assert.notEqual(t, text, `the Dockerfile has ${from}`);
+      return checkImageNeeds(t);
+    };
+    fails(needs(/^/, "# syntax=docker/dockerfile:1\n"), /# syntax= line/);
+    fails(needs("mount python3-rados python3-rbd", "mount python3-rbd"), /does not install python3-rados/);
+    fails(needs('python3 -c "import rados, rbd"', 'python3 -c "import rbd"'), /does not check python3 -c "import rados, rbd"/);
+    fails(needs(" mkfs.xfs resize2fs", " resize2fs"), /check does not look for mkfs\.xfs/);
+  });
+
+  test("the Swarm plugin", () => {
+    const cfg = pluginConfig();
+    const entry = read(SWARM_ENTRYPOINT);
+    const make = read("deploy/swarm/make-plugin.sh");
+    const plugin = (change: (c: PluginConfig) => void, e = entry, m = make) => checkSwarmPlugin(changed(cfg, change), e, m);
+    fails(
+      plugin((c) => (c.interface.types = ["docker.csinode/1.0"])),
+      /interface type docker\.csicontroller\/1\.0 missing/,
+    );
+    fails(
+      plugin((c) => (c.propagatedMount = "/data")),
+      /propagatedMount \/data is not \/data\/published/,
+    );
+    fails(
+      plugin((c) => (c.linux.capabilities = [])),
+      /needs CAP_SYS_ADMIN/,
+    );
+    fails(
+      plugin((c) => (c.mounts = c.mounts.filter((m) => m.name !== "pools"))),
+      /no settable pool mount/,
+    );
+    fails(
+      plugin((c) => c.env.push({ name: "NAT_URL", value: "x" })),
+      /env NAT_URL is read by neither/,
+    );
+    fails(
+      plugin((c) => (c.interface.socket = "plugin.sock")),
+      /the mux serves unix:\/\/\/run\/docker\/plugins\/csi\.sock, not the plugin's socket/,
+    );
+    fails(
+      plugin((c) => (c.entrypoint = ["/entrypoint.sh"])),
+      /is not where make-plugin\.sh installs entrypoint\.sh/,
+    );
+    fails(
+      plugin(() => {}, entry.replace("--node-endpoint unix:///run/csi/csi-node.sock", "--node-endpoint unix:///run/csi/node.sock")),
+      /--node-endpoint is not the node-agent's/,
+    );
+    fails(
+      plugin(() => {}, entry.replace("node services/controller/dist/plugin/main.js", "node services/controller/src/plugin/main.ts")),
+      /starts not all of/,
+    );
+    const runs = ourRuns(undefined, undefined, undefined, entry.replace("services/controller/dist/main.js", "services/controller/dist/mian.js"));
+    fails(checkImage(undefined, runs), /Swarm plugin\): services\/controller\/dist\/mian\.js is not a file npm run build makes/);
   });
 });

@@ -94,8 +94,9 @@ interface Replayed {
 /**
  * Replays a stage into a new directory under `into` (standing for its WORKDIR): ENV collected,
  * COPY done (from the context, minus .dockerignore, or from another stage, replayed the same way),
- * `npm ci` run; other RUN steps (apt-get, mkdir of volume mount points, npm's cache cleaning)
- * touch nothing node resolves and are checked to be only those. A stage that runs
+ * `npm ci` run; other RUN steps (apt-get, mkdir of volume mount points, npm's cache cleaning, the
+ * image's check of its own runtime tools: a python3 import and a `command -v` loop, which only read)
+ * touch nothing node resolves and are checked to be only those (`npm run e2e` runs them for real). A stage that runs
  * `npm run build` is not replayed: it is this tree after `npm run build`.
  */
 function replayStage(stages: DockerStage[], stage: DockerStage, into: string, done = new Map<DockerStage, Replayed>()): Replayed {
@@ -151,7 +152,7 @@ function replayStage(stages: DockerStage[], stage: DockerStage, into: string, do
         } else
           assert.match(
             step,
-            /^(apt-get |rm -rf \/var\/lib\/apt\/lists|mkdir -p \/(csi|var\/lib\/csi)|npm cache clean)/,
+            /^(apt-get |rm -rf \/var\/lib\/apt\/lists|mkdir -p \/(csi|var\/lib\/csi)|npm cache clean)|^\/usr\/bin\/python3 -c "import [a-z, ]+"$|^for t in [\w. -]+; do command -v "\$t" >\/dev\/null \|\| \{ echo "the image lacks \$t" >&2; exit 1; \}; done$/,
             `line ${ins.line}: ${step} is not replayed`,
           );
       }
