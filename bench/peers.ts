@@ -43,7 +43,7 @@ import { type LocalServer, startServer } from "@csi/testkit";
 import * as grpc from "@grpc/grpc-js";
 import { startBareChain } from "./lib/bare-chain.js";
 import { descendants, runInBenchDir } from "./lib/bench-dir.js";
-import { type CephBench, startCephBench } from "./lib/ceph-peers.js";
+import { type CephBench, type CsiTarget, copies, startCephBench } from "./lib/ceph-peers.js";
 import { cpuLine, cpuMeter, machineBusy, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure, row } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
@@ -90,6 +90,8 @@ interface Driver {
   /** Its processes; `refresh` adds those it started since (ours: the journal's RBD helper, started on first use). */
   procs: Processes;
   refresh?(): void;
+  /** Its CSI socket and what its calls carry (the copies on Ceph). */
+  csi?: CsiTarget;
   calls(): Calls;
   stop(): Promise<unknown>;
 }
@@ -196,7 +198,7 @@ async function startPeer(dir: string, peer: { name: string; label: string; comma
   for (const d of descendants(pid)) procs[`${peer.name.toLowerCase()}-${d}`] = d;
   const parameters = JSON.parse(fill(process.env[`BENCH_PEER_${peer.name}_PARAMETERS`] ?? "{}")) as Record<string, string>;
   const secrets = JSON.parse(fill(process.env[`BENCH_PEER_${peer.name}_SECRETS`] ?? "{}")) as Record<string, string>;
-  return { label: peer.label, procs, calls: () => csiCalls(peer.label, sock, parameters, secrets), stop };
+  return { label: peer.label, procs, calls: () => csiCalls(peer.label, sock, parameters, secrets), stop, csi: { sock, parameters, secrets } };
 }
 
 /** The CreateVolume and DeleteVolume every CSI driver gets, each answer checked. */
@@ -291,6 +293,22 @@ function summary(drivers: Driver[], results: Map<string, Map<number, { create: S
   }
 }
 
+/** On Ceph: each driver's snapshots and clones, one at a time (BENCH_PEERS_COPIES of each, default 5): the median latency of each kind. */
+async function copiesTable(drivers: Driver[]): Promise<void> {
+  const n = Number(process.env.BENCH_PEERS_COPIES ?? 5);
+  console.log(
+    `\ncopies of a 1 GiB volume, one at a time, ${n} of each (median ms)\n| driver | CreateSnapshot | CreateVolume from a snapshot | CreateVolume from a volume |\n|---|---|---|---|`,
+  );
+  for (const d of drivers) {
+    if (!d.csi) continue;
+    const t = await copies(d.label, d.csi, n).catch((err: Error) => {
+      failures.push(`${d.label} copies: ${err.message}`);
+      return undefined;
+    });
+    if (t) console.log(`| ${d.label} | ${fmt(median(t.snapshot))} | ${fmt(median(t.fromSnapshot))} | ${fmt(median(t.fromVolume))} |`);
+  }
+}
+
 async function main({ dir, what }: { dir: string; what: string }) {
   console.log(
     `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; ` +
@@ -314,6 +332,7 @@ async function main({ dir, what }: { dir: string; what: string }) {
       },
       calls: () => csiCalls("ours", svc.sock.slice("unix://".length), {}),
       stop: svc.stop,
+      csi: { sock: svc.sock.slice("unix://".length), parameters: {}, secrets: {} },
     });
     if (!ceph && process.env.BENCH_PEERS_BARE !== "0") drivers.push(await bareDriver(dir, nats, redis));
     for (const p of peers) drivers.push(await startPeer(dir, p, ceph?.fill));
@@ -346,6 +365,7 @@ async function main({ dir, what }: { dir: string; what: string }) {
       }
     }
     summary(drivers, results);
+    if (ceph) await copiesTable(drivers);
     console.log(
       `busy CPU outside the drivers' and the client's processes, largest share in a round: ${LEVELS.map((c) => `c=${c} ${(100 * (outsideShare.get(c) ?? 0)).toFixed(0)}%`).join(", ")} (other work on the machine, and kernel threads such as the loop disk's)`,
     );

@@ -8,9 +8,13 @@
  * CPU, a step measures the Ceph daemons' CPU and the client operations the OSD served (its admin
  * socket), per create and per delete: the cluster's share of the work, whoever calls.
  */
+import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { csiClient } from "@csi/runtime";
 import { type CephCluster, rbdTestPool, startCeph, type TestPool } from "@csi/testkit";
 import { cpuSeconds } from "./cpu.js";
+
+const GiB = 1024 * 1024 * 1024;
 
 export interface CephBench {
   /** Ours's pools (its clusters file). */
@@ -43,4 +47,63 @@ export async function startCephBench(): Promise<CephBench> {
     },
     stop: () => ceph.stop(),
   };
+}
+
+/** A driver's CSI socket and what its calls carry. */
+export interface CsiTarget {
+  sock: string;
+  parameters: Record<string, string>;
+  secrets: Record<string, string>;
+}
+
+/**
+ * Copies through one driver, one at a time: of a fresh 1 GiB source volume, `n` CreateSnapshot,
+ * `n` CreateVolume from a snapshot and `n` from the volume; everything deleted after. Each call's
+ * latency in ms, by kind (the medians are the table's).
+ */
+export async function copies(label: string, t: CsiTarget, n: number): Promise<Record<"snapshot" | "fromSnapshot" | "fromVolume", number[]>> {
+  const ctrl = csiClient(`unix://${t.sock}`, "Controller");
+  const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: {} };
+  const tag = randomUUID().slice(0, 8);
+  const volume = async (name: string, source?: object) => {
+    const v = (
+      await ctrl.CreateVolume({
+        name,
+        volume_capabilities: [cap],
+        capacity_range: { required_bytes: String(GiB) },
+        parameters: t.parameters,
+        secrets: t.secrets,
+        ...(source ? { volume_content_source: source } : {}),
+      })
+    ).volume;
+    if (!v?.volume_id) throw new Error(`${label}: CreateVolume ${name} answered no volume`);
+    return v.volume_id;
+  };
+  const timed = async <T>(out: number[], f: () => Promise<T>): Promise<T> => {
+    const t0 = performance.now();
+    const r = await f();
+    out.push(performance.now() - t0);
+    return r;
+  };
+  const made = { volumes: [] as string[], snapshots: [] as string[] };
+  const times = { snapshot: [] as number[], fromSnapshot: [] as number[], fromVolume: [] as number[] };
+  try {
+    const source = await volume(`copies-${tag}-src`);
+    made.volumes.push(source);
+    for (let i = 0; i < n; i++) {
+      const s = await timed(times.snapshot, () =>
+        ctrl.CreateSnapshot({ name: `copies-${tag}-snap-${i}`, source_volume_id: source, parameters: t.parameters, secrets: t.secrets }),
+      );
+      if (!s.snapshot?.snapshot_id) throw new Error(`${label}: CreateSnapshot answered no snapshot`);
+      made.snapshots.push(s.snapshot.snapshot_id);
+      made.volumes.push(await timed(times.fromSnapshot, () => volume(`copies-${tag}-fs-${i}`, { snapshot: { snapshot_id: s.snapshot?.snapshot_id } })));
+      made.volumes.push(await timed(times.fromVolume, () => volume(`copies-${tag}-fv-${i}`, { volume: { volume_id: source } })));
+    }
+  } finally {
+    // Clones first, the source last; the snapshots after the volumes restored from them.
+    for (const id of made.volumes.reverse()) await ctrl.DeleteVolume({ volume_id: id, secrets: t.secrets }).catch(() => {});
+    for (const id of made.snapshots) await ctrl.DeleteSnapshot({ snapshot_id: id, secrets: t.secrets }).catch(() => {});
+    ctrl.close();
+  }
+  return times;
 }

@@ -96,6 +96,12 @@ interface RawInfo {
   created: number;
 }
 
+/** What the helper's clone answers: the clone described, and how many ancestors it has. */
+type Cloned = RawInfo & { depth: number };
+
+/** A build under a temporary name: the image it made as the helper last described it, or undefined to stat it once published. */
+type Build = (tmp: string) => Promise<RawInfo | undefined>;
+
 /** What the helper answers about a marked trash entry: `deleted` in seconds, `snaps` left (in the trash namespace: clones need them). */
 interface RawTrash {
   name: string;
@@ -253,9 +259,10 @@ export class RbdPool implements PoolBackend {
     checkImageName(snapName);
     return this.#publish(snapName, isSnapshot(snapName), async (tmp) => {
       await this.#source(source);
-      await this.#cloneOfSnapshot(source, snapName, tmp, SNAPSHOT_FEATURES, this.#metaOf(owner));
-      await this.#flattenIfDeep(tmp);
+      const made = await this.#cloneOfSnapshot(source, snapName, tmp, SNAPSHOT_FEATURES, this.#metaOf(owner));
+      await this.#flattenIfDeep(tmp, made.depth);
       await this.#call("snap_create", { name: tmp, snap: snapName }, `snapshot "${snapName}"`);
+      return undefined; // its own snapshot makes it read-only: stat it once published
     });
   }
 
@@ -268,14 +275,14 @@ export class RbdPool implements PoolBackend {
       const from = await this.#source(source);
       if (size < from.sizeBytes) throw tooSmall(from.sizeBytes);
       const features = this.#o.imageFeatures.join(",");
-      if (from.readOnly) await this.#call("clone", { parent: source, snap: source, name: tmp, features, meta: this.#metaOf(owner) }, `clone "${source}"`);
-      else await this.#cloneOfSnapshot(source, target, tmp, this.#o.imageFeatures, this.#metaOf(owner));
-      const made = await this.#info(tmp);
-      if (!made) throw new DriverError("Internal", `clone of "${source}" vanished`);
+      const made = from.readOnly
+        ? await this.#call<Cloned>("clone", { parent: source, snap: source, name: tmp, features, meta: this.#metaOf(owner) }, `clone "${source}"`)
+        : await this.#cloneOfSnapshot(source, target, tmp, this.#o.imageFeatures, this.#metaOf(owner));
       // Check the clone, not the earlier stat: the source may have grown meanwhile.
       if (size < made.size) throw tooSmall(made.size);
-      if (size > made.size) await this.#call("resize", { name: tmp, size }, `resize clone "${target}"`);
-      await this.#flattenIfDeep(tmp);
+      const sized = size > made.size ? await this.#call<RawInfo>("resize", { name: tmp, size }, `resize clone "${target}"`) : made;
+      // Flattened (rare): its parent changed, stat it again once published.
+      return (await this.#flattenIfDeep(tmp, made.depth)) ? undefined : sized;
     });
   }
 
@@ -391,22 +398,24 @@ export class RbdPool implements PoolBackend {
   }
 
   /** A fresh temporary snapshot `<source>@<snap>`, cloned into `into`, then removed (clone v2 keeps it in the trash namespace while `into` needs it). */
-  async #cloneOfSnapshot(source: string, snap: string, into: string, features: string[], meta: Record<string, string>): Promise<void> {
+  async #cloneOfSnapshot(source: string, snap: string, into: string, features: string[], meta: Record<string, string>): Promise<Cloned> {
     await this.#ignoreMissing(this.#call("snap_remove", { name: source, snap }, `remove a stale snapshot of "${source}"`)); // left by an interrupted build
     await this.#call("snap_create", { name: source, snap }, `snapshot "${source}"`).catch((err: unknown) => {
       if (err instanceof DriverError && err.code === "NotFound") throw new DriverError("NotFound", `source image "${source}" not found`);
       throw err;
     });
     try {
-      await this.#call("clone", { parent: source, snap, name: into, features: features.join(","), meta }, `clone "${source}"`);
+      return await this.#call<Cloned>("clone", { parent: source, snap, name: into, features: features.join(","), meta }, `clone "${source}"`);
     } finally {
       await this.#ignoreMissing(this.#call("snap_remove", { name: source, snap }, `remove the temporary snapshot of "${source}"`));
     }
   }
 
-  async #flattenIfDeep(name: string): Promise<void> {
-    const depth = await this.#call<number>("depth", { name }, `read the clone depth of "${name}"`);
-    if (depth > this.#o.maxCloneDepth) await this.#call("flatten", { name }, `flatten "${name}"`, this.#o.flattenTimeoutMs);
+  /** Flatten a clone whose parent chain is longer than maxCloneDepth (its depth as its clone op read it); true when it was. */
+  async #flattenIfDeep(name: string, depth: number): Promise<boolean> {
+    if (depth <= this.#o.maxCloneDepth) return false;
+    await this.#call("flatten", { name }, `flatten "${name}"`, this.#o.flattenTimeoutMs);
+    return true;
   }
 
   /**
@@ -414,18 +423,19 @@ export class RbdPool implements PoolBackend {
    * place if it does not exist yet. An existing image (found first, or won by a racing builder)
    * goes through `onExisting`, which returns it if compatible or throws.
    */
-  async #publish(name: string, onExisting: (img: ImageInfo) => ImageInfo, build: (tmp: string) => Promise<void>): Promise<ImageInfo> {
+  async #publish(name: string, onExisting: (img: ImageInfo) => ImageInfo, build: Build): Promise<ImageInfo> {
     return this.#builds.run(name, () => this.#publishOnce(name, onExisting, build));
   }
 
-  async #publishOnce(name: string, onExisting: (img: ImageInfo) => ImageInfo, build: (tmp: string) => Promise<void>): Promise<ImageInfo> {
+  async #publishOnce(name: string, onExisting: (img: ImageInfo) => ImageInfo, build: Build): Promise<ImageInfo> {
     await this.#sweepStale();
     await this.#removeTemps(name); // earlier, interrupted builds of this image
     const found = await this.statImage(name);
     if (found) return onExisting(found);
     const tmp = tempName(name, randomBytes(6).toString("hex"));
+    let built: RawInfo | undefined;
     try {
-      await build(tmp);
+      built = await build(tmp);
       await this.#call("rename", { from: tmp, to: name }, `publish image "${name}"`);
     } catch (err) {
       await this.#remove(tmp).catch(() => {});
@@ -434,6 +444,7 @@ export class RbdPool implements PoolBackend {
       if (!other) throw new DriverError("Aborted", `image "${name}" keeps changing; retry`);
       return onExisting(other);
     }
+    if (built) return infoOf({ ...built, name }); // a rename changes nothing else of it
     const made = await this.statImage(name);
     if (!made) throw new DriverError("Aborted", `image "${name}" keeps changing; retry`);
     return made;

@@ -66,11 +66,6 @@ def describe(img, name, meta=None):
             "created": calendar.timegm(img.create_timestamp().timetuple())}
 
 
-def set_meta(img, meta):
-    for k, v in meta.items():
-        img.metadata_set(k, v)
-
-
 def op_info(io, a):
     with rbd.Image(io, a["name"], read_only=True) as img:
         return describe(img, a["name"])
@@ -88,23 +83,33 @@ def header_meta_set(io, image_id, meta):
     io.execute("rbd_header." + image_id, "rbd", "metadata_set", struct.pack("<I", len(meta)) + entries)
 
 
+def image_id_of(io, name):
+    # The id an image's id object holds (a Ceph-encoded string): what librbd's open reads first.
+    raw = io.read("rbd_id." + name, 1024)
+    return raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode()
+
+
 def op_create(io, a):
     # The image made, its id read from its id object, its owner metadata written on its header:
     # 7 OSD ops in all (an open, the metadata write with its notify and the close took 19 more).
     rbd.RBD().create(io, a["name"], a["size"], old_format=False, features=rbd.RBD().features_from_string(a["features"]))
-    raw = io.read("rbd_id." + a["name"], 1024)
-    image_id = raw[4:4 + struct.unpack("<I", raw[:4])[0]].decode()
+    image_id = image_id_of(io, a["name"])
     if a["meta"]:
         header_meta_set(io, image_id, a["meta"])
     return {"name": a["name"], "id": image_id, "size": a["size"], "snaps": [], "parent": None, "meta": a["meta"], "created": int(time.time())}
 
 
 def op_clone(io, a):
+    # The clone made, its owner metadata written on its header (as op_create), then described once
+    # with its clone depth (opened read-only: no watch).
     features = rbd.RBD().features_from_string(a["features"])
     rbd.RBD().clone(io, a["parent"], a["snap"], io, a["name"], features=features)
-    with rbd.Image(io, a["name"]) as img:
-        set_meta(img, a["meta"])
-        return describe(img, a["name"])
+    if a["meta"]:
+        header_meta_set(io, image_id_of(io, a["name"]), a["meta"])
+    with rbd.Image(io, a["name"], read_only=True) as img:
+        info = describe(img, a["name"])
+        info["depth"] = chain_depth(io, img)
+        return info
 
 
 def op_resize(io, a):
@@ -136,20 +141,28 @@ def op_flatten(io, a):
         return describe(img, a["name"])
 
 
-def op_depth(io, a):
-    depth, img = 0, rbd.Image(io, a["name"], read_only=True)
+def chain_depth(io, img):
+    # How many ancestors the open image img has (it stays the caller's to close).
+    depth, cur = 0, img
     try:
         while depth < 64:
             try:
-                parent_id = img.parent_id()
+                parent_id = cur.parent_id()
             except rbd.ImageNotFound:
                 return depth
-            img.close()
-            img = rbd.Image(io, image_id=parent_id, read_only=True)
+            if cur is not img:
+                cur.close()
+            cur = rbd.Image(io, image_id=parent_id, read_only=True)
             depth += 1
         return depth
     finally:
-        img.close()
+        if cur is not img:
+            cur.close()
+
+
+def op_depth(io, a):
+    with rbd.Image(io, a["name"], read_only=True) as img:
+        return chain_depth(io, img)
 
 
 def op_remove(io, a):
