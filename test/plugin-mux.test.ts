@@ -2,10 +2,12 @@
  * The Swarm plugin's mux (services/controller/src/plugin/mux.ts) in front of a real controller and
  * node-agent (NodeStack: journal, controller and node-agent on real nats-server and redis-server):
  * one socket answers Identity, Controller and Node; a whole volume life through it; a refusal keeps
- * the code and message the service gave; Probe is not ready while the node-agent is down.
+ * the code and message the service gave; no socket until both services answer; Probe is not ready
+ * while the node-agent is down.
  * `npm run e2e` runs the same mux under Docker Swarm.
  */
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { GrpcCode } from "@csi/contracts";
@@ -102,6 +104,19 @@ describe("the plugin mux: one CSI socket for Identity, Controller and Node", { s
       direct.close();
       viaMux.close();
     }
+  });
+
+  it("binds its socket only once both services answer Probe ready (Swarm takes a failed first Probe for a plugin without a controller)", async () => {
+    const socket = path.join(s.root, "early.sock");
+    const started = startPluginMux({
+      endpoint: `unix://${socket}`,
+      controllerEndpoint: `unix://${path.join(s.root, "controller.sock")}`,
+      nodeEndpoint: `unix://${path.join(s.root, "no-node-yet.sock")}`,
+      log: pino({ level: "silent" }),
+      readyWithinMs: 1_500,
+    });
+    await assert.rejects(started, /the node did not answer Probe ready within 1500 ms/);
+    assert.equal(existsSync(socket), false, "no socket while a service does not answer");
   });
 
   it("Probe is not ready while the node-agent is down, and ready again once it is back", async () => {

@@ -6,6 +6,11 @@
  * calls to the controller — Probe asks both, and is ready only when both are. The calls keep their
  * request id (`x-request-id`) and deadline; a refusal keeps its gRPC code and message.
  *
+ * It binds its socket only once both services answer Probe ready: Docker takes the plugin as
+ * started when the socket appears, and Swarm's manager, whose first Probe of a plugin fails, goes on
+ * as if the plugin had no controller (it "creates" volumes without CreateVolume, named by their
+ * name, which every node call then refuses as a malformed id). Seen in `npm run e2e`.
+ *
  * It is only a switchboard: the same server plumbing as the services (runtime's startCsiServer:
  * request ids, logging with secrets stripped, draining) and the same client (csiClient); no CSI
  * rule lives here.
@@ -23,6 +28,8 @@ export interface PluginMuxOptions {
   /** The node-agent's CSI endpoint (Identity, Node). */
   nodeEndpoint: string;
   log: Logger;
+  /** How long to wait for both services to answer Probe ready before binding (default 120 s). */
+  readyWithinMs?: number;
 }
 
 /** Our error name for a gRPC code a service answered with (INTERNAL: "Internal"; one we never use: "Internal" too). */
@@ -61,6 +68,23 @@ export interface RunningMux extends RunningServer {
   stop(): Promise<void>;
 }
 
+/** Resolves once every one of `clients` answers Probe ready; throws after `ms`. */
+async function untilReady(clients: Record<string, CsiClient<"Identity">>, ms: number, log: Logger): Promise<void> {
+  const end = Date.now() + ms;
+  const ready = (c: CsiClient<"Identity">) =>
+    c.Probe({}, undefined, { deadline: Date.now() + 2_000 }).then(
+      (r) => r.ready?.value !== false,
+      () => false,
+    );
+  for (const [name, c] of Object.entries(clients)) {
+    while (!(await ready(c))) {
+      if (Date.now() > end) throw new DriverError("Unavailable", `the ${name} did not answer Probe ready within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    log.info({ backend: name }, "backend ready");
+  }
+}
+
 export async function startPluginMux(opts: PluginMuxOptions): Promise<RunningMux> {
   const identity = { controller: csiClient(opts.controllerEndpoint, "Identity"), node: csiClient(opts.nodeEndpoint, "Identity") };
   const controller = csiClient(opts.controllerEndpoint, "Controller");
@@ -70,6 +94,7 @@ export async function startPluginMux(opts: PluginMuxOptions): Promise<RunningMux
     const r = (await forwardCall(c.Probe as unknown as Forward, {}, ctx)) as { ready?: { value?: boolean } | null };
     return r.ready?.value !== false;
   };
+  await untilReady(identity, opts.readyWithinMs ?? 120_000, opts.log);
   const server = await startCsiServer({
     endpoint: opts.endpoint,
     log: opts.log,
