@@ -30,7 +30,7 @@ import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { JetStreamLog } from "./adapters/event-log.js";
 import { FilePool } from "./adapters/file-pool.js";
-import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability } from "./adapters/guarded-log.js";
+import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability, logUnavailable } from "./adapters/guarded-log.js";
 import { restoreUnderWay } from "./adapters/log-backup.js";
 import { checkLogDurability } from "./adapters/log-durability.js";
 import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
@@ -241,7 +241,7 @@ function unavailableWhy(redisLink: RedisLink, reach: LogReachability): string | 
   const redis = redisLink.down();
   if (redis) return `redis unavailable: ${redis}`;
   const log = reach.down();
-  return log && `event log unavailable: ${log}`;
+  return log && logUnavailable(log);
 }
 
 /**

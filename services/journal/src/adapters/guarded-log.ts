@@ -118,11 +118,14 @@ function reasonOf(err: unknown): string {
   return shortReason(cause ? `${msg}: ${cause}` : msg);
 }
 
+/** What a command is told while the log is down: its reason, said once ("event log unavailable: timeout", never twice). */
+export const logUnavailable = (down: string) => (down.startsWith("event log unavailable") ? down : `event log unavailable: ${down}`);
+
 /** `inner`, failing fast with Unavailable while `reach` knows the log is down, and telling it of every failure for want of an answer. */
 export function guardedLog(inner: EventLog, reach: LogReachability): EventLog {
   const guard = async <T>(f: () => Promise<T>, callers = new Set<unknown>()): Promise<T> => {
     const down = reach.down();
-    if (down) throw new DriverError("Unavailable", `event log unavailable: ${down}`);
+    if (down) throw new DriverError("Unavailable", logUnavailable(down));
     try {
       return await f();
     } catch (err) {
