@@ -94,7 +94,11 @@ export async function startPluginMux(opts: PluginMuxOptions): Promise<RunningMux
     const r = (await forwardCall(c.Probe as unknown as Forward, {}, ctx)) as { ready?: { value?: boolean } | null };
     return r.ready?.value !== false;
   };
-  await untilReady(identity, opts.readyWithinMs ?? 120_000, opts.log);
+  const clients = [identity.controller, identity.node, controller, group, node];
+  await untilReady(identity, opts.readyWithinMs ?? 120_000, opts.log).catch((err: unknown) => {
+    for (const c of clients) c.close();
+    throw err;
+  });
   const server = await startCsiServer({
     endpoint: opts.endpoint,
     log: opts.log,
@@ -114,7 +118,7 @@ export async function startPluginMux(opts: PluginMuxOptions): Promise<RunningMux
   return Object.assign(server, {
     stop: async () => {
       await server.drain();
-      for (const c of [identity.controller, identity.node, controller, group, node]) c.close();
+      for (const c of clients) c.close();
     },
   });
 }
