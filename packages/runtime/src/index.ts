@@ -13,6 +13,7 @@ export * from "./nats/fleet.js";
 export * from "./nats/last-message.js";
 export * from "./nats/node-streams.js";
 export * from "./nats/stream-range.js";
+export * from "./ops/failure-streak.js";
 export * from "./ops/listen-addr.js";
 export * from "./ops/listener.js";
 export * from "./ops/metrics.js";

@@ -13,6 +13,7 @@ import {
   type Drainable,
   drainAll,
   ensureFleetStreams,
+  failureStreak,
   fleetAccess,
   fleetManager,
   loadClusters,
@@ -127,8 +128,18 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   const bound = Object.assign(new TokenBuckets(cfg.reportRate, cfg.reportBurst), { describe: `${cfg.reportRate}/s, burst ${cfg.reportBurst}` });
   const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams, bound });
+  const catchUps = failureStreak(log, "projection catch-up");
   const timer =
-    cfg.catchUpEveryMs > 0 ? setInterval(() => projector.catchUp().catch((err) => log.warn({ err }, "catch-up failed")), cfg.catchUpEveryMs) : undefined;
+    cfg.catchUpEveryMs > 0
+      ? setInterval(
+          () =>
+            projector.catchUp().then(
+              () => catchUps.ok(),
+              (err: unknown) => catchUps.failed(err),
+            ),
+          cfg.catchUpEveryMs,
+        )
+      : undefined;
   timer?.unref();
   log.info({ pools: [...pools.keys()], stream: jetStreamLog.stream }, "journal serving");
 

@@ -84,7 +84,8 @@ async function handle(ops: Ops, collect: () => Promise<string>, req: http.Incomi
   try {
     send(res, 200, ops.registry.contentType, await collect());
   } catch (err) {
-    log.warn({ err }, "metrics could not be collected");
+    // Its message only: during an outage every scrape (Prometheus: every 10-30 s) fails the same way, a stack each time is noise.
+    log.warn({ err: err instanceof Error ? err.message : String(err) }, "metrics could not be collected");
     send(res, 500, "text/plain", "metrics could not be collected\n");
   }
 }

@@ -116,15 +116,15 @@ function wrap(
     const reply = handler(call.request, ctx).then(
       (response) => {
         answered = true;
-        const ms = performance.now() - started;
-        if (ms > slowMs) clog().warn({ ms: Math.round(ms) }, "slow call");
+        const ms = Math.round(performance.now() - started);
+        if (ms > slowMs) clog().warn({ ms }, "slow call");
         if (debug) clog().debug({ response: redactSecrets(response), ms }, "response");
         callback(null, response);
       },
       (err: unknown) => {
         answered = true;
         const st = statusOf(err);
-        const ms = performance.now() - started;
+        const ms = Math.round(performance.now() - started);
         // The code by name ("NOT_FOUND"), as the metrics label it: nobody reads 5 in a log line.
         if (st.code === GrpcCode.INTERNAL) clog().error({ err, code: grpcCodeName(st.code), ms }, "call failed");
         else clog().info({ code: grpcCodeName(st.code), details: st.details, ms }, "call refused");

@@ -5,8 +5,8 @@
  * room is left. A cluster that fails (not answering within its bound, or answering an error) is
  * reported and keeps its position in the next_token; requests no longer needed are cancelled.
  */
-import { DriverError, jsonBytes } from "@csi/contracts";
-import type { CallContext } from "@csi/runtime";
+import { DriverError, grpcCodeOf, jsonBytes } from "@csi/contracts";
+import { type CallContext, grpcCodeName } from "@csi/runtime";
 import { LIST_REPLY_MAX_BYTES, maxEntriesOf } from "../domain/csi.js";
 import { absorb, beginPage, decodeCursor, finishPage, miss, type PageState, pendingOf, type Sized } from "../domain/paging.js";
 
@@ -27,9 +27,11 @@ export async function fromEach<T, R>(items: T[], ask: (item: T) => Promise<R>) {
   };
 }
 
-/** How a cluster's failure is logged: its code and message (never a stack: it is the cluster's state, not a bug here). */
+/** How a cluster's failure is logged: its gRPC code by name ("UNAVAILABLE", as docs and metrics say it) and message (never a stack: it is the cluster's state, not a bug here). */
 export const errorFields = (err: unknown) =>
-  err instanceof DriverError ? { code: err.code, reason: err.message } : { code: "Internal", reason: String((err as Error)?.message ?? err) };
+  err instanceof DriverError
+    ? { code: grpcCodeName(grpcCodeOf(err.code)), reason: err.message }
+    : { code: "INTERNAL", reason: String((err as Error)?.message ?? err) };
 
 export interface ListAcross<V, E> {
   /** The clusters listed, in order. */

@@ -311,7 +311,9 @@ export class Projector {
         return;
       }
       const started = performance.now();
-      this.logger.warn({ epoch, reason: judged.reason, log: info.id, was: meta?.log }, "projection rebuild started");
+      // A first start (no projection, an empty log) is no trouble: said, not warned.
+      const first = judged.reason === "missing" && info.last === 0;
+      this.logger[first ? "info" : "warn"]({ epoch, reason: judged.reason, log: info.id, was: meta?.log }, "projection rebuild started");
       const { last, wiped, ok } = await this.#foldAndWrite(epoch);
       if (ok && (await this.store.markComplete(epoch, last))) {
         this.logger.info({ epoch, from: 1, to: last, wiped, ms: Math.round(performance.now() - started) }, "projection rebuilt");

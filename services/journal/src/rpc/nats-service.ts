@@ -265,6 +265,6 @@ function answerCommand(a: Answering, command: JournalCommand, msg: ServiceMsg): 
     if (bytes > limit)
       return refuse(new DriverError("ResourceExhausted", `${command}: the reply of ${bytes} bytes exceeds the ${limit} bytes a reply may have`));
     send(body, "ok");
-    a.logger.debug({ command, requestId, ms: performance.now() - started }, "ok");
+    a.logger.debug({ command, requestId, ms: Math.round(performance.now() - started) }, "ok");
   }, refuse);
 }

@@ -11,7 +11,7 @@
  * the Node RPCs: volumes already published here must still be unpublishable.
  */
 import { NODES_STREAM, NodeRegistration, nodeSubjects } from "@csi/contracts";
-import { type FleetAccess, fleetManager, lastMessageOf } from "@csi/runtime";
+import { type FleetAccess, failureStreak, fleetManager, lastMessageOf } from "@csi/runtime";
 import { jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -55,7 +55,15 @@ export function startHeartbeat(
     else if (!registered) log.info({ stream: NODES_STREAM }, "node registration read back");
     registered = why === undefined;
   };
-  const timer = setInterval(() => beat().catch((err) => log.warn({ err: String(err) }, "heartbeat failed")), reg().heartbeatMs);
+  const beats = failureStreak(log, "heartbeat");
+  const timer = setInterval(
+    () =>
+      beat().then(
+        () => beats.ok(),
+        (err: unknown) => beats.failed(err),
+      ),
+    reg().heartbeatMs,
+  );
   timer.unref();
   return { stop: () => clearInterval(timer), beat, registered: () => registered };
 }
