@@ -16,7 +16,8 @@ after(async () => {
   await j?.dispose();
 });
 
-const parsed = (lines: string[]) => lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { level: string; msg: string; ms?: number; reason?: string });
+const parsed = (lines: string[]) =>
+  lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { level: string; msg: string; ms?: number; reason?: string });
 
 test("a first start builds its projection without a warning; durations in whole milliseconds", async () => {
   const p = await j.spawnJournal({ LOG_LEVEL: "debug" });

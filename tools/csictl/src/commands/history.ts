@@ -63,7 +63,7 @@ interface Found {
   lastSeq: number;
 }
 
-async function find(s: Session, nc: NatsConnection, target: Target): Promise<Found[]> {
+async function find(s: Session, target: Target): Promise<Found[]> {
   if (target.by === "id" && s.opts.cluster && s.opts.cluster !== target.clusterID) {
     throw usageError(`the id is of cluster ${target.clusterID}, not ${s.opts.cluster}`);
   }
@@ -83,23 +83,23 @@ async function find(s: Session, nc: NatsConnection, target: Target): Promise<Fou
  * What `arg` names: an id or uuid as it is; a request name as the log knows it (deleted names
  * too); else (resolve.ts) the live volume it names by a unique uuid or id prefix or its PVC.
  */
-async function findNamed(s: Session, nc: NatsConnection, arg: string, asName: boolean): Promise<Found[]> {
+async function findNamed(s: Session, arg: string, asName: boolean): Promise<Found[]> {
   let target: Target;
   try {
     target = parseTarget(arg, { asName });
   } catch (err) {
     if (!(err instanceof CliError)) throw err;
-    return find(s, nc, await resolveVolume(s, arg)); // the start of an id, or its error
+    return find(s, await resolveVolume(s, arg)); // the start of an id, or its error
   }
-  const found = await find(s, nc, target);
+  const found = await find(s, target);
   if (target.by !== "name" || asName || found.some((f) => f.entries.length > 0)) return found;
   const resolved = await resolveVolume(s, arg);
-  return resolved.by === "id" ? find(s, nc, resolved) : found;
+  return resolved.by === "id" ? find(s, resolved) : found;
 }
 
 export async function history(s: Session, arg: string, o: { name?: boolean; follow?: boolean }): Promise<void> {
   const nc = await s.nats();
-  const found = await findNamed(s, nc, arg, !!o.name);
+  const found = await findNamed(s, arg, !!o.name);
   const entries = found.flatMap((f) => f.entries);
   if (entries.length === 0 && !o.follow) {
     const where = found.length === 1 ? `cluster ${found[0]?.cluster.clusterID}` : "any cluster";
