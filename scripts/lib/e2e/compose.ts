@@ -95,9 +95,27 @@ export async function deleteVolume(ctl: ReturnType<typeof csiClient<"Controller"
   );
 }
 
+/** Until the controller's and the node-agent's sockets in ./run answer Probe ready (compose's --wait knows only that they run). */
+async function socketsAnswer(sockets: string[]): Promise<void> {
+  for (const socket of sockets) {
+    const id = csiClient(socket, "Identity");
+    try {
+      await until(
+        `${socket} answering Probe ready`,
+        async () => (await id.Probe({}, undefined, { deadline: Date.now() + 2_000 })).ready?.value === true,
+        60_000,
+      );
+    } finally {
+      id.close();
+    }
+  }
+}
+
 export async function roundTrip(engine: Engine): Promise<void> {
-  const ctl = csiClient(`unix://${path.join(ROOT, "run/csi-controller.sock")}`, "Controller");
-  const node = csiClient(`unix://${path.join(ROOT, "run/csi-node.sock")}`, "Node");
+  const [ctlSocket, nodeSocket] = ["csi-controller.sock", "csi-node.sock"].map((f) => `unix://${path.join(ROOT, "run", f)}`) as [string, string];
+  await socketsAnswer([ctlSocket, nodeSocket]);
+  const ctl = csiClient(ctlSocket, "Controller");
+  const node = csiClient(nodeSocket, "Node");
   const name = `e2e-${process.pid}`;
   const cap = { access_mode: { mode: "SINGLE_NODE_WRITER" as const }, mount: { fs_type: "ext4", mount_flags: [] } };
   const staging = path.join(KUBELET, "plugins/kubernetes.io/csi/e2e", name, "globalmount");

@@ -114,5 +114,10 @@ export async function baseImages(engine: Engine): Promise<BaseImages> {
     redis: await standIn(engine, "redis", debian, { "redis-entrypoint.sh": entry }, [readFileSync(entry)]),
   };
   for (const [name, as] of Object.entries(standInNames())) await engine.docker(["tag", images[name as keyof BaseImages], as]);
+  // Base images of other keys (made from what has changed since: a new CA certificate, Node release, ...) go.
+  const current = Object.values(images) as string[];
+  const listed = (await engine.docker(["images", "--format", "{{.Repository}}:{{.Tag}}", `${BASE_REPO}/*`])).stdout.split("\n").filter(Boolean);
+  const stale = listed.filter((ref) => !current.includes(ref));
+  if (stale.length > 0) await engine.docker(["rmi", ...stale], { allowFail: true });
   return images;
 }
