@@ -635,7 +635,8 @@ describe("issue 23: csictl behaves like kubectl", () => {
     assert.equal(table.code, 0, table.stderr);
     assert.match(table.stdout, /^NAME\s+VOLUME ID\s+RESULT$/m);
     assert.match(table.stdout, /^csictl-bulk-file\s+0001-\S+\s+created$/m);
-    assert.match(table.stderr, /^2 created, 0 failed$/m);
+    assert.match(table.stdout, /^csictl-bulk-0\s+0001-\S+\s+exists \(already there\)$/m, "made by the first run");
+    assert.match(table.stderr, /^1 created, 1 already there, 0 failed$/m);
   });
 });
 

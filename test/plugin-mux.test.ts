@@ -11,10 +11,10 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { GrpcCode } from "@csi/contracts";
+import { type RunningMux, startPluginMux } from "@csi/controller/testing";
 import { csiClient } from "@csi/runtime";
 import { FS_MIN_BYTES, mountCap, NodeStack, whyNoDevices } from "@csi/testkit";
 import { pino } from "pino";
-import { type RunningMux, startPluginMux } from "../services/controller/src/plugin/mux.js";
 
 describe("the plugin mux: one CSI socket for Identity, Controller and Node", { skip: whyNoDevices(), timeout: 180_000 }, () => {
   let s: NodeStack;

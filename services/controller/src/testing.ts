@@ -7,3 +7,4 @@
 export { NodeDirectory } from "./adapters/nodes.js";
 export { CONTROLLER_SETTINGS } from "./config.js";
 export { createLimits, splitParameters } from "./domain/csi.js";
+export { type RunningMux, startPluginMux } from "./plugin/mux.js";

@@ -128,19 +128,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   ops.readiness.add("commands", () => svc.serving || "the command endpoints are stopped");
   const bound = Object.assign(new TokenBuckets(cfg.reportRate, cfg.reportBurst), { describe: `${cfg.reportRate}/s, burst ${cfg.reportBurst}` });
   const reports = await serveReports(nc, clusterID, journal, { log, fleet, metrics, streams, bound });
-  const catchUps = failureStreak(log, "projection catch-up");
-  const timer =
-    cfg.catchUpEveryMs > 0
-      ? setInterval(
-          () =>
-            projector.catchUp().then(
-              () => catchUps.ok(),
-              (err: unknown) => catchUps.failed(err),
-            ),
-          cfg.catchUpEveryMs,
-        )
-      : undefined;
-  timer?.unref();
+  const timer = catchUpEvery(cfg.catchUpEveryMs, projector, log);
   log.info({ pools: [...pools.keys()], stream: jetStreamLog.stream }, "journal serving");
 
   return {
@@ -245,6 +233,22 @@ async function bindPools(
     since.set(name, Math.max(b.boundAt, restored));
   }
   return since;
+}
+
+/** The projection caught up with the log every `everyMs` (0: never), its failures logged once per streak (an outage). */
+function catchUpEvery(everyMs: number, projector: Projector, log: Logger): NodeJS.Timeout | undefined {
+  if (everyMs <= 0) return undefined;
+  const catchUps = failureStreak(log, "projection catch-up");
+  const timer = setInterval(
+    () =>
+      projector.catchUp().then(
+        () => catchUps.ok(),
+        (err: unknown) => catchUps.failed(err),
+      ),
+    everyMs,
+  );
+  timer.unref();
+  return timer;
 }
 
 /** Why the journal cannot serve a command now (the runner's `unavailable`): its Redis or its event log known down. */

@@ -53,11 +53,14 @@ function forwardCall(call: Forward, req: unknown, ctx: CallContext): Promise<unk
   });
 }
 
+/** A client's method as the mux calls it: any request, metadata and options, any answer. */
+const forwardOf = (client: object, method: string): Forward => (client as Record<string, unknown>)[method] as Forward;
+
 /** Every method of `service`, forwarded to `client`. */
 export function forwardAll<S extends CsiService>(service: S, client: CsiClient<S>): Handlers<S> {
   const handlers: Record<string, (req: unknown, ctx: CallContext) => Promise<unknown>> = {};
   for (const method of methodsOf(service)) {
-    const call = client[method] as unknown as Forward;
+    const call = forwardOf(client, String(method));
     handlers[method] = (req, ctx) => forwardCall(call, req, ctx);
   }
   return handlers as Handlers<S>;
@@ -91,7 +94,7 @@ export async function startPluginMux(opts: PluginMuxOptions): Promise<RunningMux
   const group = csiClient(opts.controllerEndpoint, "GroupController");
   const node = csiClient(opts.nodeEndpoint, "Node");
   const probe = async (c: CsiClient<"Identity">, ctx: CallContext) => {
-    const r = (await forwardCall(c.Probe as unknown as Forward, {}, ctx)) as { ready?: { value?: boolean } | null };
+    const r = (await forwardCall(forwardOf(c, "Probe"), {}, ctx)) as { ready?: { value?: boolean } | null };
     return r.ready?.value !== false;
   };
   const clients = [identity.controller, identity.node, controller, group, node];

@@ -120,11 +120,8 @@ export class Journal {
   async listVolumes(req: ParsedRequest<"volume.list">): Promise<CommandResult<"volume.list">> {
     const { uuids, view, next } = await this.#page({ kind: "volume" }, "volume", req.startingToken, req.maxEntries);
     // Reservations whose image does not exist yet (in flight, or left by a crash) are not volumes.
-    const entries = await withConditions(
-      uuids.flatMap((u) => optionalList(madeIn(view, "volume", u, undefined), volumeView)),
-      this.d.pools,
-    );
-    return this.fitReply(entries, (v) => v.uuid, next);
+    const made = uuids.flatMap((u) => optionalList(madeIn(view, "volume", u, undefined), volumeView));
+    return this.fitReply(await withConditions(made, this.d.pools), (v) => v.uuid, next);
   }
 
   async listSnapshots(req: ParsedRequest<"snapshot.list">): Promise<CommandResult<"snapshot.list">> {
