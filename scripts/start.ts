@@ -35,11 +35,13 @@ import { ROOT } from "@csi/testkit";
 import { startStack } from "./lib/stack.js";
 import { StackInUse } from "./lib/stack-lock.js";
 
-// npm start's own lines (its steps, the stack's, `csi stack ready`) as the services' are: LOG_FORMAT, LOG_LEVEL.
+// npm start's own lines (its steps, the stack's, `csi stack ready`) in the services' LOG_FORMAT; at info
+// whatever LOG_LEVEL says (they are npm start's output: LOG_LEVEL=warn quiets the services, not the
+// line that says the stack is ready), or more with a more verbose LOG_LEVEL (debug, trace).
 const format = process.env.LOG_FORMAT;
 const log = createLogger(
   "start",
-  process.env.LOG_LEVEL || "info",
+  ["debug", "trace"].includes(process.env.LOG_LEVEL ?? "") ? (process.env.LOG_LEVEL as string) : "info",
   1,
   (LOG_FORMATS as readonly string[]).includes(format ?? "") ? (format as LogFormat) : "json",
 );
