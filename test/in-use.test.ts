@@ -7,9 +7,11 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
-import { GrpcCode } from "@csi/contracts";
+import { GrpcCode, holdingKey, NODES_STREAM, nodeSubjects } from "@csi/contracts";
 import { findByBackingFile, isMountPoint } from "@csi/node-agent/testing";
+import { lastMessageOf } from "@csi/runtime";
 import { codeOf, FS_MIN_BYTES, mountCap, NodeStack, whyNoDevices } from "@csi/testkit";
+import { jetstreamManager } from "@nats-io/jetstream";
 
 /** Until `probe` is true (each try after the event it waits for had its chance: a report's append), at most `tries` times. */
 async function eventually(what: string, probe: () => Promise<boolean>, tries = 300): Promise<void> {
@@ -101,5 +103,36 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
     await s.node.NodeUnpublishVolume({ volume_id: v.id, target_path: target });
     await s.node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
     await eventually("DeleteVolume", async () => (await codeOf(s.ctrl.DeleteVolume({ volume_id: v.id }))) === 0);
+  });
+});
+
+describe("the node says at once what it holds", { skip: whyNoDevices(), timeout: 180_000 }, () => {
+  let s: NodeStack;
+  before(async () => {
+    // A heartbeat far longer than the test: any change of the registration is the node's own re-send.
+    s = await NodeStack.start({ agentEnv: { HEARTBEAT_MS: "3600000" } });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  /** What the node's last registration says it holds. */
+  const holding = async () => {
+    const m = await lastMessageOf(jetstreamManager(s.nc), NODES_STREAM, nodeSubjects.registration(s.nodeId));
+    return (m?.json() as { holding?: string[] } | undefined)?.holding ?? [];
+  };
+
+  it("its registration lists a volume once NodeStageVolume answers and no longer once NodeUnstageVolume does; the delete right after goes", async () => {
+    const cap = mountCap();
+    const v = await s.createAndPublish("pvc-announced", cap, FS_MIN_BYTES);
+    const staging = s.kubelet("staging", "pvc-announced");
+    const key = holdingKey("c1", v.uuid);
+    assert.ok(!(await holding()).includes(key), "not held before");
+    await s.node.NodeStageVolume({ volume_id: v.id, publish_context: v.ctx, staging_target_path: staging, volume_capability: cap });
+    assert.ok((await holding()).includes(key), "held as soon as NodeStageVolume answered");
+    await s.node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
+    assert.ok(!(await holding()).includes(key), "let go as soon as NodeUnstageVolume answered");
+    await s.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: s.nodeId });
+    await s.ctrl.DeleteVolume({ volume_id: v.id }); // the registration is newer than the node's last reports: it let go
   });
 });

@@ -61,7 +61,9 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
   const rbdMapping = await detectRbdMapping(clusters, log);
   const topology = nodeTopology(cfg.nodeId, rbdMapping);
-  const svc = await openNodeService(cfg, clusters, reporter, metrics, log, rbdMapping);
+  // The registration is made after the service (it lists what the service holds): bound to it below.
+  const registration = { announce: async () => {} };
+  const svc = await openNodeService(cfg, clusters, reporter, metrics, log, { rbdMapping, announce: () => registration.announce() });
   const mappingWatch = svc.watchMappings(MAPPING_CHECK_MS, (results) => metrics.healed(results));
 
   const streams = { replicas: cfg.streamReplicas };
@@ -69,24 +71,9 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   await ensureFleetStreams(nc, fleet, streams);
   const heartbeat = register(nc, fleet, cfg, topology, log, () => svc.volumes().map((v) => holdingKey(v.clusterID, v.uuid)));
   await heartbeat.beat();
+  registration.announce = () => heartbeat.announce(ANNOUNCE_TIMEOUT_MS);
 
-  const claimed = claimChecker(nc, cfg.nodeId);
-  // Made by the node itself where it may, else by a journal once it sees the registration above, or
-  // by `csictl fleet init` in the account layout (docs/security.md).
-  const work = await consumeQueue(
-    nc,
-    nodeQueues.work(cfg.nodeId),
-    NodeQueueMessage,
-    (w: Work, from) => runWork(svc, w, { nodeId: cfg.nodeId, subject: from.subject, claimed }),
-    log,
-    {
-      what: "node work",
-      waitForQueue: true,
-      at: fleet,
-      onDropped: metrics.workDropped,
-      ...streams,
-    },
-  );
+  const work = await consumeWork(nc, svc, { nodeId: cfg.nodeId, log, fleet, metrics, streams });
   const server = await startCsiServer({
     endpoint: cfg.endpoint,
     log,
@@ -126,6 +113,36 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   };
 }
 
+/**
+ * This node's work queue, each item run by runWork (its node, its subject and its volume's claim
+ * checked first). The queue is made by the node itself where it may, else by a journal once it sees
+ * the registration, or by `csictl fleet init` in the account layout (docs/security.md).
+ */
+function consumeWork(
+  nc: NatsConnection,
+  svc: NodeService,
+  o: { nodeId: string; log: Logger; fleet: FleetAccess; metrics: NodeMetrics; streams: { replicas: number } },
+) {
+  const claimed = claimChecker(nc, o.nodeId);
+  return consumeQueue(
+    nc,
+    nodeQueues.work(o.nodeId),
+    NodeQueueMessage,
+    (w: Work, from) => runWork(svc, w, { nodeId: o.nodeId, subject: from.subject, claimed }),
+    o.log,
+    {
+      what: "node work",
+      waitForQueue: true,
+      at: o.fleet,
+      onDropped: o.metrics.workDropped,
+      ...o.streams,
+    },
+  );
+}
+
+/** The most a node step waits for its registration to be re-sent (NodeServiceDeps.announce); past it the next heartbeat sends it. */
+const ANNOUNCE_TIMEOUT_MS = 2_000;
+
 /** How often the running agent looks for dead rbd-fuse mounts of its volumes (one `stat` for all of them) and heals them. */
 const MAPPING_CHECK_MS = 5_000;
 
@@ -148,8 +165,9 @@ async function openNodeService(
   reporter: Reporter,
   metrics: NodeMetrics,
   log: Logger,
-  rbdMapping: MappingChoice | undefined,
+  more: { rbdMapping: MappingChoice | undefined; announce: () => Promise<void> },
 ): Promise<NodeService> {
+  const { rbdMapping, announce } = more;
   const stateDir = path.resolve(cfg.stateDir ?? path.join(cfg.dataDir, "node", encodeURIComponent(cfg.nodeId)));
   const ioLimits = new IoLimiter({ file: new StateFile(path.join(stateDir, "io-limits.json"), LimitsState), cgroup: cfg.ioLimitsCgroup, reporter, log });
   await ioLimits.load();
@@ -162,6 +180,7 @@ async function openNodeService(
     ioLimits,
     forbiddenRoots: cfg.forbiddenRoots,
     opTimeoutMs: cfg.opTimeoutMs,
+    announce,
     ...(rbdMapping ? { rbdMapping } : {}),
   });
   metrics.countOperations(svc);

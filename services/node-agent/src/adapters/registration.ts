@@ -35,7 +35,7 @@ export function startHeartbeat(
   fleet: FleetAccess,
   reg: () => NodeRegistration,
   log: Logger,
-): { stop(): void; beat(): Promise<void>; registered(): boolean } {
+): { stop(): void; beat(): Promise<void>; announce(timeoutMs: number): Promise<void>; registered(): boolean } {
   const js = jetstream(nc);
   let registered = false;
   const beat = async () => {
@@ -65,5 +65,10 @@ export function startHeartbeat(
     reg().heartbeatMs,
   );
   timer.unref();
-  return { stop: () => clearInterval(timer), beat, registered: () => registered };
+  // The registration published now, not read back (a node step waits for it: bounded by `timeoutMs`).
+  const announce = async (timeoutMs: number) => {
+    const r = reg();
+    await js.publish(nodeSubjects.registration(r.nodeId), JSON.stringify(r), { timeout: timeoutMs });
+  };
+  return { stop: () => clearInterval(timer), beat, announce, registered: () => registered };
 }

@@ -58,6 +58,12 @@ export interface NodeServiceDeps {
   opTimeoutMs?: number;
   /** How this node maps RBD images (chosen at start, domain/rbd-mapping.ts); absent = it does not. */
   rbdMapping?: MappingChoice;
+  /**
+   * Tell the fleet at once what this node holds (its registration's `holding`), rather than at the
+   * next heartbeat: after a volume entered or left the state. The journal trusts it over older
+   * device reports, so a DeleteVolume right after NodeUnstageVolume finds the node let go. Best effort.
+   */
+  announce?: () => Promise<void>;
 }
 
 export const DEFAULT_OP_TIMEOUT_MS = 120_000;
@@ -329,6 +335,7 @@ export class NodeService {
       }
       this.#state.volumes[req.volumeId] = v;
       await this.#save();
+      if (!known) await this.#announce();
       await this.d.ioLimits?.staged(v, req.publishContext, req.origin);
     });
   }
@@ -392,7 +399,13 @@ export class NodeService {
       await this.#unmap(v); // rbd-fuse exits with its mount, closing the image: nothing of this node holds it any more
       delete this.#state.volumes[req.volumeId];
       await this.#save();
+      await this.#announce();
     });
+  }
+
+  /** The registration re-sent now (NodeServiceDeps.announce); a failure leaves it to the next heartbeat. */
+  async #announce(): Promise<void> {
+    await this.d.announce?.().catch((err: unknown) => this.d.log.debug({ err: String(err) }, "registration not re-sent; the next heartbeat sends it"));
   }
 
   /** Unmount the mounts at `p` while the visible one is ours (`mounts`: those there now); returns the one left visible, if any. */
