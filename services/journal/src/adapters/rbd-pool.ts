@@ -205,7 +205,9 @@ export class RbdPool implements PoolBackend {
   async bind(to: PoolOwnerRef, o: { logRecords: number; rebind: boolean }): Promise<PoolBinding> {
     const where = `Ceph pool ${this.cephPool}`;
     const text = await this.#call<string | null>("pool_meta_get", { key: BINDING_KEY }, "read the pool's binding");
-    const d = await decideBinding(parseBinding(text ?? undefined, where), to, { ...o, images: () => this.probe(), where, place: "Ceph pool", now: Date.now() });
+    // Only images carrying our owner metadata count: a Ceph pool may hold other users' images.
+    const images = async () => (await this.listImages()).filter((i) => i.owner).length;
+    const d = await decideBinding(parseBinding(text ?? undefined, where), to, { ...o, images, where, place: "Ceph pool", now: Date.now() });
     const binding = "keep" in d ? d.keep : d.write;
     if ("write" in d) await this.#call("pool_meta_set", { key: BINDING_KEY, value: JSON.stringify(d.write) }, "write the pool's binding");
     this.#log = binding.log;

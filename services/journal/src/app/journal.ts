@@ -178,13 +178,13 @@ export class Journal {
     return token ? { entries: taken, nextToken: token } : { entries: taken };
   }
 
+  /** A volume's claims as the projection holds them, nothing stat'ed (a node's claim check, its reports); undefined when it does not live. */
+  claimsOf = async (uuid: string) => liveRecord((await this.#view([{ kind: "volume", uuid }])).state({ kind: "volume", uuid }), "volume")?.claims;
   // ---------------------------------------------------------------- device history
-
   /** A node's device report becomes an event of the volume's history if the node has business with it (domain/report-bounds.ts); else FailedPrecondition: dropped. */
   async reportDevice(report: DeviceReport): Promise<void> {
-    const a = { kind: "volume" as const, uuid: report.uuid };
-    const [view, history] = await Promise.all([this.#view([a]), this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, report.uuid)])]);
-    const claims = liveRecord(view.state(a), "volume")?.claims;
+    const reported = this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, report.uuid)]);
+    const [claims, history] = await Promise.all([this.claimsOf(report.uuid), reported]);
     const why = whyNotNodesBusiness(report.nodeId, claims, deviceHolds(eventsOf(history).map((e) => e.event)));
     if (why) throw new DriverError("FailedPrecondition", `a report of node ${quote(report.nodeId, 64)} on volume ${report.uuid}: ${why}; dropped`);
     const { requestId, ...body } = report;

@@ -196,7 +196,7 @@ const MAX_CLAIM_CHECK_BYTES = 1024;
 /**
  * A node-agent asks whether its node holds a claim on a volume (before it runs work that uses it:
  * docs/security.md, "Node work"): the node is the one the subject names, which its account alone
- * may ask on. An unknown volume holds no claim.
+ * may ask on. Read from the projection (no image stat'ed); an unknown volume holds no claim.
  */
 async function answerClaim(j: Journal, msg: ServiceMsg): Promise<void> {
   const nodeId = Buffer.from(msg.subject.split(".").at(-1) ?? "", "base64url").toString("utf8");
@@ -204,11 +204,10 @@ async function answerClaim(j: Journal, msg: ServiceMsg): Promise<void> {
   try {
     const asked = msg.data.byteLength <= MAX_CLAIM_CHECK_BYTES ? ClaimCheck.safeParse(JSON.parse(Buffer.from(msg.data).toString("utf8"))) : undefined;
     if (!asked?.success) throw new DriverError("InvalidArgument", "not a claim check");
-    const claim = (await j.getVolume({ uuid: asked.data.uuid })).claims.find((c) => c.nodeId === nodeId);
+    const claim = (await j.claimsOf(asked.data.uuid))?.find((c) => c.nodeId === nodeId);
     answer = claim ? { claimed: true, accessMode: claim.accessMode, readOnly: claim.readOnly } : { claimed: false };
   } catch (err) {
-    if (err instanceof DriverError && err.code === "NotFound") answer = { claimed: false };
-    else answer = { error: sanitizeMessage(err instanceof Error ? err.message : String(err), 512) };
+    answer = { error: sanitizeMessage(err instanceof Error ? err.message : String(err), 512) };
   }
   msg.respond(JSON.stringify(answer));
 }
