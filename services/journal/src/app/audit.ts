@@ -167,12 +167,13 @@ export class Audit {
       return { name, marksOwners: !!p.marksOwners, ...(p.boundLog ? { boundLog: p.boundLog } : {}) };
     });
     const max = req.maxEntries || MAX_PAGE_ENTRIES;
-    const after = req.startingToken;
+    // After `<pool>/<image>`: the pools before it skipped, in its pool the images up to it (compared apart: "a-b" sorts before "a/…").
+    const [afterPool, afterImage] = req.startingToken ? [req.startingToken.split("/")[0] ?? "", req.startingToken.split("/").slice(1).join("/")] : [];
     const entries: PoolImage[] = [];
     for (const pool of names) {
-      if (after && pool < (after.split("/")[0] ?? "")) continue;
+      if (afterPool !== undefined && pool < afterPool) continue;
       for (const i of await (this.#d.pools.get(pool) as PoolBackend).listImages()) {
-        if (after && `${pool}/${i.name}` <= after) continue;
+        if (pool === afterPool && i.name <= (afterImage ?? "")) continue;
         const { owner, ...rest } = i;
         entries.push({ pool, ...rest, ...ownerView(owner) });
         if (entries.length > max) break;
