@@ -13,7 +13,20 @@ export class NodeDirectory {
 
   /** Unavailable (not "not registered") while the stream cannot be read: the CO retries. */
   get(nodeId: string): Promise<NodeRegistration | undefined> {
-    this.#jsm ??= fleetManager(this.nc, this.fleet);
-    return nodeRegistration(this.#jsm, nodeId);
+    return nodeRegistration(this.#manager(), nodeId);
+  }
+
+  /**
+   * The JetStream manager, made once it could be made: nats.js asks for the account's JetStream
+   * info first, and a manager whose ask failed (NATS frozen, no meta leader yet) is forgotten, so
+   * the next lookup asks again. Kept, it failed every lookup for good ("stream CSI_NODES
+   * unavailable" on a controller started during a node freeze: test/node-directory-rebind.test.ts).
+   */
+  #manager(): Promise<JetStreamManager> {
+    const made = (this.#jsm ??= fleetManager(this.nc, this.fleet));
+    made.catch(() => {
+      if (this.#jsm === made) this.#jsm = undefined;
+    });
+    return made;
   }
 }
