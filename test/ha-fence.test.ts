@@ -25,7 +25,7 @@ import type { LocalServer } from "@csi/testkit";
 import { fencedAsk, fencedRace, GatedPool, journalReplica, tempDir } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
-import { type HaServers, startHaServers, until, withRedis } from "../scripts/lib/ha-servers.js";
+import { type HaServers, redisReplicaInSync, startHaServers, untilSeen, withRedis } from "../scripts/lib/ha-servers.js";
 
 let dir: string;
 let ha: HaServers;
@@ -52,7 +52,20 @@ after(async () => {
 /** Runs `f` on a direct connection to one Redis server (not through the sentinels). */
 const direct = <T>(s: LocalServer, f: (r: Redis) => Promise<T>) => withRedis(s.url, f);
 
-test("a lock lost in a Sentinel failover: the JetStream sequence fence refuses the second writer", { timeout: 180_000 }, async () => {
+/** The sentinels name `s` master, and `s` says it is one (waiting on what the sentinels say). */
+async function promoted(s: LocalServer): Promise<void> {
+  await untilSeen("the sentinels promote the replica", async () => ({ done: (await ha.redisPrimary()) === s, seen: ha.sentinelEvents.last() }));
+  await untilSeen("the replica is master", async () => {
+    const role = /^role:(\S+)/m.exec(await direct(s, (r) => r.info("replication")))?.[1] ?? "?";
+    return { done: role === "master", seen: `role ${role}; ${ha.sentinelEvents.last()}` };
+  });
+}
+
+/** The writers' client (through the sentinels) answers again: ioredis asked the sentinels and reached the new master. */
+const clientBack = (what: string) =>
+  untilSeen(what, async () => ({ done: (await redis.ping()) === "PONG", seen: `client ${redis.status}; ${ha.sentinelEvents.last()}` }));
+
+test("a lock lost in a Sentinel failover: the JetStream sequence fence refuses the second writer", { timeout: 900_000 }, async () => {
   const name = "pvc-failover";
   const lockKey = keysFor("f1", "default").nameLock("volume", name);
   const [primary, replica] = ha.redis;
@@ -81,34 +94,33 @@ test("a lock lost in a Sentinel failover: the JetStream sequence fence refuses t
       assert.ok(await direct(primary, (r) => r.exists(lockKey)), "A holds the lock, on the primary only");
       await primary.kill();
       process.kill(replica.pid as number, "SIGCONT");
-      await until("the sentinels promote the replica", async () => (await ha.redisPrimary()) === replica);
-      await until("the replica is master", async () => (await direct(replica, (r) => r.info("replication"))).includes("role:master"));
+      await promoted(replica);
       assert.equal(await direct(replica, (r) => r.exists(lockKey)), 0, "the new master never had A's lock");
-      await until("the writers' client reaches the new master", async () => (await redis.ping()) === "PONG");
+      await clientBack("the writers' client reaches the new master");
     },
   });
   const images = (await readdir(root)).filter((f) => f.endsWith(".img"));
   assert.equal(images.length, 1, `one image: ${images.join(", ")}`);
 });
 
-test("projection writes lost in a Sentinel failover: the journal catches up from the log when Redis is back", { timeout: 180_000 }, async () => {
+test("projection writes lost in a Sentinel failover: the journal catches up from the log when Redis is back", { timeout: 900_000 }, async () => {
   // After the test above: redis[1] is the master, redis[0] dead. Bring redis[0] back as its replica.
   const [replica, primary] = ha.redis;
   assert.ok(primary && replica);
   await replica.restart();
-  await until("the old primary back as a replica in sync", async () => /master_link_status:up/.test(await direct(replica, (r) => r.info("replication"))));
+  await redisReplicaInSync(replica);
   assert.equal(await ha.redisPrimary(), primary);
   const events = new EventLog(nc, { cluster: "f2", replicas: 3 });
   await events.ensureStream();
   const root = path.join(dir, "pools", "f2", "default");
   const journal = journalReplica({ cluster: "f2", dir, redis, events, pool: new FilePool({ name: "default", id: 1, root }), redisDrops: true });
-  await until("the writers' client on the master", async () => (await redis.ping()) === "PONG");
+  await clientBack("the writers' client on the master");
   // A first volume: the projection exists and is complete, on the replica too.
   await journal.createVolume({ ...fencedAsk("pvc-before"), requestId: "before" });
-  await until("the replica has it", async () => {
+  await untilSeen("the replica has it", async () => {
     const [m, r] = await Promise.all([primary, replica].map((s) => direct(s, (c) => c.info("replication"))));
     const offset = (info: string | undefined) => /(?:master_repl_offset|slave_repl_offset):(\d+)/.exec(info ?? "")?.[1];
-    return offset(m) !== undefined && offset(m) === offset(r);
+    return { done: offset(m) !== undefined && offset(m) === offset(r), seen: `master at ${offset(m)}, replica at ${offset(r)}` };
   });
 
   assert.ok(replica.pid);
@@ -119,9 +131,9 @@ test("projection writes lost in a Sentinel failover: the journal catches up from
   assert.equal(await direct(primary, (r) => r.exists(recordKey)), 1, "acknowledged: in the projection on the master");
   await primary.kill();
   process.kill(replica.pid, "SIGCONT");
-  await until("the sentinels promote the replica", async () => (await ha.redisPrimary()) === replica);
+  await promoted(replica);
   assert.equal(await direct(replica, (r) => r.exists(recordKey)), 0, "the new master lost the volume's projection");
-  await until("the client reaches the new master", async () => (await redis.ping()) === "PONG");
+  await clientBack("the client reaches the new master");
 
   // Without the catch-up this is NOT_FOUND ("source volume … does not exist").
   const snap = await journal.createSnapshot({ requestId: "snap", name: "snap-after-failover", sourceUuid: v.uuid, parameters: {} });

@@ -18,6 +18,7 @@ import { freePort, type LocalServer, SENTINEL_CONF, startServer, writeConfigDura
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
+import { natsClusterView, SentinelEvents } from "./ha-watch.js";
 import { recordOf, type StreamCopy } from "./stream-copies.js";
 
 export const HA_NATS_CLUSTER = "csi";
@@ -28,12 +29,14 @@ const HA_FAILOVER_TIMEOUT_MS = 3000;
 const HA_NATS_NODES = 3;
 const HA_SENTINELS = 3;
 /**
- * The most the harness waits for a cluster to form or a stream to heal: a safety net, not a
- * schedule (each wait ends at the event it waits for). nats-server promises no time for either; on a
- * machine under heavy load (load ~20 on 2 cores) a 3-node cluster took more than 30 s to accept a
- * stream at 3 replicas.
+ * How long a wait of the harness goes on while nothing it watches changes: a safety net, not a
+ * schedule. Each wait ends at the event it waits for, and is given up only once what the engine
+ * reports (a cluster's routes and meta group, a replica's lag, Sentinel's events) has stood still
+ * this long; while the engine makes progress it waits on. nats-server promises no time for a
+ * cluster to form or a replica to catch up; on a machine at load ~20 on 2 cores a 3-node cluster
+ * took more than 30 s to accept a stream at 3 replicas.
  */
-const READY_WITHIN_MS = 180_000;
+export const QUIET_MS = 180_000;
 
 export interface HaServers {
   /** n1, n2, n3. */
@@ -52,22 +55,24 @@ export interface HaServers {
   named(): { name: string; server: LocalServer }[];
   /** The Redis server the sentinels name as master now. */
   redisPrimary(): Promise<LocalServer>;
+  /** What the sentinels said last (their pub/sub events: +sdown, +switch-master, +slave…), and when. */
+  sentinelEvents: SentinelEvents;
   /** The NATS node that leads a stream now (JetStream's stream info). */
   streamLeader(stream: string): Promise<LocalServer>;
-  /** Resolves once the stream has a leader and every other node is a current replica of it (rejects after `ms`). */
-  streamHealed(stream: string, ms?: number): Promise<void>;
+  /** Resolves once the stream has a leader and every other node is a current replica of it (rejects after `quietMs` without progress). */
+  streamHealed(stream: string, quietMs?: number): Promise<void>;
   /** The same for every stream of the cluster. */
-  streamsHealed(ms?: number): Promise<void>;
-  /** Resolves once the sentinels name a master other than `old` (rejects after `ms`). */
-  promotedAway(old: LocalServer, ms?: number): Promise<void>;
+  streamsHealed(quietMs?: number): Promise<void>;
+  /** Resolves once the sentinels name a master other than `old` (rejects after `quietMs` in which no sentinel said anything). */
+  promotedAway(old: LocalServer, quietMs?: number): Promise<void>;
   /** Stops every server: the sentinels first (no failover while stopping), then Redis, then NATS. */
   stop(): Promise<void>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls `probe` until it returns true; throws with `what` and the last error after `ms`. */
-export async function until(what: string, probe: () => Promise<boolean>, ms = READY_WITHIN_MS): Promise<void> {
+/** Polls `probe` until it returns true; throws with `what` and the last error after `ms` (a fixed bound: for waits outside the replicated servers). */
+export async function until(what: string, probe: () => Promise<boolean>, ms = QUIET_MS): Promise<void> {
   const end = Date.now() + ms;
   let last: unknown;
   for (;;) {
@@ -78,6 +83,33 @@ export async function until(what: string, probe: () => Promise<boolean>, ms = RE
     }
     if (Date.now() > end) throw new Error(`${what} not within ${ms} ms${last ? `: ${(last as Error).message ?? last}` : ""}`);
     await sleep(200);
+  }
+}
+
+/** One look at what a wait waits for: whether it is there, and what was seen (a change of it is progress). */
+export interface Look {
+  done: boolean;
+  seen: string;
+}
+
+/**
+ * Looks again and again (every `everyMs`) until `look` says done. Gives up only after `quietMs` in
+ * which what it saw did not change (a failed look is seen as its error), saying what it saw last:
+ * while the engine makes progress (a route comes up, a replica's lag shrinks, a sentinel speaks) the
+ * wait goes on.
+ */
+export async function untilSeen(what: string, look: () => Promise<Look>, quietMs = QUIET_MS, everyMs = 100): Promise<void> {
+  let seen = "nothing yet";
+  let changedAt = Date.now();
+  for (;;) {
+    const now = await look().catch((err: unknown): Look => ({ done: false, seen: `error: ${(err as Error)?.message ?? err}` }));
+    if (now.done) return;
+    if (now.seen !== seen) {
+      seen = now.seen;
+      changedAt = Date.now();
+    }
+    if (Date.now() - changedAt > quietMs) throw new Error(`${what}: nothing changed for ${quietMs} ms; last seen: ${seen}`);
+    await sleep(everyMs);
   }
 }
 
@@ -119,10 +151,17 @@ async function startNatsCluster(dir: string, extraArgs: string[]): Promise<Local
   );
 }
 
-async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServer[]; sentinels: LocalServer[] }> {
+/** A Redis primary, its replica and the sentinels (each told to `started` as it runs), returned once a failover could happen. */
+async function startRedisWithSentinels(
+  dir: string,
+  events: SentinelEvents,
+  started: LocalServer[],
+): Promise<{ redis: LocalServer[]; sentinels: LocalServer[] }> {
   const primary = await startServer("redis", path.join(dir, "redis-1"));
+  started.push(primary);
   const replica = await startServer("redis", path.join(dir, "redis-2"), undefined, ["--replicaof", "127.0.0.1", String(primary.port)]);
-  await until("the Redis replica in sync", () => withRedis(replica.url, async (r) => /master_link_status:up/.test(await r.info("replication"))));
+  started.push(replica);
+  await redisReplicaInSync(replica);
   const sentinels: LocalServer[] = [];
   for (let i = 1; i <= HA_SENTINELS; i++) {
     const sdir = path.join(dir, `sentinel-${i}`);
@@ -134,11 +173,18 @@ async function startRedisWithSentinels(dir: string): Promise<{ redis: LocalServe
     ];
     writeConfigDurable(path.join(sdir, SENTINEL_CONF), `${conf.join("\n")}\n`);
     sentinels.push(await startServer("sentinel", sdir));
+    started.push(...sentinels.slice(-1));
   }
-  // A failover needs a quorum that knows the replica: wait until every sentinel sees it and the others.
-  await until("the sentinels to know the replica and each other", async () => {
+  await events.watch(sentinels);
+  // A failover needs a quorum that knows the replica: wait until every sentinel sees it and the
+  // others (each learns them from the master's INFO and the hello channel: +slave, +sentinel).
+  await untilSeen("the sentinels to know the replica and each other", async () => {
     const views = await Promise.all(sentinels.map((s) => withRedis(s.url, async (r) => pairs(await r.call("SENTINEL", "MASTER", HA_MASTER_NAME)))));
-    return views.every((v) => Number(v["num-slaves"]) >= 1 && Number(v["num-other-sentinels"]) >= HA_SENTINELS - 1);
+    const known = views.map((v, i) => `sentinel-${i + 1}: ${v["num-slaves"]} replica(s), ${v["num-other-sentinels"]} other sentinel(s)`).join("; ");
+    return {
+      done: views.every((v) => Number(v["num-slaves"]) >= 1 && Number(v["num-other-sentinels"]) >= HA_SENTINELS - 1),
+      seen: `${known}; last event: ${events.last()}`,
+    };
   });
   return { redis: [primary, replica], sentinels };
 }
@@ -149,8 +195,10 @@ const READY_PROBE = "CSI_HA_READY_PROBE";
 /**
  * The 3-node NATS cluster alone (`started` is told of each node as it runs), returned once streams
  * at 3 replicas can be made. A meta leader is not enough: nats-server 2.10 elects one before it
- * knows every peer, and refuses an R3 stream until then ("no suitable peers for placement"), so a
- * small in-memory R3 stream is made (and deleted) until it is accepted.
+ * knows every peer, and refuses an R3 stream until then ("no suitable peers for placement"). So the
+ * wait follows what the nodes report (natsClusterView: routes, the meta leader, its peers current)
+ * and, once the cluster has formed, makes (and deletes) a small in-memory R3 stream until it is
+ * accepted. It gives up only when nothing the nodes report has changed for QUIET_MS.
  */
 export async function startJetStreamCluster(
   dir: string,
@@ -161,11 +209,23 @@ export async function startJetStreamCluster(
   started.push(...nats);
   const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
   try {
-    await until("the JetStream cluster (a stream at 3 replicas placed)", async () => {
-      const jsm = await jetstreamManager(nc);
-      await jsm.streams.add({ name: READY_PROBE, storage: StorageType.Memory, num_replicas: HA_NATS_NODES });
-      return jsm.streams.delete(READY_PROBE);
-    });
+    const jsm = await jetstreamManager(nc, { timeout: 5000, checkAPI: false });
+    await untilSeen(
+      "the JetStream cluster (a stream at 3 replicas placed)",
+      async () => {
+        const view = await natsClusterView(nats);
+        if (!view.formed) return { done: false, seen: view.text };
+        const placed = await jsm.streams.add({ name: READY_PROBE, storage: StorageType.Memory, num_replicas: HA_NATS_NODES }).then(
+          () => jsm.streams.delete(READY_PROBE),
+          (err: Error) => err,
+        );
+        return placed === true
+          ? { done: true, seen: view.text }
+          : { done: false, seen: `${view.text}; placement: ${placed instanceof Error ? placed.message : placed}` };
+      },
+      QUIET_MS,
+      200,
+    );
   } finally {
     await nc.close();
   }
@@ -175,7 +235,7 @@ export async function startJetStreamCluster(
 /** A stream's place in the cluster (JetStream's stream info): its leader and the other replicas, by node. */
 export interface StreamPlacement {
   leader: LocalServer | undefined;
-  replicas: { server: LocalServer | undefined; current: boolean; offline: boolean }[];
+  replicas: { server: LocalServer | undefined; current: boolean; offline: boolean; lag: number }[];
 }
 
 /** Runs `f` with JetStream's API through the nodes of a cluster started here that run, leaving out `skip` (a node frozen with SIGSTOP would hold the question). */
@@ -193,7 +253,7 @@ function placementOf(nats: LocalServer[], cluster: StreamInfo["cluster"]): Strea
   const byName = (name: string | undefined) => nats.find((_, i) => name === `n${i + 1}`);
   return {
     leader: byName(cluster?.leader),
-    replicas: (cluster?.replicas ?? []).map((p) => ({ server: byName(p.name), current: p.current, offline: p.offline === true })),
+    replicas: (cluster?.replicas ?? []).map((p) => ({ server: byName(p.name), current: p.current, offline: p.offline === true, lag: p.lag ?? 0 })),
   };
 }
 
@@ -212,21 +272,40 @@ export async function streamLeaderOf(nats: LocalServer[], stream: string, skip?:
 const whole = (nats: LocalServer[], p: StreamPlacement) =>
   p.leader !== undefined && p.replicas.length === nats.length - 1 && p.replicas.every((r) => r.current && !r.offline);
 
-/** Resolves once `stream` is whole again. */
-export const streamHealedOf = (nats: LocalServer[], stream: string, ms = READY_WITHIN_MS) =>
-  until(`every replica of ${stream} current`, async () => whole(nats, await streamPlacementOf(nats, stream)), ms);
+/** A placement as a wait reports it: "leader n2; n1 current, n3 lag 12" (a shrinking lag is progress). */
+const placementText = (nats: LocalServer[], p: StreamPlacement) => {
+  const name = (s: LocalServer | undefined) => (s ? `n${nats.indexOf(s) + 1}` : "?");
+  const replica = (r: StreamPlacement["replicas"][number]) => `${name(r.server)} ${r.offline ? "offline" : r.current ? "current" : `lag ${r.lag}`}`;
+  return `leader ${p.leader ? name(p.leader) : "none"}; ${p.replicas.map(replica).join(", ") || "no replicas"}`;
+};
+
+/** Resolves once `stream` is whole again; gives up after `quietMs` in which its placement did not change. */
+export const streamHealedOf = (nats: LocalServer[], stream: string, quietMs = QUIET_MS) =>
+  untilSeen(
+    `every replica of ${stream} current`,
+    async () => {
+      const p = await streamPlacementOf(nats, stream);
+      return { done: whole(nats, p), seen: placementText(nats, p) };
+    },
+    quietMs,
+  );
 
 /** Resolves once every stream of the cluster is whole again (the services' streams of nodes and node work too, not only the event log). */
-export const streamsHealedOf = (nats: LocalServer[], ms = READY_WITHIN_MS) =>
-  until(
+export const streamsHealedOf = (nats: LocalServer[], quietMs = QUIET_MS) =>
+  untilSeen(
     "every replica of every stream current",
     () =>
       withJetStream(nats, async (jsm) => {
+        const seen: string[] = [];
         let all = true;
-        for await (const info of jsm.streams.list()) all &&= whole(nats, placementOf(nats, info.cluster));
-        return all;
+        for await (const info of jsm.streams.list()) {
+          const p = placementOf(nats, info.cluster);
+          all &&= whole(nats, p);
+          seen.push(`${info.config.name}: ${placementText(nats, p)}`);
+        }
+        return { done: all, seen: seen.join("; ") };
       }),
-    ms,
+    quietMs,
   );
 
 /**
@@ -250,7 +329,10 @@ export async function streamCopiesOf(nats: LocalServer[], stream: string, stepDo
       const led = async () => {
         for (let i = 0; i < stepDowns && !(await leads()); i++) {
           await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, "", { timeout: 5000 }).catch(() => {});
-          await until(`a leader of ${stream} after a step-down`, async () => (await streamPlacementOf(nats, stream)).leader !== undefined, 30_000);
+          await untilSeen(`a leader of ${stream} after a step-down`, async () => {
+            const p = await streamPlacementOf(nats, stream);
+            return { done: p.leader !== undefined, seen: placementText(nats, p) };
+          });
         }
         return leads();
       };
@@ -288,15 +370,19 @@ async function readCopy(jsm: JetStreamManager, stream: string): Promise<StreamCo
   return copy;
 }
 
-/** The Redis server `s` runs as a replica whose link to its master is up. */
-export const redisReplicaInSync = (s: LocalServer, ms = READY_WITHIN_MS) =>
-  until(
+/** The Redis server `s` runs as a replica whose link to its master is up (progress: its role, link and replication offset). */
+export const redisReplicaInSync = (s: LocalServer, quietMs = QUIET_MS) =>
+  untilSeen(
     `redis :${s.port} a replica in sync`,
     async () => {
       const info = await withRedis(s.url, (r) => r.info("replication"));
-      return /role:slave/.test(info) && /master_link_status:up/.test(info);
+      const field = (k: string) => new RegExp(`^${k}:(.*)$`, "m").exec(info)?.[1]?.trim() ?? "?";
+      return {
+        done: field("role") === "slave" && field("master_link_status") === "up",
+        seen: `role ${field("role")}, master :${field("master_port")}, link ${field("master_link_status")}, sync in progress ${field("master_sync_in_progress")}, offset ${field("slave_repl_offset")}`,
+      };
     },
-    ms,
+    quietMs,
   );
 
 /**
@@ -306,11 +392,11 @@ export const redisReplicaInSync = (s: LocalServer, ms = READY_WITHIN_MS) =>
  */
 export async function startHaServers(dir: string, o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {}): Promise<HaServers> {
   const started: LocalServer[] = [];
+  const sentinelEvents = new SentinelEvents();
   try {
     const nats = await startJetStreamCluster(dir, o, started);
     const natsUrl = nats.map((n) => n.url).join(",");
-    const { redis, sentinels } = await startRedisWithSentinels(dir);
-    started.push(...redis, ...sentinels);
+    const { redis, sentinels } = await startRedisWithSentinels(dir, sentinelEvents, started);
     const sentinelAddrs = sentinels.map((s) => `127.0.0.1:${s.port}`).join(",");
     const redisPrimary = async () => {
       for (const s of sentinels.filter((x) => x.running)) {
@@ -344,14 +430,18 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
       streamLeader: (stream) => streamLeaderOf(nats, stream),
       streamHealed: (stream, ms) => streamHealedOf(nats, stream, ms),
       streamsHealed: (ms) => streamsHealedOf(nats, ms),
-      promotedAway: (old, ms) => until("the sentinels name a new master", async () => (await redisPrimary()) !== old, ms),
+      sentinelEvents,
+      promotedAway: (old, quietMs) =>
+        untilSeen("the sentinels name a new master", async () => ({ done: (await redisPrimary()) !== old, seen: sentinelEvents.last() }), quietMs),
       stop: async () => {
+        sentinelEvents.close();
         await Promise.all(sentinels.map((s) => s.stop()));
         await Promise.all(redis.map((s) => s.stop()));
         await Promise.all(nats.map((s) => s.stop()));
       },
     };
   } catch (err) {
+    sentinelEvents.close();
     await Promise.all(started.map((s) => s.stop()));
     throw err;
   }
