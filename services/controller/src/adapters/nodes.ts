@@ -23,7 +23,9 @@ export class NodeDirectory {
    * unavailable" on a controller started during a node freeze: test/node-directory-rebind.test.ts).
    */
   #manager(): Promise<JetStreamManager> {
-    const made = (this.#jsm ??= fleetManager(this.nc, this.fleet));
+    if (this.#jsm) return this.#jsm;
+    const made = fleetManager(this.nc, this.fleet);
+    this.#jsm = made;
     made.catch(() => {
       if (this.#jsm === made) this.#jsm = undefined;
     });
