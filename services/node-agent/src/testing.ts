@@ -8,7 +8,9 @@
 export { claimChecker } from "./adapters/claims.js";
 export { run } from "./adapters/exec.js";
 export { blockDeviceSize, detectFs, growFs, makeFs, stats } from "./adapters/filesystem.js";
+export { FuseMapping } from "./adapters/fuse-mapping.js";
 export { attach, detach, findByBackingFile, type LoopDevice, list, refreshSize } from "./adapters/loop.js";
+export { LoopMapping } from "./adapters/loop-mapping.js";
 export { bindMount, isMountPoint, mount, mountsAt, readMounts, unmount, validateMountFlags } from "./adapters/mount.js";
 export { removeFile, removeIfEmptyDir, safeJoin } from "./adapters/paths.js";
 export { StateFile } from "./adapters/state-file.js";
@@ -18,4 +20,5 @@ export { NODE_AGENT_SETTINGS } from "./config.js";
 export { type MountEntry, parseMountInfo } from "./domain/mountinfo.js";
 export { NodeState } from "./domain/node-state.js";
 export { hasControlCharacter } from "./domain/paths.js";
+export type { BlockMapping, MappedVolume, VolumeImage } from "./ports/mapping.js";
 export { runWork, type Work } from "./rpc/node.js";

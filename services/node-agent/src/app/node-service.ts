@@ -1,13 +1,15 @@
 /**
  * The node's volume operations (ceph-csi's rbd node server + Nomad's csimanager in one):
- * attach an image to a loop device (a file pool's file, or an RBD image's file in the rbd-fuse
- * mount the agent starts for it), make a filesystem on first stage, mount it at the staging
- * path, bind-mount it at each target; the reverse on unpublish/unstage; grow; report usage.
- * Each step is idempotent, persisted in the state file, and reported to the journal. The same
- * operations serve kubelet (gRPC), front-ends (NATS work) and the healer.
+ * have the volume's mapping make its block device (ports/mapping.ts: a loop device on a file
+ * pool's file, or on an RBD image's file in the rbd-fuse mount the agent starts for it), make a
+ * filesystem on first stage, mount it at the staging path, bind-mount it at each target; the
+ * reverse on unpublish/unstage; grow; report usage. Each step is idempotent, persisted in the
+ * state file, and reported to the journal. The same operations serve kubelet (gRPC), front-ends
+ * (NATS work) and the healer. What is the mapping's business (devices, what carries them, their
+ * health) is behind the port: this class keeps the CSI rules.
  */
 import { randomUUID } from "node:crypto";
-import { mkdir, realpath } from "node:fs/promises";
+import { realpath } from "node:fs/promises";
 import path from "node:path";
 import {
   type Capability,
@@ -29,18 +31,18 @@ import { KeyedMutex } from "@csi/runtime";
 import type { Logger } from "pino";
 import { Deadline, outsideDeadline, withDeadline } from "../adapters/deadline.js";
 import * as fsx from "../adapters/filesystem.js";
-import * as loop from "../adapters/loop.js";
+import { FuseMapping } from "../adapters/fuse-mapping.js";
+import { LoopMapping } from "../adapters/loop-mapping.js";
 import * as mnt from "../adapters/mount.js";
-import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks, safeJoin } from "../adapters/paths.js";
-import * as rbdFuse from "../adapters/rbd-fuse.js";
+import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks } from "../adapters/paths.js";
 import type { StateFile } from "../adapters/state-file.js";
-import { type HealAction, planHeal } from "../domain/heal.js";
+import { type HealAction, type Observed, planHeal } from "../domain/heal.js";
 import { isMountOfDevice, type MountEntry, PSEUDO_FS } from "../domain/mountinfo.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
 import { DEFAULT_FORBIDDEN_ROOTS, validateCoPath } from "../domain/paths.js";
 import { type PathSeen, placeMount, planUnpublish } from "../domain/placement.js";
-import { type FuseImage, fuseImagePath, RBD_FUSE_FS } from "../domain/rbd-fuse.js";
 import type { MappingChoice } from "../domain/rbd-mapping.js";
+import type { BlockMapping, MappingSeen } from "../ports/mapping.js";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
 
@@ -59,6 +61,11 @@ export interface NodeServiceDeps {
   /** How this node maps RBD images (chosen at start, domain/rbd-mapping.ts); absent = it does not. */
   rbdMapping?: MappingChoice;
   /**
+   * The mappings this node builds (ports/mapping.ts), one per kind; "loop" is required. Absent: the
+   * loop mapping and the rbd-fuse one, which keeps its mounts under <state directory>/rbd.
+   */
+  mappings?: readonly BlockMapping[];
+  /**
    * Tell the fleet at once what this node holds (its registration's `holding`), rather than at the
    * next heartbeat: after a volume entered or left the state. The journal trusts it over older
    * device reports, so a DeleteVolume right after NodeUnstageVolume finds the node let go. Best effort.
@@ -76,6 +83,9 @@ export interface HealResult {
   ok: boolean;
 }
 
+/** The volumes of `vs` that mapping `kind` maps (a volume without a recorded kind: "loop"). */
+const mappedBy = (vs: readonly VolumeState[], kind: MappingKind) => vs.filter((v) => (v.mapping ?? "loop") === kind);
+
 /** A caller's volume id in a message: short and escaped. */
 const qid = (id: string) => quote(id);
 
@@ -85,8 +95,8 @@ export class NodeService {
 
   readonly #forbidden: readonly string[];
   readonly #timeoutMs: number;
-  /** Where the agent mounts rbd-fuse (one directory per staged RBD image) and keeps their ceph.conf files: its own, under its state directory. */
-  #rbdDir: string;
+  /** The mappings by kind (ports/mapping.ts): a volume's `mapping` (absent: "loop") names its own. */
+  readonly #mappings: ReadonlyMap<MappingKind, BlockMapping>;
   /** Volumes whose last mapping repair failed: when to try again, and the wait before that try. */
   readonly #healBackoff = new Map<string, { at: number; ms: number }>();
 
@@ -94,7 +104,22 @@ export class NodeService {
     const own = [...this.poolRoots, path.dirname(d.stateFile.file)].map((p) => path.resolve(p));
     this.#forbidden = [...(d.forbiddenRoots ?? DEFAULT_FORBIDDEN_ROOTS), ...own];
     this.#timeoutMs = d.opTimeoutMs ?? DEFAULT_OP_TIMEOUT_MS;
-    this.#rbdDir = path.resolve(path.dirname(d.stateFile.file), "rbd");
+    // The rbd-fuse mounts (one directory per staged RBD image) and their ceph.conf files: the agent's own, under its state directory.
+    const mappings = d.mappings ?? [new LoopMapping(d.clusters), new FuseMapping(d.clusters, path.resolve(path.dirname(d.stateFile.file), "rbd"))];
+    this.#mappings = new Map(mappings.map((m) => [m.kind, m]));
+    if (!this.#mappings.has("loop")) throw new DriverError("Internal", "a node service needs the loop mapping");
+  }
+
+  /** A volume's mapping (by its recorded kind; absent: "loop"). */
+  #mappingOf(v: Pick<VolumeState, "mapping">): BlockMapping {
+    const m = this.#mappings.get(v.mapping ?? "loop");
+    if (!m) throw new DriverError("FailedPrecondition", `this node-agent does not build the ${v.mapping} mapping`);
+    return m;
+  }
+
+  /** The directories of the mappings' own (rbd-fuse mounts): where the healer looks for leftovers too. */
+  #mappingRoots(): string[] {
+    return [...this.#mappings.values()].flatMap((m) => (m.root === undefined ? [] : [m.root]));
   }
 
   get poolRoots(): string[] {
@@ -113,10 +138,9 @@ export class NodeService {
 
   async load(): Promise<void> {
     this.#state = (await this.d.stateFile.load()) ?? emptyState();
-    if (this.d.clusters.clusters.some((c) => c.pools.some((p) => p.kind === "rbd"))) {
-      await mkdir(this.#rbdDir, { recursive: true, mode: 0o700 });
-      this.#rbdDir = await realpath(this.#rbdDir); // as mountinfo and losetup name it
-    }
+    // A mapping with a directory of its own (rbd-fuse's) makes it only on a node with an RBD pool.
+    const rbd = this.d.clusters.clusters.some((c) => c.pools.some((p) => p.kind === "rbd"));
+    for (const m of this.#mappings.values()) if (m.root === undefined || rbd) await m.prepare();
   }
 
   async #save(): Promise<void> {
@@ -152,30 +176,27 @@ export class NodeService {
           `publish_context imageName ${quote(given)} is not the image of volume ${qid(volumeId)}; the node takes the image from the volume id`,
         );
     };
+    const image = { volumeId, clusterID: parts.clusterID, poolID: parts.poolID, imageName };
     if (pool.kind === "rbd") {
       sameImage(); // an RBD image is known to exist only once it is mapped
-      return { clusterID: cluster.clusterID, uuid: parts.uuid, ...this.#rbdImage(volumeId, publishContext) };
+      const mapping = this.#rbdMapping(volumeId, publishContext, pool.cephPool ?? pool.name);
+      return { clusterID: cluster.clusterID, uuid: parts.uuid, imagePath: await mapping.locate(image), mapping: mapping.kind };
     }
-    const file = safeJoin(pool.root, `${imageName}.img`);
-    const imagePath = await realpath(file).catch(() => {
-      throw notFound(`volume ${qid(volumeId)}: image ${imageName} does not exist in pool ${pool.name}`);
-    });
-    if (!imagePath.startsWith(`${await realpath(pool.root)}/`)) throw new DriverError("InvalidArgument", `image ${imageName} resolves outside its pool`);
+    const imagePath = await this.#mappingOf({}).locate(image); // NotFound when the file is not there
     sameImage();
     return { clusterID: cluster.clusterID, uuid: parts.uuid, imagePath };
   }
 
   /**
    * An RBD volume: its image (named after the uuid, as in a file pool) is mapped by this node's
-   * kind, through rbd-fuse in a directory of the agent's own. Whether the image exists is known
-   * only once rbd-fuse runs (stage: NotFound then). A publish context naming another Ceph pool
-   * is refused, as one naming another image.
+   * kind (through rbd-fuse, in a directory of the agent's own). Whether the image exists is known
+   * only once it is mapped (stage: NotFound then). A publish context naming another Ceph pool is
+   * refused, as one naming another image.
    */
-  #rbdImage(volumeId: string, publishContext: Record<string, string>): Pick<VolumeState, "imagePath" | "mapping"> {
-    const img = this.#fuseImage(volumeId);
+  #rbdMapping(volumeId: string, publishContext: Record<string, string>, cephPool: string): BlockMapping {
     for (const [key, want] of [
       ["poolKind", "rbd"],
-      ["cephPool", img.cephPool],
+      ["cephPool", cephPool],
     ] as const) {
       const given = publishContext[key];
       if (given !== undefined && given !== want)
@@ -184,35 +205,15 @@ export class NodeService {
         );
     }
     const kind = this.d.rbdMapping?.kind;
-    if (kind !== "fuse")
+    const mapping = kind === undefined ? undefined : this.#mappings.get(kind);
+    if (!mapping)
       throw new DriverError(
         "FailedPrecondition",
         kind
           ? `this node-agent does not build the ${kind} mapping of RBD images`
           : `volume ${qid(volumeId)} is an RBD volume and this node ${this.d.rbdMapping?.why ?? "cannot map RBD images"}`,
       );
-    return { imagePath: fuseImagePath(this.#rbdDir, img), mapping: "fuse" };
-  }
-
-  /** What rbd-fuse needs for a volume of an RBD pool, from this node's clusters file (never from a caller). */
-  #fuseImage(volumeId: string): FuseImage {
-    const parts = decomposeVolumeId(volumeId);
-    const pool = this.d.clusters.get(parts.clusterID)?.pools.find((p) => p.id === parts.poolID);
-    if (pool?.kind !== "rbd") throw new DriverError("FailedPrecondition", `volume ${qid(volumeId)}: its RBD pool is no longer in this node's clusters file`);
-    return {
-      clusterID: parts.clusterID,
-      poolID: parts.poolID,
-      cephPool: pool.cephPool ?? pool.name,
-      user: pool.user,
-      monitors: pool.monitors,
-      keyFile: pool.keyFile,
-      imageName: volumeImageName(parts.uuid),
-    };
-  }
-
-  /** Take down a volume's rbd-fuse mount (its loop device detached first), if it has one. */
-  async #unmap(v: VolumeState): Promise<void> {
-    if (v.mapping === "fuse") await rbdFuse.unmountDir(path.dirname(v.imagePath));
+    return mapping;
   }
 
   /** What is at a (checked) path now, with the mounts there. */
@@ -220,14 +221,11 @@ export class NodeService {
     return lookAt(p, await mnt.mountsAt(p));
   }
 
-  /** The volume's loop device, attaching it if it is not attached. */
+  /** The volume's block device, its mapping making it if there is none. */
   async #ensureAttached(v: VolumeState, origin: Origin): Promise<string> {
-    let device = await loop.findByBackingFile(v.imagePath);
-    if (!device) {
-      if (v.mapping === "fuse") await rbdFuse.mountImage(this.#rbdDir, this.#fuseImage(v.volumeId));
-      device = await loop.attach(v.imagePath, { readOnly: v.readOnly });
-      this.#report(v, "attached", origin, { device, mapping: v.mapping ?? "loop" });
-    }
+    const mapping = this.#mappingOf(v);
+    const { device, made } = await mapping.map(v);
+    if (made) this.#report(v, "attached", origin, { device, mapping: mapping.kind });
     v.device = device;
     return device;
   }
@@ -278,7 +276,7 @@ export class NodeService {
   ): Promise<boolean> {
     const { readOnly, origin, stale, pod } = how;
     const block = v.staging?.capability.accessType === "block";
-    const current = await loop.findByBackingFile(v.imagePath);
+    const current = await this.#mappingOf(v).find(v);
     const ours = (m: MountEntry) => current !== undefined && isMountOfDevice(m, current);
     let seen = await this.#look(target);
     const top = seen.mounts.at(-1);
@@ -313,7 +311,7 @@ export class NodeService {
       }
       const readOnly = readerOnly(req.capability) || req.publishContext.readOnly === "true";
       const v: VolumeState = known ?? { volumeId: req.volumeId, ...(await this.#locate(req.volumeId, req.publishContext)), readOnly, publishes: [] };
-      const attached = await loop.findByBackingFile(v.imagePath);
+      const attached = await this.#mappingOf(v).find(v);
       if (req.capability.accessType === "mount") {
         // Before anything changes: the staging path must be free, or hold this volume already.
         const place = placeMount(await this.#look(req.stagingPath), "dir", (m) => attached !== undefined && m.source === attached);
@@ -325,10 +323,9 @@ export class NodeService {
         await this.#mountStaging(v, device, req.origin);
         if (req.capability.accessType === "block") this.#report(v, "staged", req.origin, { device, path: req.stagingPath });
       } catch (err) {
-        // Leave nothing half done: a device this call attached for a new volume goes again.
+        // Leave nothing half done: what this call mapped for a new volume goes again.
         if (!known) {
-          if (v.device && !attached) await outsideDeadline(() => loop.detach(v.device as string, { backingFile: v.imagePath })).catch(() => {});
-          if (!attached) await outsideDeadline(() => this.#unmap(v)).catch(() => {});
+          if (!attached) await outsideDeadline(() => this.#mappingOf(v).unmap(v)).catch(() => {});
           this.#report(v, "failed", req.origin, { path: req.stagingPath, reason: (err as Error).message });
         }
         throw err;
@@ -391,12 +388,8 @@ export class NodeService {
       if (top) throw new DriverError("FailedPrecondition", `a ${top.fsType} filesystem this node did not mount covers ${quote(path, 128)}`);
       if (v.staging) this.#report(v, "unstaged", req.origin, { path });
       await this.d.ioLimits?.unstaging(v, req.origin); // before the detach frees the device number for another volume
-      const device = await loop.findByBackingFile(v.imagePath, { evenDeleted: true });
-      if (device) {
-        await loop.detach(device, { backingFile: v.imagePath });
-        this.#report(v, "detached", req.origin, { device });
-      }
-      await this.#unmap(v); // rbd-fuse exits with its mount, closing the image: nothing of this node holds it any more
+      // Whatever became of the image's file: nothing of this node holds it any more (rbd-fuse exits with its mount, closing the image).
+      await this.#mappingOf(v).unmap(v, (device) => this.#report(v, "detached", req.origin, { device }));
       delete this.#state.volumes[req.volumeId];
       await this.#save();
       await this.#announce();
@@ -421,7 +414,7 @@ export class NodeService {
   /** Tells a mount of the volume (of its loop device now, or of the one the state file recorded) from any other. */
   async #oursFor(v: VolumeState | undefined): Promise<(m: MountEntry) => boolean> {
     if (!v) return () => false;
-    const devices = [await loop.findByBackingFile(v.imagePath), v.device].filter((d): d is string => d !== undefined);
+    const devices = [await this.#mappingOf(v).find(v), v.device].filter((d): d is string => d !== undefined);
     return (m) => devices.some((d) => isMountOfDevice(m, d));
   }
 
@@ -482,7 +475,7 @@ export class NodeService {
     return this.#op(req.volumeId, "NodeExpandVolume", async () => {
       const v = this.#volumeAt(req.volumeId, req.volumePath);
       const device = await this.#ensureAttached(v, req.origin);
-      await loop.refreshSize(device);
+      await this.#mappingOf(v).refreshSize(device);
       if (v.staging?.capability.accessType === "mount") {
         const fs = (await fsx.detectFs(device)) ?? DEFAULT_FS;
         await fsx.growFs(device, v.staging.path, fs);
@@ -497,16 +490,9 @@ export class NodeService {
 
   async #stats(req: { volumeId: string; volumePath: string }) {
     const v = this.#volumeAt(req.volumeId, req.volumePath);
-    const device = await loop.findByBackingFile(v.imagePath);
+    const { device, abnormal: unmapped } = await this.#mappingOf(v).condition(v);
     const mounted = await mnt.isMountPoint(req.volumePath);
-    const mapping = v.mapping === "fuse" ? (await rbdFuse.probe([path.dirname(v.imagePath)])).get(path.dirname(v.imagePath)) : "up";
-    const abnormal = !device
-      ? "the volume's loop device is gone"
-      : mapping !== "up"
-        ? "the rbd-fuse process mapping the volume's image is gone (the healer replaces the mapping)"
-        : !mounted
-          ? `${req.volumePath} is not mounted`
-          : undefined;
+    const abnormal = unmapped ?? (!mounted ? `${req.volumePath} is not mounted` : undefined);
     const usage = await fsx.stats(device && v.staging?.capability.accessType === "block" && !mounted ? device : req.volumePath).catch(() => undefined);
     return { usage, condition: { abnormal: !!abnormal, message: abnormal ?? "volume is attached and mounted" } };
   }
@@ -515,28 +501,24 @@ export class NodeService {
 
   /** Compare the state file with the machine and repair; each action is reported, with one request id per run. Returns each action and whether it worked. */
   async heal(): Promise<HealResult[]> {
-    const roots = await Promise.all([...this.poolRoots, this.#rbdDir].map((r) => realpath(r).catch(() => r)));
-    return this.#heal(this.#state, roots, await this.#fuseMountsOfOurs());
+    const roots = await Promise.all([...this.poolRoots, ...this.#mappingRoots()].map((r) => realpath(r).catch(() => r)));
+    return this.#heal(this.#state, roots, "all");
   }
 
   /**
-   * The running agent's repair of RBD mappings: the volumes whose rbd-fuse mount is dead or gone
-   * (its process was killed, or it exited) are healed, each under its lock, by the same plan as
+   * The running agent's repair of mappings: the volumes whose carrier (rbd-fuse mount) is dead or
+   * gone (its process was killed, or it exited) are healed, each under its lock, by the same plan as
    * at start restricted to that volume (nothing else is touched: no leftovers are looked for).
    */
   async healMappings(): Promise<HealResult[]> {
-    const dirOf = (v: VolumeState) => path.dirname(v.imagePath);
-    const fuse = this.volumes().filter((v) => v.mapping === "fuse");
-    if (fuse.length === 0) return [];
-    const health = await rbdFuse.probe(fuse.map(dirOf));
     const results: HealResult[] = [];
-    for (const { volumeId } of fuse.filter((v) => health.get(dirOf(v)) !== "up")) {
+    for (const volumeId of await this.#brokenMappings()) {
       // A repair that failed (Ceph unreachable, a pod holding the broken mount) is tried again later and later, not every check.
       const last = this.#healBackoff.get(volumeId);
       if (last && Date.now() < last.at) continue;
       const done = await this.#op(volumeId, "heal", async () => {
         const v = this.#state.volumes[volumeId];
-        return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], []) : [];
+        return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], "wanted") : [];
       });
       if (done.every((r) => r.ok)) this.#healBackoff.delete(volumeId);
       else {
@@ -546,6 +528,18 @@ export class NodeService {
       results.push(...done);
     }
     return results;
+  }
+
+  /** The volumes whose mapping's carrier is not up (each mapping asked once, for its own volumes). */
+  async #brokenMappings(): Promise<string[]> {
+    const broken: string[] = [];
+    for (const [kind, mapping] of this.#mappings) {
+      const mine = mappedBy(this.volumes(), kind);
+      if (mine.length === 0) continue;
+      const health = await mapping.health(mine);
+      broken.push(...mine.filter((v) => health.get(v.volumeId) !== "up").map((v) => v.volumeId));
+    }
+    return broken;
   }
 
   /** Run `healMappings` every `everyMs` (while any volume is mapped by rbd-fuse), each run's results to `onHealed`; stop() ends it. */
@@ -565,21 +559,26 @@ export class NodeService {
     return { stop: () => clearInterval(timer) };
   }
 
-  /** The rbd-fuse mounts in the agent's rbd directory (canonical paths). */
-  async #fuseMountsOfOurs(): Promise<string[]> {
-    const under = `${this.#rbdDir}/`;
-    return [...new Set((await mnt.readMounts()).filter((m) => m.fsType === RBD_FUSE_FS && m.mountPoint.startsWith(under)).map((m) => m.mountPoint))];
+  /**
+   * What the machine holds of the mappings' work, as the heal plan reads it. `scope` "wanted": only
+   * what the state's volumes need (no leftover carriers, no dead carrier of another volume).
+   */
+  async #observe(state: NodeState, scope: "all" | "wanted"): Promise<Observed> {
+    const seen: MappingSeen[] = [];
+    for (const [kind, mapping] of this.#mappings) seen.push(await mapping.seen(mappedBy(Object.values(state.volumes), kind), scope));
+    const unique = (ds: MappingSeen["devices"]) => [...new Map(ds.map((d) => [d.device, d])).values()];
+    return {
+      loops: unique(seen.flatMap((x) => x.devices)),
+      deletedLoops: unique(seen.flatMap((x) => x.deletedDevices)),
+      mounts: await mnt.readMounts(),
+      deadMappings: seen.flatMap((x) => x.deadCarriers),
+      fuseMounts: seen.flatMap((x) => x.carriers),
+    };
   }
 
-  async #heal(state: NodeState, roots: string[], fuseMounts: string[]): Promise<HealResult[]> {
+  async #heal(state: NodeState, roots: string[], scope: "all" | "wanted"): Promise<HealResult[]> {
     const origin: Origin = { via: "healer", requestId: randomUUID() };
-    const listed = await loop.list();
-    const loops = listed.flatMap((l) => (l.backingFile && !l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
-    const deletedLoops = listed.flatMap((l) => (l.backingFile && l.deleted ? [{ device: l.device, backingFile: l.backingFile }] : []));
-    const fuseDirs = [...new Set([...fuseMounts, ...Object.values(state.volumes).flatMap((v) => (v.mapping === "fuse" ? [path.dirname(v.imagePath)] : []))])];
-    const health = await rbdFuse.probe(fuseDirs);
-    const deadMappings = fuseDirs.filter((d) => health.get(d) === "dead");
-    const plan = planHeal(state, { loops, deletedLoops, mounts: await mnt.readMounts(), deadMappings, fuseMounts }, roots);
+    const plan = planHeal(state, await this.#observe(state, scope), roots);
     const results: HealResult[] = [];
     /** Volumes whose stale device could not be taken down (busy): the rest of their repair waits for the next run. */
     const waiting = new Set<string>();
@@ -607,15 +606,20 @@ export class NodeService {
     return results;
   }
 
+  /** The mapping whose own directory holds `p` (rbd-fuse's), else the loop mapping. */
+  #mappingAt(p: string): BlockMapping {
+    return [...this.#mappings.values()].find((m) => m.root !== undefined && p.startsWith(`${m.root}/`)) ?? this.#mappingOf({});
+  }
+
   async #apply(a: HealAction, origin: Origin): Promise<void> {
     if (a.kind === "unmount") return mnt.unmount(a.path);
     if (a.kind === "detach") {
-      await loop.detach(a.device, { backingFile: a.backingFile });
+      await this.#mappingAt(a.backingFile).release(a.device, a.backingFile);
       const v = a.volumeId === undefined ? undefined : this.#state.volumes[a.volumeId];
       if (v && a.reason === "its image was deleted") this.#report(v, "detached", origin, { device: a.device, reason: a.reason });
       return;
     }
-    if (a.kind === "unmap") return a.path.startsWith(`${this.#rbdDir}/`) ? rbdFuse.unmountDir(a.path) : undefined;
+    if (a.kind === "unmap") return this.#mappingAt(a.path).releaseCarrier(a.path);
     const v = this.#state.volumes[a.volumeId] as VolumeState;
     if (a.kind === "conflict") throw new DriverError("FailedPrecondition", `${a.reason}; left alone`);
     if (a.kind === "attach") {
