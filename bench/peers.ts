@@ -309,6 +309,19 @@ async function copiesTable(drivers: Driver[]): Promise<void> {
   }
 }
 
+/**
+ * A driver's processes at rest, after the warm-up: their CPU ms per second over BENCH_PEERS_IDLE_MS
+ * (5000) with no calls (timers, heartbeats, a client library's own threads). A create at
+ * concurrency c costs its share of that too: idle ms/s ÷ creates/s.
+ */
+async function idleLine(d: Driver): Promise<void> {
+  const ms = Number(process.env.BENCH_PEERS_IDLE_MS ?? 5000);
+  if (ms <= 0) return;
+  const meter = cpuMeter(d.procs, true);
+  await new Promise((r) => setTimeout(r, ms));
+  console.log(`${d.label} at rest: cpu ms/s: ${cpuLine(meter.perOp(ms / 1000))}`);
+}
+
 async function main({ dir, what }: { dir: string; what: string }) {
   console.log(
     `${os.cpus().length} cores (${os.cpus()[0]?.model ?? "?"}), ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB; node ${process.version}; ` +
@@ -341,6 +354,7 @@ async function main({ dir, what }: { dir: string; what: string }) {
       for (const s of [warm.create, warm.remove]) if (s.f.errors > 0) failures.push(`${d.label} warm-up: ${s.f.firstErrors.join("; ")}`);
       d.refresh?.();
     }
+    for (const d of drivers) await idleLine(d);
     const results = new Map(drivers.map((d) => [d.label, new Map<number, { create: Step; remove: Step }[]>()]));
     /** By level: the largest share of the machine's busy CPU in a round that was outside the drivers and the client. */
     const outsideShare = new Map<number, number>();
