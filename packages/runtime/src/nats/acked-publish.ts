@@ -58,7 +58,26 @@ export class AckedPublisher {
   constructor(
     private readonly nc: NatsConnection,
     private readonly timeoutMs = 5_000,
-  ) {}
+  ) {
+    void this.#watch();
+  }
+
+  /**
+   * A lost connection (its server crashed, or evicted it in lame-duck mode) ends every publish
+   * waiting for its ack at once, unacked (uncertain: it may have landed), instead of at its timeout:
+   * an ack sent while the connection was down is not sent again, so waiting on would only delay the
+   * caller's retry by up to `timeoutMs`.
+   */
+  async #watch(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) {
+        if (s.type !== "disconnect") continue;
+        for (const id of [...this.#waiting.keys()]) this.#settle(id)?.reject(new PublishUnacked("no ack: the NATS connection was lost"));
+      }
+    } catch {
+      // the connection closed: its iterator ends
+    }
+  }
 
   /** Publish and wait for the stream's ack; resolves with the message's stream sequence. */
   publish(subject: string, data: string | Uint8Array, opts: Expectations = {}): Promise<number> {
