@@ -11,12 +11,12 @@ import path from "node:path";
 import { composeVolumeId, type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { EventLog } from "@csi/journal/operator";
 import { volumeReservedBody } from "@csi/journal/testing";
-import { connectNats, csiClient, redisConnectOptions } from "@csi/runtime";
+import { type CsiClient, connectNats, csiClient, redisConnectOptions } from "@csi/runtime";
 import { startServer } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
-import { cpuMeter } from "./lib/cpu.js";
+import { cpuMeter, type Processes } from "./lib/cpu.js";
 import { check, csiCap, type Figures, measure } from "./lib/measure.js";
 import { startServices } from "./lib/services.js";
 
@@ -52,6 +52,59 @@ async function seed(nc: NatsConnection, from: number, to: number): Promise<void>
 }
 
 type Report = (label: string, f: Figures, cpu: Record<string, number>) => void;
+type Controller = CsiClient<"Controller">;
+
+/** Warm-up, not measured (as in the ops step): the services' code compiled before the first figure. */
+async function warmUp(ctrl: Controller, tag: string): Promise<void> {
+  const warm: string[] = [];
+  const warmed = [
+    await measure(300, 16, async (i) => {
+      const v = await ctrl.CreateVolume({ name: `w-${tag}-${i}`, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } });
+      warm[i] = v.volume?.volume_id ?? "";
+    }),
+    await measure(300, 16, (i) => ctrl.DeleteVolume({ volume_id: warm[i] as string })),
+    await measure(100, 16, () => ctrl.ListVolumes({ max_entries: PAGE })),
+  ];
+  check(
+    warmed.every((f) => f.errors === 0),
+    `warm-up: ${warmed.flatMap((f) => f.firstErrors).join("; ")}`,
+  );
+}
+
+/** The measured calls with `size` volumes in the journal: create, delete, get, the first and a deep list page. */
+async function measureAt(ctrl: Controller, size: number, n: number, procs: Processes, report: Report): Promise<void> {
+  const tag = randomUUID().slice(0, 8);
+  await warmUp(ctrl, tag);
+  const ids: string[] = [];
+  /** One figure: `run` measured with the processes' CPU per operation. */
+  const figure = async (label: string, run: (i: number) => Promise<unknown>) => {
+    const cpu = cpuMeter(procs);
+    report(label, await measure(n, 16, run), cpu.perOp(n));
+  };
+  await figure("create  c=16", async (i) => {
+    const v = (await ctrl.CreateVolume({ name: `s-${tag}-${i}`, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } })).volume;
+    check(!!v?.volume_id, "CreateVolume answered no volume");
+    ids[i] = v?.volume_id ?? "";
+  });
+  await figure("delete  c=16", (i) => ctrl.DeleteVolume({ volume_id: ids[i] as string }));
+  await figure("ControllerGetVolume c=16", async (i) => {
+    const k = (i * 7919) % size;
+    const id = composeVolumeId({ clusterID: CLUSTER, poolID: 1, uuid: uuidOf(k) });
+    const v = await ctrl.ControllerGetVolume({ volume_id: id });
+    check(v.volume?.volume_id === id, `GetVolume ${id}`);
+  });
+  await figure(`ListVolumes first page (${PAGE}) c=16`, async () => {
+    const r = await ctrl.ListVolumes({ max_entries: PAGE });
+    check(r.entries.length === PAGE, "ListVolumes first page");
+  });
+  // A deep page: the token after walking half-way through (at most 50 pages).
+  let token = "";
+  for (let p = 0; p < Math.min(50, size / PAGE / 2); p++) token = (await ctrl.ListVolumes({ max_entries: PAGE, starting_token: token })).next_token;
+  await figure(`ListVolumes deep page c=16`, async () => {
+    const r = await ctrl.ListVolumes({ max_entries: PAGE, starting_token: token });
+    check(r.entries.length === PAGE, "ListVolumes deep page");
+  });
+}
 
 export async function scaleScenario(dir: string, report: Report): Promise<void> {
   const nats = await startServer("nats", path.join(dir, "scale-nats"));
@@ -72,67 +125,7 @@ export async function scaleScenario(dir: string, report: Report): Promise<void> 
       const procs = { bench: process.pid, ctl: svc.controller.child.pid, jrn: svc.journals[0]?.child.pid, nats: nats.pid, redis: redisServer.pid };
       try {
         console.log(`\nscale: ${size} volumes in the journal (seeded and projected in ${((performance.now() - t) / 1000).toFixed(1)} s)`);
-        const tag = randomUUID().slice(0, 8);
-        // Warm-up, not measured (as in the ops step): the services' code compiled before the first figure.
-        const warm: string[] = [];
-        const warmed = [
-          await measure(300, 16, async (i) => {
-            const v = await ctrl.CreateVolume({ name: `w-${tag}-${i}`, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } });
-            warm[i] = v.volume?.volume_id ?? "";
-          }),
-          await measure(300, 16, (i) => ctrl.DeleteVolume({ volume_id: warm[i] as string })),
-          await measure(100, 16, () => ctrl.ListVolumes({ max_entries: PAGE })),
-        ];
-        check(
-          warmed.every((f) => f.errors === 0),
-          `warm-up: ${warmed.flatMap((f) => f.firstErrors).join("; ")}`,
-        );
-        const ids: string[] = [];
-        let cpu = cpuMeter(procs);
-        report(
-          "create  c=16",
-          await measure(n, 16, async (i) => {
-            const v = (await ctrl.CreateVolume({ name: `s-${tag}-${i}`, volume_capabilities: [csiCap], capacity_range: { required_bytes: String(MiB) } }))
-              .volume;
-            check(!!v?.volume_id, "CreateVolume answered no volume");
-            ids[i] = v?.volume_id ?? "";
-          }),
-          cpu.perOp(n),
-        );
-        cpu = cpuMeter(procs);
-        report("delete  c=16", await measure(n, 16, (i) => ctrl.DeleteVolume({ volume_id: ids[i] as string })), cpu.perOp(n));
-        cpu = cpuMeter(procs);
-        report(
-          "ControllerGetVolume c=16",
-          await measure(n, 16, async (i) => {
-            const k = (i * 7919) % size;
-            const id = composeVolumeId({ clusterID: CLUSTER, poolID: 1, uuid: uuidOf(k) });
-            const v = await ctrl.ControllerGetVolume({ volume_id: id });
-            check(v.volume?.volume_id === id, `GetVolume ${id}`);
-          }),
-          cpu.perOp(n),
-        );
-        cpu = cpuMeter(procs);
-        report(
-          `ListVolumes first page (${PAGE}) c=16`,
-          await measure(n, 16, async () => {
-            const r = await ctrl.ListVolumes({ max_entries: PAGE });
-            check(r.entries.length === PAGE, "ListVolumes first page");
-          }),
-          cpu.perOp(n),
-        );
-        // A deep page: the token after walking half-way through (at most 50 pages).
-        let token = "";
-        for (let p = 0; p < Math.min(50, size / PAGE / 2); p++) token = (await ctrl.ListVolumes({ max_entries: PAGE, starting_token: token })).next_token;
-        cpu = cpuMeter(procs);
-        report(
-          `ListVolumes deep page c=16`,
-          await measure(n, 16, async () => {
-            const r = await ctrl.ListVolumes({ max_entries: PAGE, starting_token: token });
-            check(r.entries.length === PAGE, "ListVolumes deep page");
-          }),
-          cpu.perOp(n),
-        );
+        await measureAt(ctrl, size, n, procs, report);
       } finally {
         ctrl.close();
         await svc.stop();

@@ -1,10 +1,14 @@
 /**
  * Bounds every boundary shares: CSI's size limits (spec "Size Limits": a string is at most 128
  * bytes, a map at most 4 KiB, mount_flags at most 4 KiB in all), the one rule for a mount flag,
- * how a caller's text is quoted in an error message, and how a page is cut to a byte budget.
+ * and how a page is cut to a byte budget (how a caller's text is quoted: text.ts, re-exported).
  * Pure: no I/O.
  */
 import { invalidArgument } from "./errors.js";
+import { hasUnsafeChar } from "./text.js";
+
+// How a caller's text is shown in a message lives in text.ts (errors.ts needs it too, and bounds.ts needs errors.ts).
+export { ERROR_MESSAGE_MAX_BYTES, QUOTE_MAX_CHARS, quote, sanitizeMessage } from "./text.js";
 
 /** CSI: every string field (names, ids) is at most 128 bytes unless its description says otherwise. */
 export const CSI_STRING_MAX_BYTES = 128;
@@ -20,50 +24,6 @@ export const MOUNT_FLAG_MAX_BYTES = 256;
 export const CSI_LIST_MAX_ITEMS = 128;
 /** Ours: the most entries one journal list page holds (a larger max_entries is clamped: CSI lets us return fewer). */
 export const MAX_PAGE_ENTRIES = 10_000;
-/** Ours: a status message (gRPC) or wire error message (NATS) is cut to this many bytes. */
-export const ERROR_MESSAGE_MAX_BYTES = 1024;
-/** Ours: how much of a caller's text an error message quotes. */
-export const QUOTE_MAX_CHARS = 64;
-
-/**
- * What never goes into a message or a log line as it is: C0 and C1 control characters (NUL
- * included), DEL, line/paragraph separators, zero-width and bidirectional formatting characters.
- */
-const UNSAFE_CHARS = "\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028-\\u202e\\u2066-\\u2069\\ufeff";
-const UNSAFE = new RegExp(`[${UNSAFE_CHARS}]`, "u");
-const UNSAFE_ALL = new RegExp(`[${UNSAFE_CHARS}]`, "gu");
-
-const stripUnsafe = (s: string) => s.replace(UNSAFE_ALL, "?");
-
-/**
- * A caller's text as an error message may show it: at most `max` characters (whole code
- * points), unsafe characters replaced by "?", JSON-quoted, and a cut marked with "…" and the
- * full size: `"abc…" (4096 bytes)`.
- */
-export function quote(value: unknown, max = QUOTE_MAX_CHARS): string {
-  const s = typeof value === "string" ? value : String(value);
-  // Cheap on a huge string: look at a bounded prefix only (a code point is at most 2 UTF-16 units).
-  const head = Array.from(s.slice(0, max * 2 + 2));
-  const cut = head.length > max || s.length > max * 2 + 2;
-  const shown = JSON.stringify(stripUnsafe(head.slice(0, max).join("")));
-  return cut ? `${shown}… (${Buffer.byteLength(s, "utf8")} bytes)` : shown;
-}
-
-/** An error message made safe to send and log: unsafe characters replaced, at most `maxBytes` bytes (cut marked "…"). */
-export function sanitizeMessage(message: string, maxBytes = ERROR_MESSAGE_MAX_BYTES): string {
-  const safe = stripUnsafe(message.length > maxBytes * 2 ? message.slice(0, maxBytes * 2) : message);
-  if (Buffer.byteLength(safe, "utf8") <= maxBytes && safe.length === message.length) return safe;
-  let out = "";
-  let bytes = 0;
-  for (const ch of safe) {
-    const b = Buffer.byteLength(ch, "utf8");
-    if (bytes + b > maxBytes - 3) break;
-    out += ch;
-    bytes += b;
-  }
-  return `${out}…`;
-}
-
 /**
  * The one rule for mount flags (the controller checks it at create/publish/validate, the
  * node-agent again before mount(8)): at most 64 flags, 4 KiB in all, each one option of at
@@ -78,7 +38,7 @@ export function validateMountFlags(flags: readonly string[], field = "mount_flag
     const bytes = Buffer.byteLength(f, "utf8");
     total += bytes;
     if (bytes > MOUNT_FLAG_MAX_BYTES) throw invalidArgument(`${field}[${i}] must be at most ${MOUNT_FLAG_MAX_BYTES} bytes (got ${bytes})`);
-    if (f === "" || f.includes(",") || /\s/u.test(f) || f.startsWith("-") || f.includes("\0") || UNSAFE.test(f)) {
+    if (f === "" || f.includes(",") || /\s/u.test(f) || f.startsWith("-") || f.includes("\0") || hasUnsafeChar(f)) {
       throw invalidArgument(`${field}[${i}] is not a single mount option (it must be non-empty, without ",", whitespace, control characters or a leading "-")`);
     }
   });

@@ -6,7 +6,7 @@
  * controller, the journal and the node-agent cannot disagree on what a failure means.
  */
 import { z } from "zod";
-import { sanitizeMessage } from "./bounds.js";
+import { sanitizeMessage } from "./text.js";
 
 /** gRPC status codes (google.rpc.Code), as numbers, so contracts need no gRPC import. */
 export const GrpcCode = {

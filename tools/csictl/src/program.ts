@@ -275,6 +275,13 @@ function auditCommands(program: Command): void {
 }
 
 function operatorCommands(program: Command): void {
+  logCommands(program);
+  statusCommands(program);
+  credentialCommands(program);
+}
+
+/** `log export|import|restore|purge-foreign`: the event log's backup and restore. */
+function logCommands(program: Command): void {
   const log = () => import("./commands/log.js");
   const logCmd = program.command("log").description("backup and restore of a cluster's event log, the source of truth (docs/operations.md)");
   const keyFileOption = () =>
@@ -320,7 +327,10 @@ function operatorCommands(program: Command): void {
     .option("--apply", "act: remove them (default: only list what would be removed)")
     .addOption(requestIdOption())
     .action(act(async (s, o) => (await log()).logPurgeForeign(s, o)));
+}
 
+/** `clusters`, `nodes`: who serves and who is healthy. */
+function statusCommands(program: Command): void {
   program
     .command("clusters")
     .description("per cluster: journal replicas answering, log sequence, projection watermark and lag (exit 1 if one is not served)")
@@ -330,7 +340,10 @@ function operatorCommands(program: Command): void {
     .command("nodes")
     .description("per node-agent: healthy or not, last heartbeat; healthy/expected (exit 1 if one is unhealthy)")
     .action(act(async (s) => (await import("./commands/nodes.js")).nodes(s), { names: true }));
+}
 
+/** `redis load-functions`, `auth init`, `fleet init`: what a locked-down NATS and Redis need first. */
+function credentialCommands(program: Command): void {
   program
     .command("redis")
     .description("the journal's Redis side, as the Redis admin (docs/security.md)")

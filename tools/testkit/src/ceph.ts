@@ -366,69 +366,86 @@ export async function startCeph(opts: { pools?: string[]; user?: string; dir?: s
   if (!kept) dirs.add(dir);
   try {
     const keyFile = path.join(dir, "secret", "userKey");
-    let monitors = saved?.monitors ?? [];
-    if (!saved) {
-      await mkdir(dir, { recursive: true, mode: 0o700 });
-      const made = await prepare(dir, env, user);
-      monitors = made.monitors;
-      await mkdir(path.dirname(keyFile), { mode: 0o700 });
-      await writeFile(keyFile, made.key, { mode: 0o600 });
-      await chmod(keyFile, 0o600);
-      // Written last: a directory without it was never a whole cluster, and is made again.
-      if (kept) await writeFile(path.join(dir, SAVED), `${JSON.stringify({ monitors, user } satisfies Saved)}\n`);
-    }
-    const clusterLog = path.join(dir, "log", "cluster.log");
-    const from = await stat(clusterLog).then(
-      (st) => st.size,
-      () => 0,
-    ); // a kept cluster's log holds its earlier starts: only what this one writes counts
-    for (const [bin, id] of [
-      ["ceph-mon", "a"],
-      ["ceph-mgr", "x"],
-      ["ceph-osd", "0"],
-    ] as const) {
-      const d = startDaemon(bin, id, env);
-      daemons.push(d);
-      live.add(d);
-    }
-    const anyDied = () => daemons.map(exitedOf).find(Boolean);
-    const mgrActive = untilLine(clusterLog, /mgrmap e\d+: x\(active, since/, "an active manager", anyDied, from);
-    mgrActive.catch(() => {}); // awaited by whoever needs it
-    await untilLine(clusterLog, /osd\.0 \[.*\] boot/, "osd.0 boot", anyDied, from);
-    await makePools(env, pools); // pools that exist already are left as they are
-    const cli = async (bin: string, args: string[]) => (await run(bin, args, { env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 })).stdout;
-    const json = async (bin: string, args: string[]): Promise<unknown> => JSON.parse((await cli(bin, [...args, "--format", "json"])) || "null");
-    return {
-      dir,
-      conf,
-      monitors,
-      pools,
-      user,
-      keyFile,
-      mgrActive,
-      pids: () => ({
-        mon: daemons.find((d) => d.name === "ceph-mon")?.child.pid,
-        mgr: daemons.find((d) => d.name === "ceph-mgr")?.child.pid,
-        osd: daemons.find((d) => d.name === "ceph-osd")?.child.pid,
-      }),
-      osdOps: async () => {
-        const dump = JSON.parse(await cli("ceph", ["--admin-daemon", path.join(dir, "run", "osd.0.asok"), "perf", "dump"])) as { osd?: { op?: number } };
-        return dump.osd?.op ?? 0;
-      },
-      signal: (which, sig) => {
-        daemons.find((d) => d.name === `ceph-${which}`)?.child.kill(sig);
-      },
-      rbd: (args) => cli("rbd", args),
-      writeImage: async (p, image, offset, data) => void (await imageIO(env, { op: "write", pool: p, image, offset, data: data.toString("base64") })),
-      readImage: async (p, image, offset, length, snap) =>
-        Buffer.from(await imageIO(env, { op: "read", pool: p, image, offset, length, ...(snap ? { snap } : {}) }), "base64"),
-      rbdJson: (args) => json("rbd", args),
-      rbdAsUser: (args) => json("rbd", ["--id", user, "--keyfile", keyFile, ...args]),
-      cephJson: (args) => json("ceph", args),
-      stop,
-    };
+    const monitors = saved?.monitors ?? (await createCluster(dir, env, user, keyFile, kept));
+    const { mgrActive } = await bootDaemons(dir, env, pools, daemons);
+    return clusterHandle({ dir, conf, monitors, pools, user, keyFile, env, daemons, mgrActive, stop });
   } catch (err) {
     await stop();
     throw err;
   }
+}
+
+/** A new cluster in `dir` (its first start): the monitors, the user's key in `keyFile`, and with `kept` the saved file. */
+async function createCluster(dir: string, env: NodeJS.ProcessEnv, user: string, keyFile: string, kept: boolean): Promise<string[]> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const made = await prepare(dir, env, user);
+  const monitors = made.monitors;
+  await mkdir(path.dirname(keyFile), { mode: 0o700 });
+  await writeFile(keyFile, made.key, { mode: 0o600 });
+  await chmod(keyFile, 0o600);
+  // Written last: a directory without it was never a whole cluster, and is made again.
+  if (kept) await writeFile(path.join(dir, SAVED), `${JSON.stringify({ monitors, user } satisfies Saved)}\n`);
+  return monitors;
+}
+
+/** Start mon, mgr and osd (into `daemons`), wait for osd.0 to boot, make the pools; `mgrActive`: when the manager is active. */
+async function bootDaemons(dir: string, env: NodeJS.ProcessEnv, pools: string[], daemons: Daemon[]): Promise<{ mgrActive: Promise<void> }> {
+  const clusterLog = path.join(dir, "log", "cluster.log");
+  const from = await stat(clusterLog).then(
+    (st) => st.size,
+    () => 0,
+  ); // a kept cluster's log holds its earlier starts: only what this one writes counts
+  for (const [bin, id] of [
+    ["ceph-mon", "a"],
+    ["ceph-mgr", "x"],
+    ["ceph-osd", "0"],
+  ] as const) {
+    const d = startDaemon(bin, id, env);
+    daemons.push(d);
+    live.add(d);
+  }
+  const anyDied = () => daemons.map(exitedOf).find(Boolean);
+  const mgrActive = untilLine(clusterLog, /mgrmap e\d+: x\(active, since/, "an active manager", anyDied, from);
+  mgrActive.catch(() => {}); // awaited by whoever needs it
+  await untilLine(clusterLog, /osd\.0 \[.*\] boot/, "osd.0 boot", anyDied, from);
+  await makePools(env, pools); // pools that exist already are left as they are
+  return { mgrActive };
+}
+
+/** The running cluster as tests use it: its facts, its CLIs, its daemons. */
+function clusterHandle(
+  c: Pick<CephCluster, "dir" | "conf" | "monitors" | "pools" | "user" | "keyFile" | "mgrActive" | "stop"> & { env: NodeJS.ProcessEnv; daemons: Daemon[] },
+): CephCluster {
+  const { dir, env, daemons, user, keyFile } = c;
+  const cli = async (bin: string, args: string[]) => (await run(bin, args, { env, timeout: 60_000, maxBuffer: 16 * 1024 * 1024 })).stdout;
+  const json = async (bin: string, args: string[]): Promise<unknown> => JSON.parse((await cli(bin, [...args, "--format", "json"])) || "null");
+  return {
+    dir,
+    conf: c.conf,
+    monitors: c.monitors,
+    pools: c.pools,
+    user,
+    keyFile,
+    mgrActive: c.mgrActive,
+    pids: () => ({
+      mon: daemons.find((d) => d.name === "ceph-mon")?.child.pid,
+      mgr: daemons.find((d) => d.name === "ceph-mgr")?.child.pid,
+      osd: daemons.find((d) => d.name === "ceph-osd")?.child.pid,
+    }),
+    osdOps: async () => {
+      const dump = JSON.parse(await cli("ceph", ["--admin-daemon", path.join(dir, "run", "osd.0.asok"), "perf", "dump"])) as { osd?: { op?: number } };
+      return dump.osd?.op ?? 0;
+    },
+    signal: (which, sig) => {
+      daemons.find((d) => d.name === `ceph-${which}`)?.child.kill(sig);
+    },
+    rbd: (args) => cli("rbd", args),
+    writeImage: async (p, image, offset, data) => void (await imageIO(env, { op: "write", pool: p, image, offset, data: data.toString("base64") })),
+    readImage: async (p, image, offset, length, snap) =>
+      Buffer.from(await imageIO(env, { op: "read", pool: p, image, offset, length, ...(snap ? { snap } : {}) }), "base64"),
+    rbdJson: (args) => json("rbd", args),
+    rbdAsUser: (args) => json("rbd", ["--id", user, "--keyfile", keyFile, ...args]),
+    cephJson: (args) => json("ceph", args),
+    stop: c.stop,
+  };
 }

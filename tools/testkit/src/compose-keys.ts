@@ -6,7 +6,7 @@
  * Debian's docker-compose 1.29.2), for the parts our file uses; test/deploy.test.ts also runs
  * `docker-compose config` and `docker compose config` where they are installed. Pure.
  */
-import type { Compose } from "./deploy-checks.js";
+import type { Compose } from "./deploy-shapes.js";
 
 const TOP = ["version", "services", "volumes", "networks", "configs", "secrets"];
 const SERVICE = [

@@ -16,7 +16,12 @@ import { JOURNAL_SETTINGS } from "@csi/journal/testing";
 import { nodeAgentConfig } from "@csi/node-agent";
 import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { ConfigError, envNames, flagNames, parseListenAddr, REDIS_ACCESS_SETTINGS, type Settings } from "@csi/runtime";
+
+// The shapes these checks read (Kubernetes objects, the compose file) live in deploy-shapes.ts, which the other checks share.
+export type { Compose, Container, EnvVar, K8sObject, Pod, PodSpec, Probe, Volume } from "./deploy-shapes.js";
+
 import { checkComposeKeys } from "./compose-keys.js";
+import type { Compose, Container, K8sObject, Pod, PodSpec, Volume } from "./deploy-shapes.js";
 import type { ServiceName } from "./processes.js";
 import { checkDriverLiveness, checkScraping, checkSidecarFlags, checkSidecarPrivilege, flagValue, metricsPorts, portOf, SIDECAR_RE } from "./sidecar-checks.js";
 
@@ -156,66 +161,6 @@ function checkLoader(where: string, loader: RedisRun, journal: RedisRun, problem
     if (loader.env[name] !== journal.env[name]) problems.push(`${where}: ${name} ${loader.env[name]} is not the journal's (${journal.env[name]})`);
   if (loader.user !== undefined && loader.user === journal.user)
     problems.push(`${where}: loads the functions as the journal's Redis user (${loader.user}), which may only call them: use the admin's`);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Kubernetes objects (only the fields these checks read).
-
-export interface EnvVar {
-  name: string;
-  value?: string;
-  valueFrom?: {
-    configMapKeyRef?: { name: string; key: string; optional?: boolean };
-    secretKeyRef?: { name: string; key: string; optional?: boolean };
-    fieldRef?: { fieldPath: string };
-  };
-}
-export interface Probe {
-  httpGet?: { path: string; port: number | string };
-}
-export interface Container {
-  name: string;
-  image?: string;
-  command?: string[];
-  args?: string[];
-  env?: EnvVar[];
-  envFrom?: unknown[];
-  ports?: { name?: string; containerPort: number }[];
-  volumeMounts?: { name: string; mountPath: string; mountPropagation?: string; readOnly?: boolean }[];
-  livenessProbe?: Probe;
-  readinessProbe?: Probe;
-  securityContext?: { privileged?: boolean; allowPrivilegeEscalation?: boolean };
-}
-export interface Volume {
-  name: string;
-  hostPath?: { path: string } | null;
-  emptyDir?: object;
-  configMap?: { name: string; items?: { key: string; path: string }[] };
-  persistentVolumeClaim?: { claimName: string };
-}
-export interface PodSpec {
-  serviceAccountName?: string;
-  shareProcessNamespace?: boolean;
-  terminationGracePeriodSeconds?: number;
-  initContainers?: Container[];
-  containers: Container[];
-  volumes?: Volume[];
-}
-export interface K8sObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; annotations?: Record<string, string> };
-  // biome-ignore lint/suspicious/noExplicitAny: the shapes differ per kind; each check reads its own fields
-  [field: string]: any;
-}
-
-export interface Pod {
-  where: string;
-  kind: string;
-  replicas: number | undefined;
-  annotations: Record<string, string>;
-  labels: Record<string, string>;
-  spec: PodSpec;
 }
 
 const WORKLOADS = new Set(["Deployment", "DaemonSet", "StatefulSet"]);
@@ -771,18 +716,6 @@ export function checkNomad(jobs: NomadJob[], referenceClusters: string, image: s
 
 // ---------------------------------------------------------------------------------------------
 // docker-compose.yml
-
-interface ComposeService {
-  build?: string | { context: string };
-  command?: string[];
-  environment?: Record<string, string> | string[];
-  volumes?: (string | { source: string; target: string })[];
-  stop_grace_period?: string;
-  init?: boolean;
-}
-export interface Compose {
-  services: Record<string, ComposeService>;
-}
 
 /** "${NAME:-default}" → default (compose's own substitution, with nothing set). */
 const composeValue = (v: unknown) => String(v ?? "").replace(/\$\{[A-Z0-9_]+(?::?-([^}]*))?\}/g, (_m, d: string | undefined) => d ?? "");

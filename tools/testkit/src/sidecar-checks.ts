@@ -6,7 +6,7 @@
  * livenessprobe sidecar, and every sidecar metrics port declared and scraped. Pure: documents in,
  * one line per problem out. deploy-checks.ts calls these for each of our pods.
  */
-import type { Container, K8sObject, Pod } from "./deploy-checks.js";
+import type { Container, K8sObject, Pod } from "./deploy-shapes.js";
 import { DEPRECATED_SIDECAR_FLAGS, SIDECAR_FLAGS } from "./sidecar-flags.js";
 
 export const SIDECAR_RE = /^registry\.k8s\.io\/sig-storage\/([a-z-]+):(v\d+\.\d+\.\d+)$/;

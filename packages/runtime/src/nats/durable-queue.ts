@@ -21,6 +21,7 @@ import {
   type ConsumerMessages,
   DeliverPolicy,
   type JetStreamManager,
+  type JsMsg,
   jetstream,
   jetstreamManager,
   RetentionPolicy,
@@ -31,7 +32,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { z } from "zod";
 import type { Drainable } from "../drain.js";
-import type { FleetAccess } from "./fleet.js";
+import type { FleetAccess } from "./fleet-access.js";
 
 const TRANSIENT = new Set(["Unavailable", "Aborted", "DeadlineExceeded"]);
 const NANOS = 1_000_000_000;
@@ -115,6 +116,48 @@ const LOGGED_BYTES = 256;
 const QUEUE_LOOK_EVERY_MS = 1000;
 
 /**
+ * One message of a queue: dropped (terminated) when it is not JSON of its schema; else handled and
+ * acknowledged, redelivered after a transient failure, dropped after any other.
+ */
+async function handleOne<S extends z.ZodTypeAny>(
+  m: JsMsg,
+  q: QueueSpec,
+  schema: S,
+  handle: (item: z.output<S>, from: { subject: string }) => Promise<void>,
+  log: Logger,
+  onDropped: ((reason: DropReason) => void) | undefined,
+): Promise<void> {
+  const where = { stream: q.stream, seq: m.seq, subject: sanitizeMessage(m.subject, LOGGED_BYTES), bytes: m.data.byteLength };
+  let raw: unknown;
+  try {
+    raw = m.json();
+  } catch {
+    raw = undefined;
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const problem = raw === undefined ? "not JSON" : sanitizeMessage(describeZodError(parsed.error), LOGGED_BYTES);
+    log.error({ ...where, problem }, "malformed message dropped");
+    m.term();
+    onDropped?.("malformed");
+    return;
+  }
+  try {
+    await handle(parsed.data, { subject: m.subject });
+    m.ack();
+  } catch (err) {
+    if (err instanceof DriverError && TRANSIENT.has(err.code)) {
+      log.warn({ ...where, err: err.message }, "failed for now; redelivering");
+      m.nak(1000);
+    } else {
+      log.error({ ...where, err: sanitizeMessage(String((err as Error)?.message ?? err), LOGGED_BYTES) }, "failed for good: dropped");
+      m.ack(); // retrying cannot help; the handler reported the failure
+      onDropped?.("refused");
+    }
+  }
+}
+
+/**
  * Handle the queue's messages one at a time until stopped. The handler also gets the subject the
  * message came on: NATS permissions are per subject, so it is what says who sent it. `what`
  * names the messages in the drain's log lines.
@@ -157,34 +200,9 @@ export async function consumeQueue<S extends z.ZodTypeAny>(
     if (stopped || !messages) return void (await messages?.close());
     if (opts.waitForQueue) log.info({ stream: q.stream, consumer: q.consumer }, "consuming the queue");
     for await (const m of messages) {
-      const where = { stream: q.stream, seq: m.seq, subject: sanitizeMessage(m.subject, LOGGED_BYTES), bytes: m.data.byteLength };
-      let raw: unknown;
-      try {
-        raw = m.json();
-      } catch {
-        raw = undefined;
-      }
-      const parsed = schema.safeParse(raw);
-      if (!parsed.success) {
-        const problem = raw === undefined ? "not JSON" : sanitizeMessage(describeZodError(parsed.error), LOGGED_BYTES);
-        log.error({ ...where, problem }, "malformed message dropped");
-        m.term();
-        opts.onDropped?.("malformed");
-        continue;
-      }
       handling = 1;
       try {
-        await handle(parsed.data, { subject: m.subject });
-        m.ack();
-      } catch (err) {
-        if (err instanceof DriverError && TRANSIENT.has(err.code)) {
-          log.warn({ ...where, err: err.message }, "failed for now; redelivering");
-          m.nak(1000);
-        } else {
-          log.error({ ...where, err: sanitizeMessage(String((err as Error)?.message ?? err), LOGGED_BYTES) }, "failed for good: dropped");
-          m.ack(); // retrying cannot help; the handler reported the failure
-          opts.onDropped?.("refused");
-        }
+        await handleOne(m, q, schema, handle, log, opts.onDropped);
       } finally {
         handling = 0;
       }

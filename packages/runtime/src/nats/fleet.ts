@@ -12,14 +12,10 @@ import { FLEET_API, nodeQueues } from "@csi/contracts";
 import { type JetStreamManager, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ensureQueue, type StreamOptions } from "./durable-queue.js";
+import type { FleetAccess } from "./fleet-access.js";
 import { ensureNodeStreams, migrateLegacyNodeWork } from "./node-streams.js";
 
-export interface FleetAccess {
-  /** The JetStream API prefix under which the fleet's streams are reached (undefined: this account's own). */
-  apiPrefix?: string;
-  /** Whether this process makes the fleet's streams and consumers when missing. */
-  makes: boolean;
-}
+export type { FleetAccess } from "./fleet-access.js";
 
 export const fleetAccess = (accounts: boolean): FleetAccess => (accounts ? { apiPrefix: FLEET_API, makes: false } : { makes: true });
 
