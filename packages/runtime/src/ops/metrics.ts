@@ -58,6 +58,15 @@ export function droppedMessages(registry: Registry): (source: DropSource, reason
 export const DEFAULT_GAUGES_NAMED_TOTAL = ["nodejs_active_handles_total", "nodejs_active_requests_total", "nodejs_active_resources_total"] as const;
 
 /**
+ * How often the event-loop lag histogram (nodejs_eventloop_lag_*) takes a sample, in ms.
+ * prom-client's default, 10, is a timer that wakes an idle service 100 times a second: ~5 ms of
+ * CPU per second per process, a tenth of a create's CPU at low load (docs/operations.md, "Metrics").
+ * At 100 a stall still shows in the max and the high percentiles; a lag shorter than the sample
+ * distance is seen only when a sample lands in it.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 100;
+
+/**
  * A service's metrics registry and readiness checks; runMain serves them (ops/listener.ts). With a
  * `version` (runMain gives its package.json's), `csi_build_info{service,version,node_version} 1`.
  */
@@ -69,7 +78,7 @@ export class Ops {
     readonly service: string,
     version?: string,
   ) {
-    collectDefaultMetrics({ register: this.registry });
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
     for (const name of DEFAULT_GAUGES_NAMED_TOTAL) this.registry.removeSingleMetric(name);
     if (version !== undefined) buildInfo(this.registry, { service, version, node_version: process.version });
   }
