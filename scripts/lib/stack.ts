@@ -331,12 +331,12 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 }
 
 /** Waits for every start; rejects with the first failure once all have settled (so none is left half started). */
-async function settleAll(starts: Promise<void>[]): Promise<void> {
+export async function settleAll(starts: Promise<void>[]): Promise<void> {
   const results = await Promise.allSettled(starts);
   for (const r of results) if (r.status === "rejected") throw r.reason;
 }
 
-function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
+export function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
   let current: ServiceProcess | undefined;
   let starting: Promise<void> | undefined;
   const running = () => current !== undefined && isRunning(current);

@@ -192,11 +192,11 @@ export interface ServerTls {
 
 interface Spec {
   kind: ServerKind;
-  args: (port: number, dataDir: string) => string[];
+  args: (port: number, dataDir: string, host: string) => string[];
   /** Listening with TLS only, on the same port (clients are not asked for certificates). */
   tlsArgs: (port: number, tls: ServerTls) => string[];
   ready: RegExp;
-  url: (port: number, tls: boolean) => string;
+  url: (port: number, tls: boolean, host: string) => string;
 }
 
 /** Redis's busy-reply-threshold (ms) on the servers started here: the deploy manifests set the same. */
@@ -208,18 +208,18 @@ export const SENTINEL_CONF = "sentinel.conf";
 const specs: Record<ServerKind, Spec> = {
   nats: {
     kind: "nats",
-    args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
+    args: (port, dir, host) => ["-a", host, "-p", String(port), "-js", "-sd", dir],
     tlsArgs: (_port, tls) => ["--tls", "--tlscert", tls.cert, "--tlskey", tls.key, "--tlscacert", tls.ca],
     ready: /Server is ready/,
-    url: (port) => `nats://127.0.0.1:${port}`,
+    url: (port, _tls, host) => `nats://${host}:${port}`,
   },
   redis: {
     kind: "redis",
     // Persistence on (AOF) so a restart keeps data, as a production Redis would. A script or function
     // running past REDIS_BUSY_REPLY_MS makes Redis answer BUSY to everyone else and lets an admin kill
     // it (FUNCTION KILL / SCRIPT KILL, docs/operations.md).
-    args: (port, dir) => [
-      ...["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes"],
+    args: (port, dir, host) => [
+      ...["--port", String(port), "--bind", host, "--dir", dir, "--save", "", "--appendonly", "yes"],
       ...["--busy-reply-threshold", String(REDIS_BUSY_REPLY_MS)],
     ],
     tlsArgs: (port, tls) => [
@@ -227,26 +227,42 @@ const specs: Record<ServerKind, Spec> = {
       ...["--tls-cert-file", tls.cert, "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "no"],
     ],
     ready: /Ready to accept connections/,
-    url: (port, tls) => `${tls ? "rediss" : "redis"}://127.0.0.1:${port}`,
+    url: (port, tls, host) => `${tls ? "rediss" : "redis"}://${host}:${port}`,
   },
   sentinel: {
     kind: "sentinel",
     // The configuration file must come first; ready once it monitors the master named in it.
-    args: (port, dir) => [path.join(dir, SENTINEL_CONF), "--sentinel", "--port", String(port), "--bind", "127.0.0.1", "--dir", dir],
+    args: (port, dir, host) => [path.join(dir, SENTINEL_CONF), "--sentinel", "--port", String(port), "--bind", host, "--dir", dir],
     tlsArgs: () => {
       throw new Error("TLS sentinels are not supported by the local launcher");
     },
     ready: /\+monitor master/,
-    url: (port) => `redis://127.0.0.1:${port}`,
+    url: (port, _tls, host) => `redis://${host}:${port}`,
   },
 };
 
-async function launch(bin: string, spec: Spec, port: number, dataDir: string, extraArgs: readonly string[] = [], tls?: ServerTls): Promise<ChildProcess> {
+/** Where a server runs: the address it listens on, and a command it is started under (its pid stays the server's: e.g. `nsenter --net=… --`). */
+export interface ServerPlace {
+  host: string;
+  wrap: readonly string[];
+}
+const LOOPBACK: ServerPlace = { host: "127.0.0.1", wrap: [] };
+
+async function launch(
+  bin: string,
+  spec: Spec,
+  port: number,
+  dataDir: string,
+  extraArgs: readonly string[] = [],
+  tls?: ServerTls,
+  at: ServerPlace = LOOPBACK,
+): Promise<ChildProcess> {
   mkdirSync(dataDir, { recursive: true });
   // Own process group: a Ctrl-C in the terminal reaches the services first, and we stop the
   // servers after them (otherwise the services would log connection errors while stopping).
-  const args = [...spec.args(port, dataDir), ...(tls ? spec.tlsArgs(port, tls) : []), ...extraArgs];
-  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const args = [...spec.args(port, dataDir, at.host), ...(tls ? spec.tlsArgs(port, tls) : []), ...extraArgs];
+  const [cmd, ...pre] = [...at.wrap, bin];
+  const child = spawn(cmd as string, [...pre, ...args], { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);
@@ -278,21 +294,23 @@ function exited(child: ChildProcess): Promise<void> {
 /**
  * `extraArgs` go after the usual ones (e.g. `["-c", file]`: a nats-server config with a small
  * max_payload or an authorization block; `["--aclfile", file]` for redis-server). `opts.tls`: the
- * server speaks TLS only (redis-server's URL is then rediss://).
+ * server speaks TLS only (redis-server's URL is then rediss://). `opts.at`: another address than
+ * 127.0.0.1 and a command to start it under (a host made of a network namespace: scripts/lib/hosts/).
  */
 export async function startServer(
   kind: ServerKind,
   dataDir: string,
   port?: number,
   extraArgs: readonly string[] = [],
-  opts: { tls?: ServerTls } = {},
+  opts: { tls?: ServerTls; at?: ServerPlace } = {},
 ): Promise<LocalServer> {
   const spec = specs[kind];
   const bin = findBinary(kind === "nats" ? "nats-server" : "redis-server");
   const p = port ?? (await freePort());
   const monitorPort = kind === "nats" ? await freePort() : undefined;
   const args = monitorPort ? natsDurableArgs(dataDir, monitorPort, extraArgs) : extraArgs;
-  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, args, opts.tls);
+  const at = opts.at ?? LOOPBACK;
+  let child: ChildProcess | undefined = await launch(bin, spec, p, dataDir, args, opts.tls, at);
   const signal = async (sig: NodeJS.Signals) => {
     const c = child;
     child = undefined;
@@ -303,8 +321,8 @@ export async function startServer(
   return {
     kind,
     port: p,
-    url: spec.url(p, opts.tls !== undefined),
-    ...(monitorPort ? { monitorUrl: `http://127.0.0.1:${monitorPort}` } : {}),
+    url: spec.url(p, opts.tls !== undefined, at.host),
+    ...(monitorPort ? { monitorUrl: `http://${at.host}:${monitorPort}` } : {}),
     dataDir,
     get running() {
       return child !== undefined;
@@ -316,7 +334,7 @@ export async function startServer(
     kill: () => signal("SIGKILL"),
     restart: async () => {
       await signal("SIGTERM");
-      child = await launch(bin, spec, p, dataDir, args, opts.tls);
+      child = await launch(bin, spec, p, dataDir, args, opts.tls, at);
     },
   };
 }

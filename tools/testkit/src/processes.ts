@@ -97,6 +97,8 @@ export async function spawnService(
      * image's final stage), which is also its working directory.
      */
     built?: string;
+    /** A command the service is started under that execs it, so its pid stays the service's (a host's network namespace: `nsenter --net=… --`). */
+    wrap?: readonly string[];
   } = {},
 ): Promise<ServiceProcess & { ready: Promise<void> }> {
   const own = env.READY_FILE ? undefined : await mkdtemp(path.join(os.tmpdir(), `csi-${service}-`));
@@ -104,7 +106,8 @@ export async function spawnService(
   rmSync(readyFile, { force: true });
   // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
   const main = opts.built === undefined ? serviceArgv(service) : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
+  const [cmd, ...pre] = [...(opts.wrap ?? []), process.execPath];
+  const child = spawn(cmd as string, [...pre, ...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
     cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
