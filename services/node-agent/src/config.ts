@@ -53,10 +53,6 @@ export const NodeAgentConfig = z.object({
     }),
   /** The deadline of every node operation, waiting for the volume's lock included (NODE_OP_TIMEOUT_MS). */
   opTimeoutMs: z.coerce.number().int().min(100).default(120_000),
-  /** Fault injection for tests: SIGKILL this process right after reporting this device state. */
-  crashAfter: z.string().optional(),
-  /** Fault injection for tests: the first time this command is to run, a blocking `sleep` runs first (NODE_STALL_BEFORE). */
-  stallBefore: z.string().optional(),
 });
 export type NodeAgentConfig = z.infer<typeof NodeAgentConfig>;
 
@@ -79,8 +75,6 @@ export const NODE_AGENT_SETTINGS = {
   },
   forbiddenRoots: { env: "NODE_FORBIDDEN_ROOTS", help: "comma-separated roots no staging or target path may be under (unset: /proc,/sys,/dev)" },
   opTimeoutMs: { env: "NODE_OP_TIMEOUT_MS", help: "deadline of every node operation, the wait for the volume's lock included (ms)" },
-  crashAfter: { env: "NODE_CRASH_AFTER", help: "tests only: SIGKILL right after reporting this device state" },
-  stallBefore: { env: "NODE_STALL_BEFORE", help: "tests only: the first run of this command blocks until the deadline kills it" },
 } as const satisfies Settings<z.input<typeof NodeAgentConfig>>;
 
 export function nodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): NodeAgentConfig {

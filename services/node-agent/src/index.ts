@@ -44,8 +44,19 @@ export { NodeAgentConfig, nodeAgentConfig } from "./config.js";
 /** This package's version (its package.json): the NATS service's, the CSI plugin info's, csi_build_info's. */
 export const NODE_AGENT_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
-/** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
-export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops = new Ops("node-agent")) {
+/**
+ * Fault injection, for tests only: never in the configuration. Only the test harness's entry
+ * (test-support/faults-main.ts, run by tools/testkit when a test asks for a fault) passes it.
+ */
+export interface NodeFaults {
+  /** SIGKILL this process right after a step reports this device state. */
+  crashAfter?: string | undefined;
+  /** The first time this command is to run, a blocking `sleep` runs first, until the step's deadline kills it. */
+  stallBefore?: string | undefined;
+}
+
+/** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). `faults`: tests only. */
+export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops = new Ops("node-agent"), faults: NodeFaults = {}) {
   const log = logger.child({ nodeId: cfg.nodeId });
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const role = { kind: "node" as const, nodeId: cfg.nodeId };
@@ -57,8 +68,8 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   const metrics = new NodeMetrics(ops);
   const reporter = new Reporter(nc, cfg.nodeId, log);
   metrics.countSteps(reporter);
-  if (cfg.crashAfter) crashAfter(reporter, cfg.crashAfter, log);
-  if (cfg.stallBefore) stallOnceBefore(cfg.stallBefore);
+  if (faults.crashAfter) crashAfter(reporter, faults.crashAfter, log);
+  if (faults.stallBefore) stallOnceBefore(faults.stallBefore);
   const rbdMapping = await detectRbdMapping(clusters, log);
   const topology = nodeTopology(cfg.nodeId, rbdMapping);
   // The registration is made after the service (it lists what the service holds): bound to it below.
@@ -216,7 +227,7 @@ function register(nc: NatsConnection, fleet: FleetAccess, cfg: NodeAgentConfig, 
   );
 }
 
-/** Fault injection (tests only): die by SIGKILL right after a step reports the given state. */
+/** Fault injection (NodeFaults.crashAfter, tests only): die by SIGKILL right after a step reports the given state. */
 function crashAfter(reporter: Reporter, state: string, log: Logger): void {
   const report = reporter.report.bind(reporter);
   reporter.report = (r) => {
