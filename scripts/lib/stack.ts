@@ -142,110 +142,45 @@ export interface Stack {
 export async function startStack(opts: StackOptions): Promise<Stack> {
   const givenFile = opts.env?.CLUSTERS_FILE ?? process.env.CLUSTERS_FILE;
   const count = clusterCount(opts.clusters);
-  if (givenFile && opts.clusters) throw new Error("set CLUSTERS or CLUSTERS_FILE, not both (a clusters file says how many clusters it has)");
-  if (opts.secure && (opts.natsUrl || opts.redisUrl))
-    throw new Error(
-      "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
-    );
-  if (opts.ha && (opts.natsUrl || opts.redisUrl)) throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL");
-  if (opts.ceph && (givenFile || count > 1))
-    throw new Error("--ceph writes its own clusters file (one cluster, its default pool on the local Ceph): not with CLUSTERS_FILE or CLUSTERS");
-  const noCeph = opts.ceph ? whyNoCeph() : undefined;
-  if (noCeph) throw new Error(`--ceph: ${noCeph}`);
+  checkOptions(opts, givenFile, count);
   prepareDataDir(opts.dataDir);
   mkdirSync(opts.runDir, { recursive: true });
   const lock = await StackLock.take([opts.dataDir, opts.runDir]); // StackInUse: nothing started, nothing written
-  const servers: Stack["servers"] = {};
-  const managed: StackService[] = [];
-  let stopped: Promise<void> | undefined;
-  const stop = () => {
-    stopped ??= (async () => {
-      await Promise.all(managed.map((s) => s.stop()));
-      await Promise.all([servers.nats, servers.redis, servers.ha, servers.ceph].map((s) => s?.stop()));
-      await lock.release();
-    })();
-    return stopped;
-  };
   let exitedBySelf: (code: number | null) => void = () => {};
   const exited = new Promise<number | null>((resolve) => {
     exitedBySelf = resolve;
   });
-  const step = opts.onStep ?? (() => {});
-  const server = async (kind: "nats" | "redis", args: string[] = []) => {
-    const s = await startServer(kind, path.join(opts.dataDir, kind), undefined, args);
-    servers[kind] = s;
-    await lock.add(`${kind}-server`, s.pid);
-    step(`started embedded ${kind}-server`, { url: s.url });
-    opts.signal?.throwIfAborted();
-    return s.url;
-  };
-  const haServers = async (auth?: { dir: string; natsConfig: string }) => {
-    const fleet = { kind: "fleet" } as const;
-    const h = await startHaServers(
-      path.join(opts.dataDir, "ha"),
-      auth
-        ? {
-            natsConfig: auth.natsConfig,
-            natsAccess: natsConnectOptions({ natsUrl: "", ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }),
-          }
-        : {},
-    );
-    servers.ha = h;
-    for (const { name, server: s } of h.named()) await lock.add(name, s.pid);
-    step("started embedded replicated servers", { nats: h.natsUrl, sentinels: h.sentinelAddrs, masterName: h.masterName });
-    const unsafe = whyNoReplicatedStreams();
-    if (unsafe) step(`WARNING: ${unsafe}: a stream leader's crash can lose acknowledged events (docs/operations.md)`, {});
-    opts.signal?.throwIfAborted();
-    return h;
-  };
-  const startLocalCeph = async () => {
-    const ceph = await startCeph({ dir: path.join(opts.dataDir, "ceph") });
-    servers.ceph = ceph;
-    for (const [name, pid] of Object.entries(ceph.pids())) if (pid) await lock.add(`ceph-${name}`, pid);
-    step("started a local single-node Ceph", { dir: ceph.dir, monitors: ceph.monitors, cephPool: ceph.pools[0], user: ceph.user });
-    opts.signal?.throwIfAborted();
-    return ceph;
+  const run: StackRun = { opts, lock, servers: {}, managed: [], step: opts.onStep ?? (() => {}), exitedBySelf: (code) => exitedBySelf(code) };
+  let stopped: Promise<void> | undefined;
+  const stop = () => {
+    stopped ??= (async () => {
+      await Promise.all(run.managed.map((s) => s.stop()));
+      await Promise.all([run.servers.nats, run.servers.redis, run.servers.ha, run.servers.ceph].map((s) => s?.stop()));
+      await lock.release();
+    })();
+    return stopped;
   };
   try {
     const nodeId = opts.nodeId || os.hostname();
-    const ceph = opts.ceph ? await startLocalCeph() : undefined;
+    const ceph = opts.ceph ? await startLocalCeph(run) : undefined;
     const clustersFile = givenFile ?? writeLocalClusters(opts.runDir, nodeId, count, ceph);
     const resolved = resolveClusters(JSON.parse(readFileSync(clustersFile, "utf8")), opts.dataDir);
     const clusters = [resolved.defaultCluster, ...resolved.clusters.map((c) => c.clusterID).filter((id) => id !== resolved.defaultCluster)];
     const auth = opts.secure ? await writeAuthDir(path.join(opts.runDir, "auth"), { clusters, nodes: [nodeId], force: true }) : undefined;
-    if (auth) step("locked down: credentials generated", { authDir: auth.dir });
-    const ha = opts.ha ? await haServers(auth) : undefined;
-    if (ha && auth) step("--ha: Redis is not locked down (its replication and Sentinel ACL users are not built; docs/operations.md)", {});
-    const natsUrl = ha?.natsUrl || opts.natsUrl || (await server("nats", auth ? ["-c", auth.natsConfig] : []));
-    const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await server("redis", auth ? ["--aclfile", auth.redisAcl] : []));
-    if (auth) {
-      // The account layout: the FLEET account's streams and consumers are made by its operator, before any service starts.
-      const fleet = { kind: "fleet" } as const;
-      const nc = await connect(natsConnectOptions({ natsUrl, ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }));
-      try {
-        await initFleet(nc, clusters, [nodeId], { replicas: ha ? Number(ha.env.STREAM_REPLICAS) : 1 });
-      } finally {
-        await nc.close();
-      }
-      step("fleet account initialised", { clusters, nodes: [nodeId] });
-    }
+    if (auth) run.step("locked down: credentials generated", { authDir: auth.dir });
+    const ha = opts.ha ? await startHa(run, auth) : undefined;
+    if (ha && auth) run.step("--ha: Redis is not locked down (its replication and Sentinel ACL users are not built; docs/operations.md)", {});
+    const natsUrl = ha?.natsUrl || opts.natsUrl || (await startEmbedded(run, "nats", auth ? ["-c", auth.natsConfig] : []));
+    const redisUrl = ha?.redis[0]?.url || opts.redisUrl || (await startEmbedded(run, "redis", auth ? ["--aclfile", auth.redisAcl] : []));
+    if (auth) await initFleetAccount(run, { natsUrl, authDir: auth.dir, clusters, nodeId, replicas: ha ? Number(ha.env.STREAM_REPLICAS) : 1 });
     // The journal's Redis function library, loaded before any journal starts by an identity that
     // may: our own servers' admin (SECURE=1; with --ha Redis is open) or default user. A Redis given
     // by URL: its journals load it if it is open, else its admin has (`csictl redis load-functions`).
     if (!opts.redisUrl) await loadJournalFunctionsAt(redisUrl, auth && !ha ? redisAccessFrom(auth.dir, REDIS_ADMIN_USER) : {});
-    /** A role's credentials (none on an open stack). */
-    // With --ha, Redis (primary, replica, sentinels) stays open on loopback: its replication and
-    // Sentinel ACL users are not built (docs/operations.md), so no Redis credentials are given.
-    const roleEnv = (role: NatsRole) => {
-      if (!auth) return {};
-      const env = accessEnv(auth.dir, role);
-      if (ha) for (const k of ["REDIS_USERNAME", "REDIS_PASSWORD"]) delete env[k];
-      return env;
-    };
     const env = {
       NATS_URL: natsUrl,
       // Our own nats-server: the journals check on its monitoring endpoint that it fsyncs every append.
-      ...(servers.nats?.monitorUrl ? { NATS_MONITOR_URL: servers.nats.monitorUrl } : {}),
+      ...(run.servers.nats?.monitorUrl ? { NATS_MONITOR_URL: run.servers.nats.monitorUrl } : {}),
       // The stack's opt-out of durable acks (docs/operations.md, "Durability"): its servers and journals alike.
       ...(process.env.CSI_UNSAFE_NO_FSYNC === "1" ? { LOG_FSYNC: "off" } : {}),
       REDIS_URL: redisUrl,
@@ -255,71 +190,22 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...ha?.env,
       ...opts.env,
     };
-    const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
-    const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
-    const common = { onLine: opts.onLine, ...(opts.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: opts.readyTimeoutMs }) };
-    const readyFile = (name: string) => ({ READY_FILE: path.join(opts.runDir, `${name}.ready.json`) });
-    const service = (name: string, launch: () => Promise<ServiceProcess>) => {
-      const s = stackService(
-        name,
-        async () => {
-          const p = await launch();
-          await lock.add(name, p.child.pid);
-          return p;
-        },
-        exitedBySelf,
-      );
-      managed.push(s);
-      return s;
-    };
-    const replicas = Math.max(1, opts.journalReplicas ?? (ha ? 2 : 1));
-    // One cluster: "journal", or "journal-1", "journal-2"… for replicas; several: the cluster too ("journal-local-2", "journal-local-2-1").
-    const journals = clusters.flatMap((cluster) =>
-      Array.from({ length: replicas }, (_, i) => {
-        const name = ["journal", ...(clusters.length > 1 ? [cluster] : []), ...(replicas > 1 ? [String(i + 1)] : [])].join("-");
-        const replica: Record<string, string> = replicas > 1 ? { REPLICA_ID: name } : {};
-        return service(name, () =>
-          spawnService("journal", { ...replica, ...env, ...roleEnv({ kind: "journal", cluster }), CLUSTER_ID: cluster, ...readyFile(name) }, common),
-        );
-      }),
-    );
-    const controller = service("controller", () =>
-      spawnService(
-        "controller",
-        { ...env, ...roleEnv({ kind: "controller" }), ...readyFile("controller") },
-        { args: ["--endpoint", controllerEndpoint], ...common },
-      ),
-    );
-    const nodeAgent = service("node-agent", () =>
-      spawnService(
-        "node-agent",
-        { ...env, ...roleEnv({ kind: "node", nodeId }), ...readyFile("node-agent") },
-        { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common },
-      ),
-    );
-    // The journals first: the controller's Probe wants a journal of the default cluster to answer.
-    await settleAll(journals.map((j) => j.start()));
-    opts.signal?.throwIfAborted();
-    await settleAll([controller.start(), nodeAgent.start()]);
-    opts.signal?.throwIfAborted();
+    const started = await startServices(run, { clusters, nodeId, env, authDir: auth?.dir, ha: ha !== undefined });
+    const redisHa = ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {};
     return {
-      controllerEndpoint,
-      nodeEndpoint,
+      ...started,
       nodeId,
       natsUrl,
       redisUrl,
-      ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}),
-      redisAccess: { redisUrl, ...(ha ? { redisSentinels: ha.sentinelAddrs, redisMasterName: ha.masterName } : {}) },
+      ...redisHa,
+      redisAccess: { redisUrl, ...redisHa },
       clustersFile: env.CLUSTERS_FILE,
       clusters,
       get services() {
-        return managed.flatMap((s) => (s.process && s.running ? [s.process] : []));
+        return run.managed.flatMap((s) => (s.process && s.running ? [s.process] : []));
       },
-      journals,
-      controller,
-      nodeAgent,
-      metricsUrls: () => Object.fromEntries(managed.flatMap((s) => (s.running && s.metricsUrl ? [[s.name, s.metricsUrl]] : []))),
-      servers,
+      metricsUrls: () => Object.fromEntries(run.managed.flatMap((s) => (s.running && s.metricsUrl ? [[s.name, s.metricsUrl]] : []))),
+      servers: run.servers,
       ...(auth ? { authDir: auth.dir } : {}),
       exited,
       stop,
@@ -330,13 +216,156 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   }
 }
 
+/** What one start of the stack shares among its steps: its options, its lock, what it started so far. */
+interface StackRun {
+  opts: StackOptions;
+  lock: StackLock;
+  servers: Stack["servers"];
+  managed: StackService[];
+  step: NonNullable<StackOptions["onStep"]>;
+  exitedBySelf: (code: number | null) => void;
+}
+
+/** The options that cannot go together, refused before anything is started or written. */
+function checkOptions(opts: StackOptions, givenFile: string | undefined, count: number): void {
+  if (givenFile && opts.clusters) throw new Error("set CLUSTERS or CLUSTERS_FILE, not both (a clusters file says how many clusters it has)");
+  if (opts.secure && (opts.natsUrl || opts.redisUrl))
+    throw new Error(
+      "SECURE=1 locks down the servers the stack starts itself; with NATS_URL/REDIS_URL, give the services their credentials (NATS_USER, NATS_PASSWORD, …)",
+    );
+  if (opts.ha && (opts.natsUrl || opts.redisUrl)) throw new Error("--ha starts its own replicated servers: not with NATS_URL/REDIS_URL");
+  if (opts.ceph && (givenFile || count > 1))
+    throw new Error("--ceph writes its own clusters file (one cluster, its default pool on the local Ceph): not with CLUSTERS_FILE or CLUSTERS");
+  const noCeph = opts.ceph ? whyNoCeph() : undefined;
+  if (noCeph) throw new Error(`--ceph: ${noCeph}`);
+}
+
+/** An embedded nats-server or redis-server under the data directory; its URL. */
+async function startEmbedded(run: StackRun, kind: "nats" | "redis", args: string[] = []): Promise<string> {
+  const s = await startServer(kind, path.join(run.opts.dataDir, kind), undefined, args);
+  run.servers[kind] = s;
+  await run.lock.add(`${kind}-server`, s.pid);
+  run.step(`started embedded ${kind}-server`, { url: s.url });
+  run.opts.signal?.throwIfAborted();
+  return s.url;
+}
+
+/** The replicated servers of --ha (ha-servers.ts), locked down with `auth`'s NATS configuration when given. */
+async function startHa(run: StackRun, auth?: { dir: string; natsConfig: string }): Promise<HaServers> {
+  const fleet = { kind: "fleet" } as const;
+  const h = await startHaServers(
+    path.join(run.opts.dataDir, "ha"),
+    auth
+      ? {
+          natsConfig: auth.natsConfig,
+          natsAccess: natsConnectOptions({ natsUrl: "", ...natsAccessFrom(auth.dir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }),
+        }
+      : {},
+  );
+  run.servers.ha = h;
+  for (const { name, server: s } of h.named()) await run.lock.add(name, s.pid);
+  run.step("started embedded replicated servers", { nats: h.natsUrl, sentinels: h.sentinelAddrs, masterName: h.masterName });
+  const unsafe = whyNoReplicatedStreams();
+  if (unsafe) run.step(`WARNING: ${unsafe}: a stream leader's crash can lose acknowledged events (docs/operations.md)`, {});
+  run.opts.signal?.throwIfAborted();
+  return h;
+}
+
+/** The single-node Ceph of --ceph, kept under <dataDir>/ceph. */
+async function startLocalCeph(run: StackRun): Promise<CephCluster> {
+  const ceph = await startCeph({ dir: path.join(run.opts.dataDir, "ceph") });
+  run.servers.ceph = ceph;
+  for (const [name, pid] of Object.entries(ceph.pids())) if (pid) await run.lock.add(`ceph-${name}`, pid);
+  run.step("started a local single-node Ceph", { dir: ceph.dir, monitors: ceph.monitors, cephPool: ceph.pools[0], user: ceph.user });
+  run.opts.signal?.throwIfAborted();
+  return ceph;
+}
+
+/** The account layout: the FLEET account's streams and consumers, made by its operator before any service starts. */
+async function initFleetAccount(run: StackRun, o: { natsUrl: string; authDir: string; clusters: string[]; nodeId: string; replicas: number }): Promise<void> {
+  const fleet = { kind: "fleet" } as const;
+  const nc = await connect(natsConnectOptions({ natsUrl: o.natsUrl, ...natsAccessFrom(o.authDir, fleet) }, { inboxPrefix: inboxPrefix(fleet) }));
+  try {
+    await initFleet(nc, o.clusters, [o.nodeId], { replicas: o.replicas });
+  } finally {
+    await nc.close();
+  }
+  run.step("fleet account initialised", { clusters: o.clusters, nodes: [o.nodeId] });
+}
+
+/** The journals (per cluster, per replica), the controller and the node-agent, each started once it is ready: the journals first. */
+async function startServices(
+  run: StackRun,
+  o: { clusters: string[]; nodeId: string; env: Record<string, string>; authDir: string | undefined; ha: boolean },
+): Promise<Pick<Stack, "controllerEndpoint" | "nodeEndpoint" | "journals" | "controller" | "nodeAgent">> {
+  const { opts } = run;
+  const { clusters, nodeId, env, authDir } = o;
+  /** A role's credentials (none on an open stack). */
+  // With --ha, Redis (primary, replica, sentinels) stays open on loopback: its replication and
+  // Sentinel ACL users are not built (docs/operations.md), so no Redis credentials are given.
+  const roleEnv = (role: NatsRole) => {
+    if (!authDir) return {};
+    const access = accessEnv(authDir, role);
+    if (o.ha) for (const k of ["REDIS_USERNAME", "REDIS_PASSWORD"]) delete access[k];
+    return access;
+  };
+  const controllerEndpoint = `unix://${path.join(opts.runDir, "csi-controller.sock")}`;
+  const nodeEndpoint = `unix://${path.join(opts.runDir, "csi-node.sock")}`;
+  const common = { onLine: opts.onLine, ...(opts.readyTimeoutMs === undefined ? {} : { readyTimeoutMs: opts.readyTimeoutMs }) };
+  const readyFile = (name: string) => ({ READY_FILE: path.join(opts.runDir, `${name}.ready.json`) });
+  const service = (name: string, launch: () => Promise<ServiceProcess>) => {
+    const s = stackService(
+      name,
+      async () => {
+        const p = await launch();
+        await run.lock.add(name, p.child.pid);
+        return p;
+      },
+      run.exitedBySelf,
+    );
+    run.managed.push(s);
+    return s;
+  };
+  const replicas = Math.max(1, opts.journalReplicas ?? (o.ha ? 2 : 1));
+  // One cluster: "journal", or "journal-1", "journal-2"… for replicas; several: the cluster too ("journal-local-2", "journal-local-2-1").
+  const journals = clusters.flatMap((cluster) =>
+    Array.from({ length: replicas }, (_, i) => {
+      const name = ["journal", ...(clusters.length > 1 ? [cluster] : []), ...(replicas > 1 ? [String(i + 1)] : [])].join("-");
+      const replica: Record<string, string> = replicas > 1 ? { REPLICA_ID: name } : {};
+      return service(name, () =>
+        spawnService("journal", { ...replica, ...env, ...roleEnv({ kind: "journal", cluster }), CLUSTER_ID: cluster, ...readyFile(name) }, common),
+      );
+    }),
+  );
+  const controller = service("controller", () =>
+    spawnService(
+      "controller",
+      { ...env, ...roleEnv({ kind: "controller" }), ...readyFile("controller") },
+      { args: ["--endpoint", controllerEndpoint], ...common },
+    ),
+  );
+  const nodeAgent = service("node-agent", () =>
+    spawnService(
+      "node-agent",
+      { ...env, ...roleEnv({ kind: "node", nodeId }), ...readyFile("node-agent") },
+      { args: ["--endpoint", nodeEndpoint, "--nodeid", nodeId], ...common },
+    ),
+  );
+  // The journals first: the controller's Probe wants a journal of the default cluster to answer.
+  await settleAll(journals.map((j) => j.start()));
+  opts.signal?.throwIfAborted();
+  await settleAll([controller.start(), nodeAgent.start()]);
+  opts.signal?.throwIfAborted();
+  return { controllerEndpoint, nodeEndpoint, journals, controller, nodeAgent };
+}
+
 /** Waits for every start; rejects with the first failure once all have settled (so none is left half started). */
-export async function settleAll(starts: Promise<void>[]): Promise<void> {
+async function settleAll(starts: Promise<void>[]): Promise<void> {
   const results = await Promise.allSettled(starts);
   for (const r of results) if (r.status === "rejected") throw r.reason;
 }
 
-export function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
+function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
   let current: ServiceProcess | undefined;
   let starting: Promise<void> | undefined;
   const running = () => current !== undefined && isRunning(current);

@@ -35,6 +35,19 @@ export function serviceArgv(service: ServiceName): string[] {
   return RUN_BUILT ? [serviceMain(service, "dist")] : [...SOURCE_NODE_ARGS, serviceMain(service)];
 }
 
+/**
+ * The variables a test gives to start a service with fault injection: it runs then from its
+ * test-support/faults-main.ts (from the sources; never built into dist/), the one place that reads
+ * them. A service's production configuration has no fault knob.
+ */
+export const FAULT_ENVS: Partial<Record<ServiceName, readonly string[]>> = { "node-agent": ["NODE_CRASH_AFTER", "NODE_STALL_BEFORE"] };
+
+/** The command line of a service's faults entry, when `env` asks for a fault; else undefined. */
+function faultsArgv(service: ServiceName, env: Record<string, string>): string[] | undefined {
+  if (!FAULT_ENVS[service]?.some((k) => env[k])) return undefined;
+  return [...SOURCE_NODE_ARGS, path.join(ROOT, "services", service, "test-support", "faults-main.ts")];
+}
+
 export interface ServiceProcess {
   child: ChildProcess;
   /** Every log line so far (pino JSON). */
@@ -79,50 +92,78 @@ export function readReadyFile(file: string, pid: number | undefined): { service:
 /** How often a starting service's READY_FILE is looked for. */
 const READY_POLL_MS = 25;
 
+/** How spawnService runs a service. */
+export interface SpawnOptions {
+  args?: string[];
+  /** Wait until the service is ready (default); false: return at once (`ready` still settles). */
+  waitReady?: boolean;
+  onLine?: (line: string) => void;
+  /** Not ready in this long: SIGKILL it and reject (default: wait for ever). */
+  readyTimeoutMs?: number;
+  /** Options for node itself, before the loader (e.g. --cpu-prof). */
+  nodeArgs?: string[];
+  /**
+   * Run what `npm run build` made instead of the sources, as the image does: plain node (no tsx,
+   * no conditions) on dist/main.js under this directory (this repository, or a replay of the
+   * image's final stage), which is also its working directory.
+   */
+  built?: string;
+}
+
 export async function spawnService(
   service: ServiceName,
   env: Record<string, string>,
-  opts: {
-    args?: string[];
-    /** Wait until the service is ready (default); false: return at once (`ready` still settles). */
-    waitReady?: boolean;
-    onLine?: (line: string) => void;
-    /** Not ready in this long: SIGKILL it and reject (default: wait for ever). */
-    readyTimeoutMs?: number;
-    /** Options for node itself, before the loader (e.g. --cpu-prof). */
-    nodeArgs?: string[];
-    /**
-     * Run what `npm run build` made instead of the sources, as the image does: plain node (no tsx,
-     * no conditions) on dist/main.js under this directory (this repository, or a replay of the
-     * image's final stage), which is also its working directory.
-     */
-    built?: string;
-    /** A command the service is started under that execs it, so its pid stays the service's (a host's network namespace: `nsenter --net=… --`). */
-    wrap?: readonly string[];
-  } = {},
+  opts: SpawnOptions = {},
 ): Promise<ServiceProcess & { ready: Promise<void> }> {
   const own = env.READY_FILE ? undefined : await mkdtemp(path.join(os.tmpdir(), `csi-${service}-`));
   const readyFile = env.READY_FILE ?? path.join(own as string, "ready.json");
   rmSync(readyFile, { force: true });
   // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
-  const main = opts.built === undefined ? serviceArgv(service) : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
-  const [cmd, ...pre] = [...(opts.wrap ?? []), process.execPath];
-  const child = spawn(cmd as string, [...pre, ...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
+  const main =
+    opts.built === undefined ? (faultsArgv(service, env) ?? serviceArgv(service)) : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
     cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
   });
-  const logs: string[] = [];
-  const waiters = new Set<(line: string) => void>();
-  let closed: number | null | undefined; // set once the process and its output have ended
-  let buf = "";
-  let metricsUrl: string | undefined;
+  const output = readOutput(child, opts.onLine);
   const exited = new Promise<number | null>((resolve) =>
     child.once("exit", (code) => {
       if (own) rmSync(own, { recursive: true, force: true });
       resolve(code);
     }),
   );
+  let metricsUrl: string | undefined;
+  const ready = untilReady(service, child, { readyFile, exited, logs: output.logs, timeoutMs: opts.readyTimeoutMs }).then((url) => {
+    metricsUrl = url;
+  });
+  if (opts.waitReady !== false) await ready;
+  else ready.catch(() => {});
+  const signal = async (sig: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(sig);
+    return exited;
+  };
+  return {
+    child,
+    logs: output.logs,
+    untilLog: output.untilLog(service),
+    readyFile,
+    get metricsUrl() {
+      return metricsUrl;
+    },
+    ready,
+    exited,
+    stop: () => signal("SIGTERM"),
+    kill: async () => void (await signal("SIGKILL")),
+  };
+}
+
+/** A child's output as lines (stdout and stderr): kept, handed to `onLine`, and waited for by `untilLog`. */
+function readOutput(child: ChildProcess, onLine: ((line: string) => void) | undefined) {
+  const logs: string[] = [];
+  const waiters = new Set<(line: string) => void>();
+  let closed: number | null | undefined; // set once the process and its output have ended
+  let buf = "";
   const onData = (b: Buffer) => {
     buf += b.toString();
     let i = buf.indexOf("\n");
@@ -130,7 +171,7 @@ export async function spawnService(
       const line = buf.slice(0, i);
       buf = buf.slice(i + 1);
       logs.push(line);
-      opts.onLine?.(line);
+      onLine?.(line);
       for (const w of waiters) w(line);
       i = buf.indexOf("\n");
     }
@@ -140,38 +181,7 @@ export async function spawnService(
   });
   child.stdout?.on("data", onData);
   child.stderr?.on("data", onData);
-  const ready = new Promise<void>((resolve, reject) => {
-    let done = false;
-    const finish = (err?: Error) => {
-      if (done) return;
-      done = true;
-      clearInterval(poll);
-      clearTimeout(timer);
-      if (err) reject(err);
-      else resolve();
-    };
-    const poll = setInterval(() => {
-      const r = readReadyFile(readyFile, child.pid);
-      if (!r) return;
-      metricsUrl = r.metrics;
-      finish();
-    }, READY_POLL_MS);
-    exited.then((code) => finish(new Error(`${service} exited (${code}) before ready:\n${logs.join("\n")}`)));
-    const timer =
-      opts.readyTimeoutMs === undefined
-        ? undefined
-        : setTimeout(() => {
-            finish(new Error(`${service} not ready in ${opts.readyTimeoutMs} ms:\n${logs.slice(-20).join("\n")}`));
-            child.kill("SIGKILL");
-          }, opts.readyTimeoutMs);
-  });
-  if (opts.waitReady !== false) await ready;
-  else ready.catch(() => {});
-  const signal = async (sig: NodeJS.Signals) => {
-    if (child.exitCode === null && child.signalCode === null) child.kill(sig);
-    return exited;
-  };
-  const untilLog = (match: (line: string) => boolean, what: string) =>
+  const untilLog = (service: string) => (match: (line: string) => boolean, what: string) =>
     new Promise<string>((resolve, reject) => {
       const seen = logs.find(match);
       if (seen !== undefined) return resolve(seen);
@@ -188,19 +198,38 @@ export async function spawnService(
         reject(new Error(`${service} exited (${code}) without logging ${what}`));
       });
     });
-  return {
-    child,
-    logs,
-    untilLog,
-    readyFile,
-    get metricsUrl() {
-      return metricsUrl;
-    },
-    ready,
-    exited,
-    stop: () => signal("SIGTERM"),
-    kill: async () => void (await signal("SIGKILL")),
-  };
+  return { logs, untilLog };
+}
+
+/** Resolves once the child wrote its READY_FILE (to the metrics URL it names); rejects if it exits first, or (SIGKILLed) past `timeoutMs`. */
+function untilReady(
+  service: string,
+  child: ChildProcess,
+  o: { readyFile: string; exited: Promise<number | null>; logs: string[]; timeoutMs: number | undefined },
+): Promise<string | undefined> {
+  return new Promise<string | undefined>((resolve, reject) => {
+    let done = false;
+    const finish = (err?: Error, metrics?: string) => {
+      if (done) return;
+      done = true;
+      clearInterval(poll);
+      clearTimeout(timer);
+      if (err) reject(err);
+      else resolve(metrics);
+    };
+    const poll = setInterval(() => {
+      const r = readReadyFile(o.readyFile, child.pid);
+      if (r) finish(undefined, r.metrics);
+    }, READY_POLL_MS);
+    o.exited.then((code) => finish(new Error(`${service} exited (${code}) before ready:\n${o.logs.join("\n")}`)));
+    const timer =
+      o.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            finish(new Error(`${service} not ready in ${o.timeoutMs} ms:\n${o.logs.slice(-20).join("\n")}`));
+            child.kill("SIGKILL");
+          }, o.timeoutMs);
+  });
 }
 
 /** A journal of one cluster as the tests run it: on the given servers, with periodic catch-up off (tests see every catch-up they cause). */
