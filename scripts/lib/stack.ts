@@ -360,12 +360,12 @@ async function startServices(
 }
 
 /** Waits for every start; rejects with the first failure once all have settled (so none is left half started). */
-async function settleAll(starts: Promise<void>[]): Promise<void> {
+export async function settleAll(starts: Promise<void>[]): Promise<void> {
   const results = await Promise.allSettled(starts);
   for (const r of results) if (r.status === "rejected") throw r.reason;
 }
 
-function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
+export function stackService(name: string, launch: () => Promise<ServiceProcess>, exitedBySelf: (code: number | null) => void): StackService {
   let current: ServiceProcess | undefined;
   let starting: Promise<void> | undefined;
   const running = () => current !== undefined && isRunning(current);

@@ -108,6 +108,8 @@ export interface SpawnOptions {
    * image's final stage), which is also its working directory.
    */
   built?: string;
+  /** A command the service is started under that execs it, so its pid stays the service's (a host's network namespace: `nsenter --net=… --`). */
+  wrap?: readonly string[];
 }
 
 export async function spawnService(
@@ -121,7 +123,8 @@ export async function spawnService(
   // One process (node, with the tsx loader for sources), so SIGKILL hits the service itself.
   const main =
     opts.built === undefined ? (faultsArgv(service, env) ?? serviceArgv(service)) : [path.join(opts.built, path.relative(ROOT, serviceMain(service, "dist")))];
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
+  const [cmd, ...pre] = [...(opts.wrap ?? []), process.execPath];
+  const child = spawn(cmd as string, [...pre, ...(opts.nodeArgs ?? []), ...main, ...(opts.args ?? [])], {
     cwd: opts.built ?? ROOT,
     env: { ...process.env, LOG_LEVEL: "info", METRICS_ADDR: "127.0.0.1:0", ...env, READY_FILE: readyFile },
     stdio: ["ignore", "pipe", "pipe"],
