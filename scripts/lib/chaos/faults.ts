@@ -12,12 +12,14 @@
  * One server (issue 10): Redis restart, nats-server restart.
  * Replicated (`--ha`, issue 24): SIGKILL of the NATS node leading the cluster's event stream,
  * SIGKILL of the Redis primary, SIGSTOP of one NATS node for longer than a Raft election.
+ * On hosts (`--hosts`, issue 39): partitions made with the hosts' packet filters (partitions.ts).
  */
 import type { LocalServer, Sample } from "@csi/testkit";
 import type { Redis } from "ioredis";
 import { type HaServers, redisReplicaInSync, streamLeaderOf, until } from "../ha-servers.js";
 import type { Random } from "../random.js";
 import type { Stack, StackService } from "../stack.js";
+import { PARTITION_KINDS, type PartitionKind, type Partitions } from "./partitions.js";
 
 export const FAULT_KINDS = [
   "journal-kill",
@@ -31,12 +33,13 @@ export const FAULT_KINDS = [
   "redis-primary-kill",
   "nats-partition",
   "power-cut",
+  ...PARTITION_KINDS,
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
-/** The stack a run uses: one nats-server and one redis-server, or the replicated servers (`--ha`). */
-export type StackMode = "single" | "ha";
-export const modeOf = (ha: boolean): StackMode => (ha ? "ha" : "single");
+/** The stack a run uses: one nats-server and one redis-server, the replicated servers (`--ha`), or those on three hosts (`--hosts`). */
+export type StackMode = "single" | "ha" | "hosts";
+export const modeOf = (ha: boolean, hosts = false): StackMode => (hosts ? "hosts" : ha ? "ha" : "single");
 
 /**
  * The kinds each mode injects. With `--ha` a restart of "the" Redis or "the" nats-server has no
@@ -57,6 +60,8 @@ export const KINDS_BY_MODE: Readonly<Record<StackMode, readonly FaultKind[]>> = 
     "redis-primary-kill",
     "nats-partition",
   ],
+  // Partitions between hosts (partitions.ts); the process faults stay --ha's (docs/chaos.md, "Hosts, not processes").
+  hosts: PARTITION_KINDS,
 };
 
 /** The kinds of a `--power-cut` run (single or `--ha`): the cut of the whole stack only (power-cut.ts). */
@@ -140,6 +145,8 @@ export interface FaultDeps {
   freezeMs?: [number, number];
   /** `--power-cut`: cuts the power of the whole stack and brings it back (power-cut.ts); what it says goes in the record's note. */
   powerCut?: () => Promise<string>;
+  /** `--hosts`: the partitions between the hosts (partitions.ts). */
+  partitions?: Partitions;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -339,7 +346,13 @@ const INJECT: Record<FaultKind, Injection> = {
     hit();
     return { target: "the whole stack", note: await d.powerCut() };
   },
+  ...(Object.fromEntries(PARTITION_KINDS.map((k) => [k, (d: FaultDeps, hit: () => void) => partition(d, k, hit)])) as Record<PartitionKind, Injection>),
 };
+
+function partition(d: FaultDeps, kind: PartitionKind, hit: () => void) {
+  if (!d.partitions) throw new Error("a partition needs the stack on hosts (--hosts)");
+  return d.partitions.inject(kind, d.random, hit);
+}
 
 /** After a flush: wait (≤ 3 s) until a replica has started writing the projection again. */
 async function waitForReplay(d: FaultDeps): Promise<boolean> {

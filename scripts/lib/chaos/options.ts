@@ -17,6 +17,12 @@ export interface ChaosOptions {
    */
   ha: boolean;
   /**
+   * `--hosts` (with or implying `--ha`): the replicated stack on three hosts made of network
+   * namespaces (scripts/lib/hosts/), one journal and one node-agent on each, and partitions between
+   * them as the faults (partitions.ts). Needs root; `--replicas` does not apply (one journal per host).
+   */
+  hosts?: boolean | undefined;
+  /**
    * `--power-cut`: the stack's data on the power-cut harness (power-cut.ts), and power cuts as the
    * only fault (`faultsPerKind` of them), each checked once the stack is up again (after-cut.ts).
    */
@@ -29,10 +35,20 @@ export interface ChaosOptions {
   jsonFile?: string | undefined;
 }
 
-export const DEFAULTS: ChaosOptions = { ops: 2000, faultsPerKind: 20, seed: 1, concurrency: 6, replicas: 3, ha: false, powerCut: false, failoverBoundMs: 2000 };
+export const DEFAULTS: ChaosOptions = {
+  ops: 2000,
+  faultsPerKind: 20,
+  seed: 1,
+  concurrency: 6,
+  replicas: 3,
+  ha: false,
+  hosts: false,
+  powerCut: false,
+  failoverBoundMs: 2000,
+};
 
 const USAGE =
-  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--ha] [--power-cut] [--failover-bound-ms N] [--log FILE] [--json FILE]";
+  "usage: npm run chaos -- [--ops N] [--faults-per-kind N] [--seed N] [--concurrency N] [--replicas N] [--ha] [--hosts] [--power-cut] [--failover-bound-ms N] [--log FILE] [--json FILE]";
 
 export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): ChaosOptions {
   const { values } = parseArgs({
@@ -45,6 +61,7 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
       concurrency: { type: "string" },
       replicas: { type: "string" },
       ha: { type: "boolean" },
+      hosts: { type: "boolean" },
       "power-cut": { type: "boolean" },
       "failover-bound-ms": { type: "string" },
       log: { type: "string" },
@@ -53,6 +70,8 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
     },
   });
   if (values.help) throw new UsageError(USAGE);
+  if (values.hosts && values["power-cut"])
+    throw new UsageError(`--hosts and --power-cut do not go together (the power-cut harness holds one data directory)\n${USAGE}`);
   const int = (name: string, v: string | undefined, dflt: number, min: number) => {
     if (v === undefined) return dflt;
     const n = Number(v);
@@ -65,7 +84,8 @@ export function parseChaosArgs(argv: string[], seedDefault = DEFAULTS.seed): Cha
     seed: int("seed", values.seed, seedDefault, 0),
     concurrency: int("concurrency", values.concurrency, DEFAULTS.concurrency, 1),
     replicas: int("replicas", values.replicas, DEFAULTS.replicas, 1),
-    ha: values.ha === true,
+    ha: values.ha === true || values.hosts === true,
+    hosts: values.hosts === true,
     powerCut: values["power-cut"] === true,
     failoverBoundMs: int("failover-bound-ms", values["failover-bound-ms"], DEFAULTS.failoverBoundMs, 1),
     logFile: values.log,
@@ -79,6 +99,7 @@ export function repeatArgs(o: ChaosOptions): string[] {
     ...["--seed", String(o.seed), "--ops", String(o.ops), "--faults-per-kind", String(o.faultsPerKind)],
     ...["--concurrency", String(o.concurrency), "--replicas", String(o.replicas), "--failover-bound-ms", String(o.failoverBoundMs)],
     ...(o.ha ? ["--ha"] : []),
+    ...(o.hosts ? ["--hosts"] : []),
     ...(o.powerCut ? ["--power-cut"] : []),
   ];
 }

@@ -18,7 +18,7 @@ export function formatReport(r: ChaosResult): string {
   const out: string[] = [];
   const runOps = r.ops.filter((x) => x.phase === "run");
   out.push(
-    `chaos${o.ha ? " --ha" : ""}: seed ${o.seed}, ${runOps.length} operations (concurrency ${o.concurrency}), ${o.replicas} journal replicas, ${r.faults.length} faults, ${ms(r.durationMs)}`,
+    `chaos${o.hosts ? " --ha --hosts" : o.ha ? " --ha" : ""}: seed ${o.seed}, ${runOps.length} operations (concurrency ${o.concurrency}), ${o.hosts ? "3 hosts, a journal on each" : `${o.replicas} journal replicas`}, ${r.faults.length} faults, ${ms(r.durationMs)}`,
     "",
     formatTable(
       ["invariant", "violations"],

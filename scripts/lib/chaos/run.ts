@@ -24,6 +24,9 @@ import { cleanupUnder, scrape } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
 import { streamCopiesOf } from "../ha-servers.js";
+import { sweepHosts } from "../hosts/netns.js";
+import type { HostServers } from "../hosts/servers.js";
+import { startHostStack } from "../hosts/stack.js";
 import { seeded } from "../random.js";
 import { type Stack, startStack, writeLocalClusters } from "../stack.js";
 import { copiesDisagree } from "../stream-copies.js";
@@ -31,6 +34,7 @@ import { judgeAfterCut, observeAfterCut, patientJournal } from "./after-cut.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
 import { CoClient, CoStats } from "./co-client.js";
 import {
+  type FaultDeps,
   type FaultKind,
   type FaultRecord,
   faultDueAt,
@@ -46,6 +50,7 @@ import {
 import { type Failover, type FaultFigures, faultFigures, journalFailovers, slowestOp } from "./figures.js";
 import { nodeStateFileOf, observe } from "./observe.js";
 import type { ChaosOptions } from "./options.js";
+import { Partitions } from "./partitions.js";
 import { OpGate, PowerCuts, powerCutRound } from "./power-cut.js";
 import { type OpRecord, Workload } from "./workload.js";
 
@@ -89,253 +94,334 @@ const READY_TIMEOUT_MS = 60_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** What a run holds that must be released whatever happens (runChaos's finally). */
+interface Held {
+  logStream?: WriteStream;
+  stack?: Stack;
+  co?: CoClient;
+  nc?: NatsConnection;
+  redis?: Redis;
+  power?: PowerCuts;
+}
+
+/** A run's fixed facts: its options, its directories, its clock. */
+interface RunBase {
+  opts: ChaosOptions;
+  say: (msg: string) => void;
+  signal: AbortSignal | undefined;
+  clock: () => number;
+  root: string;
+  dataDir: string;
+  kubeletDir: string;
+  held: Held;
+}
+
+/** A run with its stack up: what the load, the faults and the checks use. */
+interface Live extends RunBase {
+  stack: Stack;
+  clusterID: string;
+  poolRoot: string;
+  keys: ReturnType<typeof keysFor>;
+  redis: Redis;
+  stats: CoStats;
+  co: CoClient;
+  workload: Workload;
+  kinds: readonly FaultKind[];
+  stream: string;
+  faults: FaultRecord[];
+  afterCuts: Invariant;
+  gate: OpGate;
+  partitions: Partitions | undefined;
+}
+
 export async function runChaos(opts: ChaosOptions, hooks: ChaosHooks = {}): Promise<ChaosResult> {
-  const say = hooks.say ?? (() => {});
-  const signal = hooks.signal;
   const t0 = Date.now();
-  const clock = () => Date.now() - t0;
   const root = await realpath(await mkdtemp(path.join(os.tmpdir(), "csi-chaos-")));
-  const dataDir = path.join(root, "data");
-  const runDir = path.join(root, "run");
-  const kubeletDir = path.join(root, "kubelet");
-  let logStream: WriteStream | undefined;
-  let stack: Stack | undefined;
-  let co: CoClient | undefined;
-  let nc: NatsConnection | undefined;
-  let redis: Redis | undefined;
-  let power: PowerCuts | undefined;
+  const base: RunBase = {
+    opts,
+    say: hooks.say ?? (() => {}),
+    signal: hooks.signal,
+    clock: () => Date.now() - t0,
+    root,
+    dataDir: path.join(root, "data"),
+    kubeletDir: path.join(root, "kubelet"),
+    held: {},
+  };
+  const { held } = base;
   try {
-    // --power-cut: the data directory is the harness's mount, cut and put back at the same path.
-    if (opts.powerCut) power = await PowerCuts.start(root, dataDir);
-    if (opts.logFile) logStream = createWriteStream(opts.logFile, { flags: "w" });
-    await mkdir(kubeletDir, { recursive: true });
-    await mkdir(runDir, { recursive: true });
-    // Our own clusters file (whatever CLUSTERS_FILE says): the pool must live under the temporary directory.
-    const clustersFile = writeLocalClusters(runDir, NODE_ID);
-    const servers = opts.ha ? "3 NATS nodes (streams at 3 replicas), Redis primary + replica behind 3 sentinels" : "nats-server, redis-server";
-    say(`starting a stack in ${root}: ${servers}, ${opts.replicas} journal replicas, controller, node-agent`);
-    stack = await startStack({
-      ha: opts.ha,
-      dataDir,
-      runDir,
-      nodeId: NODE_ID,
-      journalReplicas: opts.replicas,
-      readyTimeoutMs: READY_TIMEOUT_MS,
-      env: { ...CHAOS_ENV, CLUSTERS_FILE: clustersFile },
-      onLine: logStream ? (line) => logStream?.write(`${line}\n`) : undefined,
-      ...(signal ? { signal } : {}),
-    });
-    const clusters = loadClusters(clustersFile, dataDir);
-    const cluster = clusters.get(clusters.defaultCluster);
-    const poolRoot = cluster?.pools[0]?.root;
-    if (!cluster || poolRoot === undefined) throw new Error("the chaos stack has no default cluster with a file pool");
-    const keys = keysFor(cluster.clusterID, cluster.instance);
-    redis = new SentinelSafeRedis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
-    redis.on("error", () => {}); // the injector restarts it
-
-    const stats = new CoStats();
-    co = new CoClient({
-      controllerEndpoint: stack.controllerEndpoint,
-      nodeEndpoint: stack.nodeEndpoint,
-      random: seeded(opts.seed + 2),
-      stats,
-      ...(signal ? { signal } : {}),
-    });
-    const workload = new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir, clock, namePrefix: `chaos${opts.seed}` });
-
-    // ---------------------------------------------------------------- run: operations and faults
-    const kinds: readonly FaultKind[] = opts.powerCut ? POWER_CUT_KINDS : KINDS_BY_MODE[modeOf(opts.ha)];
-    const gate = new OpGate();
-    const afterCuts: Invariant = { name: "after every power cut: what the CO was told is there", violations: [] };
-    const plan = planFaults(kinds, opts.faultsPerKind, seeded(opts.seed + 1));
-    const stream = subjects.streamName(cluster.clusterID);
-    const faults: FaultRecord[] = [];
-    let started = 0;
-    /** The last operation: `--ops`, or more so that the last 5 % run after the last fault. */
-    let endAt = opts.ops;
-    /** A journal kill is waiting for a create in flight. */
-    let waitingForWork = false;
-    const dueBy = (n: number) => plan.filter((_, i) => faultDueAt(i, plan.length, opts.ops) <= n).length;
-    const s = stack;
-    const r = redis;
-    /** What each running journal replica has in flight (its /metrics, read within 1 s). */
-    const journalLoad = async (): Promise<JournalLoad[]> => {
-      const loads = await Promise.all(
-        s.journals.map(async (j) => {
-          const url = j.running ? j.metricsUrl : undefined;
-          if (!url) return undefined;
-          const samples = await within(
-            scrape(url).catch(() => undefined),
-            1000,
-            () => undefined,
-          );
-          return samples ? loadOf(j.name, samples) : undefined;
-        }),
-      );
-      return loads.filter((l): l is JournalLoad => l !== undefined);
-    };
-    const cutRound = (pc: PowerCuts) =>
-      powerCutRound({
-        power: pc,
-        stack: s,
-        kubeletDir,
-        gate,
-        startService,
-        ready: () => waitReady(s, signal),
-        violations: afterCuts.violations,
-        check: async () => {
-          const m = { volumes: [...workload.volumes.values()], snapshots: [...workload.snapshots.values()], nodeId: NODE_ID };
-          const c = await connect(natsConnectOptions({ natsUrl: s.natsUrl }, { maxReconnectAttempts: -1 }));
-          try {
-            return judgeAfterCut(m, await observeAfterCut(c, cluster.clusterID, m));
-          } finally {
-            await c.close();
-          }
-        },
-      });
-    const injector = (async () => {
-      for (const [i, kind] of plan.entries()) {
-        while (started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
-        // A journal kill is measured alone (the 2 s failover bound): the system has been calm for a moment.
-        if (kind === "journal-kill") await sleep(Math.max(0, (faults.at(-1)?.restoredAt ?? 0) + FAILOVER_CALM_MS - clock()));
-        if (signal?.aborted) return;
-        try {
-          faults.push(
-            await injectFault(kind, {
-              stack: s,
-              redis: r,
-              replayMarkers: [keys.projection, keys.index("volume")],
-              stream,
-              journalLoad,
-              waitingForWork: (on) => {
-                waitingForWork = on;
-              },
-              random: seeded(opts.seed + 3 + i),
-              clock,
-              ...(power ? { powerCut: () => cutRound(power as PowerCuts) } : {}),
-            }),
-          );
-        } catch (err) {
-          faults.push({
-            kind,
-            at: clock(),
-            restoredAt: clock(),
-            target: "?",
-            note: `injection failed: ${String((err as Error)?.message ?? err).slice(0, 1500)}`,
-          });
-          await makeWhole(s, workload, say);
-        }
-        const f = faults.at(-1);
-        say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${started}${f?.note ? `: ${f.note}` : ""}`);
-      }
-      endAt = Math.max(opts.ops, started + Math.ceil(opts.ops * 0.05));
-    })();
-    const worker = async (_: unknown, w: number) => {
-      for (;;) {
-        const faultsLeft = faults.length < plan.length;
-        if (signal?.aborted || (started >= endAt && !faultsLeft)) return;
-        // Faults keep pace with the operations: when the operations are more than a few due points
-        // ahead of the faults done (a fault may take 15 s with --ha), or past 95 % with faults left,
-        // all workers but the first wait and the first pauses between operations, so that
-        // operations still run through every fault without running far ahead of them; while a
-        // journal kill waits for work in flight, all run.
-        const ahead = faults.length < dueBy(started) - FAULTS_BEHIND || (started >= opts.ops * 0.95 && faultsLeft);
-        if (ahead && !waitingForWork) {
-          await sleep(w > 0 ? 20 : TRICKLE_PAUSE_MS);
-          if (w > 0) continue;
-        }
-        await gate.enter();
-        started++;
-        if (started % 100 === 0) say(`op ${started}/${opts.ops} (${faults.length}/${plan.length} faults, ${stats.retries} retries)`);
-        await workload.run(workload.choose()).finally(() => gate.leave());
-      }
-    };
-    await Promise.all([...Array.from({ length: opts.concurrency }, worker), injector]);
-    signal?.throwIfAborted();
-
-    // ---------------------------------------------------------------- settle, check, teardown, check
-    say("settling: every service up, given-up operations retried");
-    await makeWhole(stack, workload, say);
-    await waitReady(stack, signal);
-    await workload.settle();
-    nc = await connect(natsConnectOptions({ natsUrl: stack.natsUrl }, { maxReconnectAttempts: -1 }));
-    const model = () => ({
-      volumes: [...workload.volumes.values()],
-      snapshots: [...workload.snapshots.values()],
-      findings: workload.findings,
-      nodeId: NODE_ID,
-      keys,
-    });
-    const look = async (label: string) => {
-      const deps = {
-        label,
-        redis: s.redisAccess,
-        nc: nc as NatsConnection,
-        cluster: cluster.clusterID,
-        keys,
-        poolRoot,
-        kubeletDir,
-        co: co as CoClient,
-      };
-      let o: Observation = await observe({ ...deps, nodeStateFile: nodeStateFileOf(dataDir, NODE_ID), lockGraceMs: LOCK_GRACE_MS });
-      // A writer killed between its append and its projection update leaves the projection behind
-      // the log until the next catch-up: give the periodic catch-up its chance before comparing.
-      for (let i = 0; i < 2 && checkObservation(o, model()).some((x) => x.name === "projection == replay of the log" && x.violations.length > 0); i++) {
-        await sleep(CATCH_UP_WAIT_MS);
-        o = await observe({ ...deps, nodeStateFile: nodeStateFileOf(dataDir, NODE_ID), lockGraceMs: 0 });
-      }
-      return checkObservation(o, model());
-    };
-    // A journal killed between an image and its create's one write leaves an image no record names
-    // (docs/journal.md, "A create in three round trips"): the operator's gc removes it. Every
-    // image gc removes must be such a leftover: of a uuid the log holds nothing of.
-    say("gc, as an operator runs it after faults: leaked images removed");
-    const leaked = await collectLeaks(nc, cluster.clusterID, opts.seed);
-    say("checking the invariants after settle");
-    const afterSettle = await look("after settle");
-    say("teardown: unpublish, unstage, delete everything");
-    await workload.teardown();
-    say("checking the invariants after teardown");
-    const afterTeardown = await look("after teardown");
-
-    const failovers = journalFailovers(faults, workload.records);
-    const bound: Invariant = {
-      name: "journal failover within the bound",
-      violations: failovers
-        .filter((f) => f.failed > 0 || (f.ms > opts.failoverBoundMs && !f.during))
-        .map(
-          (f) =>
-            `SIGKILL of ${f.fault.target} at ${f.fault.at} ms: ${f.creates} creates answered after ${f.ms} ms (${f.failed} failed), bound ${opts.failoverBoundMs} ms`,
-        ),
-    };
-    // With --ha, last (it moves the stream's leadership around): does every node hold the same log?
-    const ha = stack.servers.ha;
-    if (ha) say("reading each NATS node's copy of the event stream");
-    const copies = ha ? (await streamCopiesOf(ha.nats, stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
-    const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
-    const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(model()), [bound, replicas, leaked.invariant, ...(power ? [afterCuts] : [])]);
-    return {
-      options: opts,
-      invariants,
-      faults,
-      faultFigures: faultFigures(kinds, faults, workload.records),
-      failovers,
-      leakedRemoved: leaked.removed,
-      ops: workload.records,
-      stats,
-      slowest: slowestOp(workload.records),
-      durationMs: clock(),
-      ok: invariants.every((i) => i.violations.length === 0),
-    };
+    const live = await setUp(base);
+    await runLoad(live);
+    base.signal?.throwIfAborted();
+    return await settleAndCheck(live);
   } finally {
-    co?.close();
-    await nc?.close().catch(() => {});
-    redis?.disconnect();
-    await stack?.stop();
-    await power?.end(kubeletDir);
+    held.co?.close();
+    await held.nc?.close().catch(() => {});
+    held.redis?.disconnect();
+    await held.stack?.stop();
+    await held.power?.end(base.kubeletDir);
     await cleanupUnder(root);
-    await new Promise<void>((resolve) => (logStream ? logStream.end(resolve) : resolve()));
+    await new Promise<void>((resolve) => (held.logStream ? held.logStream.end(resolve) : resolve()));
   }
+}
+
+/** The stack of the run's mode: one machine's (startStack, with `--ha` replicated) or three hosts' (`--hosts`). */
+async function startChaosStack(b: RunBase, runDir: string, clustersFile: string): Promise<Stack> {
+  const { opts, held, signal } = b;
+  const onLine = held.logStream ? (line: string) => held.logStream?.write(`${line}\n`) : undefined;
+  const common = { dataDir: b.dataDir, runDir, nodeId: NODE_ID, readyTimeoutMs: READY_TIMEOUT_MS, onLine, ...(signal ? { signal } : {}) };
+  const servers = opts.hosts
+    ? "3 hosts (network namespaces), on each a NATS node (streams at 3 replicas), a sentinel, a journal and a node-agent; Redis primary on a, replica on b; the controller on a"
+    : opts.ha
+      ? `3 NATS nodes (streams at 3 replicas), Redis primary + replica behind 3 sentinels, ${opts.replicas} journal replicas, controller, node-agent`
+      : `nats-server, redis-server, ${opts.replicas} journal replicas, controller, node-agent`;
+  b.say(`starting a stack in ${b.root}: ${servers}`);
+  if (opts.hosts) {
+    const swept = sweepHosts();
+    if (swept.length > 0) b.say(`removed what earlier runs left: ${swept.join(", ")}`);
+    return startHostStack({ ...common, clustersFile, env: CHAOS_ENV });
+  }
+  return startStack({ ...common, ha: opts.ha, journalReplicas: opts.replicas, env: { ...CHAOS_ENV, CLUSTERS_FILE: clustersFile } });
+}
+
+/** Directories, the stack, the injector's Redis connection, the CO client and the workload. */
+async function setUp(b: RunBase): Promise<Live> {
+  const { opts, held, signal } = b;
+  const runDir = path.join(b.root, "run");
+  // --power-cut: the data directory is the harness's mount, cut and put back at the same path.
+  if (opts.powerCut) held.power = await PowerCuts.start(b.root, b.dataDir);
+  if (opts.logFile) held.logStream = createWriteStream(opts.logFile, { flags: "w" });
+  await mkdir(b.kubeletDir, { recursive: true });
+  await mkdir(runDir, { recursive: true });
+  // Our own clusters file (whatever CLUSTERS_FILE says): the pool must live under the temporary directory.
+  const clustersFile = writeLocalClusters(runDir, NODE_ID);
+  const stack = await startChaosStack(b, runDir, clustersFile);
+  held.stack = stack;
+  const clusters = loadClusters(clustersFile, b.dataDir);
+  const cluster = clusters.get(clusters.defaultCluster);
+  const poolRoot = cluster?.pools[0]?.root;
+  if (!cluster || poolRoot === undefined) throw new Error("the chaos stack has no default cluster with a file pool");
+  const redis = new SentinelSafeRedis(stack.redisUrl, { ...redisConnectOptions(stack.redisAccess), maxRetriesPerRequest: 3 });
+  held.redis = redis;
+  redis.on("error", () => {}); // the injector restarts it
+  const stats = new CoStats();
+  const co = new CoClient({
+    controllerEndpoint: stack.controllerEndpoint,
+    nodeEndpoint: stack.nodeEndpoint,
+    random: seeded(opts.seed + 2),
+    stats,
+    ...(signal ? { signal } : {}),
+  });
+  held.co = co;
+  const stream = subjects.streamName(cluster.clusterID);
+  const ha = stack.servers.ha;
+  return {
+    ...b,
+    stack,
+    clusterID: cluster.clusterID,
+    poolRoot,
+    keys: keysFor(cluster.clusterID, cluster.instance),
+    redis,
+    stats,
+    co,
+    workload: new Workload({ co, random: seeded(opts.seed), nodeId: NODE_ID, kubeletDir: b.kubeletDir, clock: b.clock, namePrefix: `chaos${opts.seed}` }),
+    kinds: opts.powerCut ? POWER_CUT_KINDS : KINDS_BY_MODE[modeOf(opts.ha, opts.hosts)],
+    stream,
+    faults: [],
+    afterCuts: { name: "after every power cut: what the CO was told is there", violations: [] },
+    gate: new OpGate(),
+    partitions: opts.hosts && ha && "hosts" in ha ? new Partitions(ha as HostServers, stream) : undefined,
+  };
+}
+
+/** How the operations keep pace with the faults (shared by the injector and the workers). */
+interface Pace {
+  plan: FaultKind[];
+  started: number;
+  /** The last operation: `--ops`, or more so that the last 5 % run after the last fault. */
+  endAt: number;
+  /** A journal kill is waiting for a create in flight. */
+  waitingForWork: boolean;
+}
+
+/** Operations from `concurrency` workers while the planned faults are injected. */
+async function runLoad(l: Live): Promise<void> {
+  const pace: Pace = { plan: planFaults(l.kinds, l.opts.faultsPerKind, seeded(l.opts.seed + 1)), started: 0, endAt: l.opts.ops, waitingForWork: false };
+  await Promise.all([...Array.from({ length: l.opts.concurrency }, (_, w) => worker(l, pace, w)), injector(l, pace)]);
+}
+
+async function injector(l: Live, pace: Pace): Promise<void> {
+  const { plan } = pace;
+  const { opts, faults, signal } = l;
+  for (const [i, kind] of plan.entries()) {
+    while (pace.started < faultDueAt(i, plan.length, opts.ops) && !signal?.aborted) await sleep(20);
+    // A journal kill is measured alone (the 2 s failover bound): the system has been calm for a moment.
+    if (kind === "journal-kill") await sleep(Math.max(0, (faults.at(-1)?.restoredAt ?? 0) + FAILOVER_CALM_MS - l.clock()));
+    if (signal?.aborted) return;
+    try {
+      faults.push(await injectFault(kind, faultDeps(l, pace, i)));
+    } catch (err) {
+      const at = l.clock();
+      faults.push({ kind, at, restoredAt: at, target: "?", note: `injection failed: ${String((err as Error)?.message ?? err).slice(0, 1500)}` });
+      await makeWhole(l.stack, l.workload, l.say);
+    }
+    const f = faults.at(-1);
+    l.say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${pace.started}${f?.note ? `: ${f.note}` : ""}`);
+  }
+  pace.endAt = Math.max(opts.ops, pace.started + Math.ceil(opts.ops * 0.05));
+}
+
+function faultDeps(l: Live, pace: Pace, i: number): FaultDeps {
+  const power = l.held.power;
+  return {
+    stack: l.stack,
+    redis: l.redis,
+    replayMarkers: [l.keys.projection, l.keys.index("volume")],
+    stream: l.stream,
+    journalLoad: () => journalLoad(l.stack),
+    waitingForWork: (on) => {
+      pace.waitingForWork = on;
+    },
+    random: seeded(l.opts.seed + 3 + i),
+    clock: l.clock,
+    ...(power ? { powerCut: () => cutRound(l, power) } : {}),
+    ...(l.partitions ? { partitions: l.partitions } : {}),
+  };
+}
+
+async function worker(l: Live, pace: Pace, w: number): Promise<void> {
+  const { opts, faults, signal, stats } = l;
+  const dueBy = (n: number) => pace.plan.filter((_, i) => faultDueAt(i, pace.plan.length, opts.ops) <= n).length;
+  for (;;) {
+    const faultsLeft = faults.length < pace.plan.length;
+    if (signal?.aborted || (pace.started >= pace.endAt && !faultsLeft)) return;
+    // Faults keep pace with the operations: when the operations are more than a few due points
+    // ahead of the faults done (a fault may take 15 s with --ha), or past 95 % with faults left,
+    // all workers but the first wait and the first pauses between operations, so that
+    // operations still run through every fault without running far ahead of them; while a
+    // journal kill waits for work in flight, all run.
+    const ahead = faults.length < dueBy(pace.started) - FAULTS_BEHIND || (pace.started >= opts.ops * 0.95 && faultsLeft);
+    if (ahead && !pace.waitingForWork) {
+      await sleep(w > 0 ? 20 : TRICKLE_PAUSE_MS);
+      if (w > 0) continue;
+    }
+    await l.gate.enter();
+    pace.started++;
+    if (pace.started % 100 === 0) l.say(`op ${pace.started}/${opts.ops} (${faults.length}/${pace.plan.length} faults, ${stats.retries} retries)`);
+    await l.workload.run(l.workload.choose()).finally(() => l.gate.leave());
+  }
+}
+
+/** What each running journal replica has in flight (its /metrics, read within 1 s). */
+async function journalLoad(s: Stack): Promise<JournalLoad[]> {
+  const loads = await Promise.all(
+    s.journals.map(async (j) => {
+      const url = j.running ? j.metricsUrl : undefined;
+      if (!url) return undefined;
+      const samples = await within(
+        scrape(url).catch(() => undefined),
+        1000,
+        () => undefined,
+      );
+      return samples ? loadOf(j.name, samples) : undefined;
+    }),
+  );
+  return loads.filter((l): l is JournalLoad => l !== undefined);
+}
+
+const modelOf = (l: Live) => ({
+  volumes: [...l.workload.volumes.values()],
+  snapshots: [...l.workload.snapshots.values()],
+  findings: l.workload.findings,
+  nodeId: NODE_ID,
+  keys: l.keys,
+});
+
+function cutRound(l: Live, pc: PowerCuts) {
+  return powerCutRound({
+    power: pc,
+    stack: l.stack,
+    kubeletDir: l.kubeletDir,
+    gate: l.gate,
+    startService,
+    ready: () => waitReady(l.stack, l.signal),
+    violations: l.afterCuts.violations,
+    check: async () => {
+      const m = modelOf(l);
+      const c = await connect(natsConnectOptions({ natsUrl: l.stack.natsUrl }, { maxReconnectAttempts: -1 }));
+      try {
+        return judgeAfterCut(m, await observeAfterCut(c, l.clusterID, m));
+      } finally {
+        await c.close();
+      }
+    },
+  });
+}
+
+/** The invariants as the system shows them now. */
+async function look(l: Live, nc: NatsConnection, label: string): Promise<Invariant[]> {
+  const deps = { label, redis: l.stack.redisAccess, nc, cluster: l.clusterID, keys: l.keys, poolRoot: l.poolRoot, kubeletDir: l.kubeletDir, co: l.co };
+  const nodeStateFile = nodeStateFileOf(l.dataDir, NODE_ID);
+  let o: Observation = await observe({ ...deps, nodeStateFile, lockGraceMs: LOCK_GRACE_MS });
+  // A writer killed between its append and its projection update leaves the projection behind
+  // the log until the next catch-up: give the periodic catch-up its chance before comparing.
+  for (let i = 0; i < 2 && checkObservation(o, modelOf(l)).some((x) => x.name === "projection == replay of the log" && x.violations.length > 0); i++) {
+    await sleep(CATCH_UP_WAIT_MS);
+    o = await observe({ ...deps, nodeStateFile, lockGraceMs: 0 });
+  }
+  return checkObservation(o, modelOf(l));
+}
+
+/** Settle, gc, check, teardown, check again; the result. */
+async function settleAndCheck(l: Live): Promise<ChaosResult> {
+  const { opts, stack, workload, say, faults } = l;
+  say("settling: every service up, given-up operations retried");
+  await makeWhole(stack, workload, say);
+  await waitReady(stack, l.signal);
+  await workload.settle();
+  const nc = await connect(natsConnectOptions({ natsUrl: stack.natsUrl }, { maxReconnectAttempts: -1 }));
+  l.held.nc = nc;
+  // A journal killed between an image and its create's one write leaves an image no record names
+  // (docs/journal.md, "A create in three round trips"): the operator's gc removes it. Every
+  // image gc removes must be such a leftover: of a uuid the log holds nothing of.
+  say("gc, as an operator runs it after faults: leaked images removed");
+  const leaked = await collectLeaks(nc, l.clusterID, opts.seed);
+  say("checking the invariants after settle");
+  const afterSettle = await look(l, nc, "after settle");
+  say("teardown: unpublish, unstage, delete everything");
+  await workload.teardown();
+  say("checking the invariants after teardown");
+  const afterTeardown = await look(l, nc, "after teardown");
+  const failovers = journalFailovers(faults, workload.records);
+  // With --ha, last (it moves the stream's leadership around): does every node hold the same log?
+  const ha = stack.servers.ha;
+  if (ha) say("reading each NATS node's copy of the event stream");
+  const copies = ha ? (await streamCopiesOf(ha.nats, l.stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
+  const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
+  const extra = [failoverBound(failovers, opts.failoverBoundMs), replicas, leaked.invariant, ...(l.held.power ? [l.afterCuts] : [])];
+  const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(modelOf(l)), extra);
+  return {
+    options: opts,
+    invariants,
+    faults,
+    faultFigures: faultFigures(l.kinds, faults, workload.records),
+    failovers,
+    leakedRemoved: leaked.removed,
+    ops: workload.records,
+    stats: l.stats,
+    slowest: slowestOp(workload.records),
+    durationMs: l.clock(),
+    ok: invariants.every((i) => i.violations.length === 0),
+  };
+}
+
+/** After a journal SIGKILL with ≥ 2 replicas up, creates answered within the bound, none failed. */
+function failoverBound(failovers: Failover[], boundMs: number): Invariant {
+  return {
+    name: "journal failover within the bound",
+    violations: failovers
+      .filter((f) => f.failed > 0 || (f.ms > boundMs && !f.during))
+      .map((f) => `SIGKILL of ${f.fault.target} at ${f.fault.at} ms: ${f.creates} creates answered after ${f.ms} ms (${f.failed} failed), bound ${boundMs} ms`),
+  };
 }
 
 /**
