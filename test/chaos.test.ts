@@ -65,7 +65,7 @@ test("options: --ha picks the replicated stack (3 journal replicas unless --repl
 });
 
 test("fault kinds per mode: each kind in a mode, none twice; --ha replaces the single servers' restarts by leader/primary kills and the freeze", () => {
-  const all = [...KINDS_BY_MODE.single, ...KINDS_BY_MODE.ha, ...POWER_CUT_KINDS];
+  const all = [...KINDS_BY_MODE.single, ...KINDS_BY_MODE.ha, ...KINDS_BY_MODE.hosts, ...POWER_CUT_KINDS];
   assert.deepEqual(new Set(all), new Set(FAULT_KINDS), "every kind is injected in some mode");
   for (const kinds of Object.values(KINDS_BY_MODE)) assert.equal(new Set(kinds).size, kinds.length);
   assert.equal(KINDS_BY_MODE[modeOf(false)], KINDS_BY_MODE.single);
