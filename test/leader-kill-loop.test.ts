@@ -29,3 +29,12 @@ test("a run that found a snapshot the CO was never told of: failed, the id count
   // A zero exit code with a failure counted is still a failure.
   assert.equal(summariseLeaderKill("ℹ fail 1", 0).passed, false);
 });
+
+test("the election and the first success after it, when the run printed them", () => {
+  const out = [
+    "NATS stream leader kill  longest failure window   5512 ms,  12 failed attempts, slowest op 6100 ms; ops/s before 60.0, during 3.0, after 50.0 (10/2/30 ops); new leader elected 5123 ms after the kill; first success 210 ms after it",
+    "Redis primary kill       longest failure window   1800 ms,   4 failed attempts, slowest op 2100 ms; ops/s before 60.0; +switch-master 1500 ms after the kill; first success 90 ms after it",
+    "ℹ fail 0",
+  ].join("\n");
+  assert.deepEqual(summariseLeaderKill(out, 0), { passed: true, extra: { volumes: [], snapshots: [] }, windowMs: 5512, electedMs: 5123, firstOkMs: 210 });
+});

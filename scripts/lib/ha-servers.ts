@@ -13,6 +13,8 @@
  * three nodes and every sentinel knows the replica and the other two sentinels, so streams with 3
  * replicas can be made and a failover can happen at once.
  */
+import { mkdirSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import path from "node:path";
 import { freePort, type LocalServer, SENTINEL_CONF, startServer, writeConfigDurable } from "@csi/testkit";
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager, StorageType, type StreamInfo } from "@nats-io/jetstream";
@@ -131,6 +133,24 @@ export async function withRedis<T>(url: string, f: (r: Redis) => Promise<T>): Pr
   }
 }
 
+/**
+ * Lame-duck mode on the nodes (SIGUSR2, `nats-server --signal ldm`): the node hands its Raft
+ * leaderships over at once, stops taking clients, waits the grace period, then closes its clients
+ * over the duration (at most one a second: a handful of clients takes a few seconds) and exits.
+ * nats-server takes no duration under 30 s.
+ */
+export const LAME_DUCK = { durationS: 30, graceMs: 1000 };
+
+/** The configuration every node starts with: lame-duck timing, and the caller's file (an account layout) included. */
+function clusterConfig(dir: string, natsConfig?: string): string {
+  const conf = path.join(dir, "cluster.conf");
+  const lines = [`lame_duck_duration: "${LAME_DUCK.durationS}s"`, `lame_duck_grace_period: "${LAME_DUCK.graceMs}ms"`];
+  if (natsConfig) lines.push(`include ${JSON.stringify(path.relative(path.dirname(conf), path.resolve(natsConfig)))}`);
+  mkdirSync(dir, { recursive: true });
+  writeConfigDurable(conf, `${lines.join("\n")}\n`);
+  return conf;
+}
+
 async function startNatsCluster(dir: string, extraArgs: string[]): Promise<LocalServer[]> {
   const ports = await Promise.all(Array.from({ length: HA_NATS_NODES }, async () => ({ client: await freePort(), route: await freePort() })));
   const route = (p: number) => `nats://127.0.0.1:${p}`;
@@ -193,28 +213,58 @@ async function startRedisWithSentinels(
 const READY_PROBE = "CSI_HA_READY_PROBE";
 
 /**
+ * A first start whose meta group left a node out: every node routed to every other and agreeing on
+ * a meta leader, but the group smaller than the cluster. nats-server 2.10.27 bootstraps its meta
+ * group from the peers a node knows when JetStream starts; on a loaded machine (two CPU hogs) a
+ * node whose routes came up late stayed out of it — cluster size 2, the R3 placement probe refused
+ * ("no suitable peers for placement"), nothing changing for 180 s. Such a start is stopped, its
+ * store directories removed and the cluster started afresh, up to BOOTSTRAP_ATTEMPTS times; a
+ * start is taken as stuck once it stayed so for BOOTSTRAP_STUCK_MS (statsz, which would let the
+ * leader add the node, come every few seconds).
+ */
+const BOOTSTRAP_STUCK_MS = 30_000;
+const BOOTSTRAP_ATTEMPTS = 3;
+
+/**
  * The 3-node NATS cluster alone (`started` is told of each node as it runs), returned once streams
  * at 3 replicas can be made. A meta leader is not enough: nats-server 2.10 elects one before it
  * knows every peer, and refuses an R3 stream until then ("no suitable peers for placement"). So the
  * wait follows what the nodes report (natsClusterView: routes, the meta leader, its peers current)
  * and, once the cluster has formed, makes (and deletes) a small in-memory R3 stream until it is
- * accepted. It gives up only when nothing the nodes report has changed for QUIET_MS.
+ * accepted. It gives up only when nothing the nodes report has changed for QUIET_MS; a first start
+ * that left a node out of the meta group is started afresh (BOOTSTRAP_STUCK_MS).
  */
 export async function startJetStreamCluster(
   dir: string,
   o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {},
   started: LocalServer[] = [],
 ): Promise<LocalServer[]> {
-  const nats = await startNatsCluster(dir, o.natsConfig ? ["-c", o.natsConfig] : []);
-  started.push(...nats);
-  const nc = await connect({ ...o.natsAccess, servers: nats.map((n) => n.url) });
+  for (let attempt = 1; ; attempt++) {
+    const nats = await startNatsCluster(dir, ["-c", clusterConfig(dir, o.natsConfig)]);
+    started.push(...nats);
+    const stuck = await jetStreamReady(nats, o.natsAccess);
+    if (!stuck) return nats;
+    await Promise.all(nats.map((n) => n.stop()));
+    if (attempt >= BOOTSTRAP_ATTEMPTS) throw new Error(`the JetStream cluster left a node out of its meta group ${attempt} times: ${stuck}`);
+    process.stderr.write(`HA servers: the JetStream cluster left a node out of its meta group (${stuck}); starting it afresh\n`);
+    await Promise.all(nats.map((n) => rm(n.dataDir, { recursive: true, force: true })));
+  }
+}
+
+/** Waits until a stream at 3 replicas can be placed (undefined), or the meta group stays undersized (what the nodes report then). */
+async function jetStreamReady(nats: LocalServer[], access?: ConnectionOptions): Promise<string | undefined> {
+  const nc = await connect({ ...access, servers: nats.map((n) => n.url) });
+  let undersizedSince: number | undefined;
+  let stuck: string | undefined;
   try {
     const jsm = await jetstreamManager(nc, { timeout: 5000, checkAPI: false });
     await untilSeen(
       "the JetStream cluster (a stream at 3 replicas placed)",
       async () => {
         const view = await natsClusterView(nats);
-        if (!view.formed) return { done: false, seen: view.text };
+        undersizedSince = view.undersized ? (undersizedSince ?? Date.now()) : undefined;
+        if (undersizedSince !== undefined && Date.now() - undersizedSince > BOOTSTRAP_STUCK_MS) stuck = view.text;
+        if (stuck || !view.formed) return { done: stuck !== undefined, seen: view.text };
         const placed = await jsm.streams.add({ name: READY_PROBE, storage: StorageType.Memory, num_replicas: HA_NATS_NODES }).then(
           () => jsm.streams.delete(READY_PROBE),
           (err: Error) => err,
@@ -226,10 +276,10 @@ export async function startJetStreamCluster(
       QUIET_MS,
       200,
     );
+    return stuck;
   } finally {
     await nc.close();
   }
-  return nats;
 }
 
 /** A stream's place in the cluster (JetStream's stream info): its leader and the other replicas, by node. */

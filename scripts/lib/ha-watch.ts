@@ -30,18 +30,31 @@ async function monitor<T>(server: LocalServer, endpoint: string): Promise<T> {
 }
 
 /** One node's view: its routes, its meta leader, the peers it knows (current of them). */
-async function nodeView(server: LocalServer, name: string, size: number): Promise<{ whole: boolean; text: string }> {
-  if (!server.running) return { whole: false, text: `${name} down` };
+interface NodeView {
+  whole: boolean;
+  /** Routes to every other node. */
+  routed: boolean;
+  /** The size of the meta group as this node knows it. */
+  size: number;
+  leader: string | undefined;
+  text: string;
+}
+
+async function nodeView(server: LocalServer, name: string, size: number): Promise<NodeView> {
+  if (!server.running) return { whole: false, routed: false, size: 0, leader: undefined, text: `${name} down` };
   const [jsz, routez] = await Promise.all([monitor<Jsz>(server, "/jsz"), monitor<Routez>(server, "/routez")]);
   const routes = [...new Set((routez.routes ?? []).flatMap((r) => (r.remote_name ? [r.remote_name] : [])))].sort();
   const meta = jsz.meta_cluster;
   const peers = meta?.replicas ?? [];
   const current = peers.filter((p) => p.current && !p.offline).length;
-  const routed = routes.length === size - 1 && meta?.leader !== undefined && (meta.cluster_size ?? 0) >= size;
+  const routed = routes.length === size - 1;
   // The leader places streams: it must know every peer, and know it as current.
   const leaderKnows = meta?.leader !== name || (peers.length === size - 1 && current === size - 1);
   return {
-    whole: routed && leaderKnows,
+    whole: routed && meta?.leader !== undefined && (meta.cluster_size ?? 0) >= size && leaderKnows,
+    routed,
+    size: meta?.cluster_size ?? 0,
+    leader: meta?.leader,
     text: `${name}: routes to [${routes.join(",")}], meta leader ${meta?.leader ?? "none"}, cluster size ${meta?.cluster_size ?? "?"}, peers ${peers.length} (${current} current)`,
   };
 }
@@ -51,12 +64,26 @@ async function nodeView(server: LocalServer, name: string, size: number): Promis
  * node has routes to all the others and every node names the same meta leader, which knows every
  * peer as current. `text` says what each node reports (what a wait saw last).
  */
-export async function natsClusterView(nats: LocalServer[]): Promise<{ formed: boolean; text: string }> {
+export async function natsClusterView(nats: LocalServer[]): Promise<{ formed: boolean; undersized: boolean; text: string }> {
   const views = await Promise.all(
-    nats.map((s, i) => nodeView(s, `n${i + 1}`, nats.length).catch((err: Error) => ({ whole: false, text: `n${i + 1}: ${err.message}` }))),
+    nats.map((s, i) =>
+      nodeView(s, `n${i + 1}`, nats.length).catch((err: Error) => ({
+        whole: false,
+        routed: false,
+        size: 0,
+        leader: undefined,
+        text: `n${i + 1}: ${err.message}`,
+      })),
+    ),
   );
-  const leaders = new Set(views.map((v) => /meta leader (\S+),/.exec(v.text)?.[1]));
-  return { formed: views.every((v) => v.whole) && leaders.size === 1, text: views.map((v) => v.text).join("; ") };
+  const leaders = new Set(views.map((v) => v.leader));
+  const agreed = leaders.size === 1 && !leaders.has(undefined);
+  return {
+    formed: views.every((v) => v.whole) && agreed,
+    // Every node routed to every other and agreeing on a leader, but the meta group smaller than the cluster: a node was left out of it.
+    undersized: agreed && views.every((v) => v.routed) && views.some((v) => v.size < nats.length),
+    text: views.map((v) => v.text).join("; "),
+  };
 }
 
 export interface SentinelEvent {

@@ -10,6 +10,10 @@ export interface LeaderKillRun {
   extra: { volumes: string[]; snapshots: string[] };
   /** The case's longest failure window (ms), if the run printed its figures. */
   windowMs?: number;
+  /** From the kill to the new stream leader's election (JetStream's LEADER_ELECTED advisory), ms. */
+  electedMs?: number;
+  /** From that election to the first call that succeeded after it, ms: what we add to the engine. */
+  firstOkMs?: number;
   /** The first failure's message line, if it failed. */
   failure?: string;
 }
@@ -29,7 +33,10 @@ function extraIds(out: string, kind: "volumes" | "snapshots"): string[] {
 }
 
 export function summariseLeaderKill(out: string, exitCode: number | null): LeaderKillRun {
-  const window = /NATS stream leader kill\s+longest failure window\s+(\d+) ms/.exec(out);
+  const row = out.split("\n").find((l) => /NATS stream leader kill\s+longest failure window/.test(l)) ?? "";
+  const window = /longest failure window\s+(\d+) ms/.exec(row);
+  const elected = /new leader elected (\d+) ms after the kill/.exec(row);
+  const firstOk = /first success (\d+) ms after it/.exec(row);
   const failure = out
     .split("\n")
     .find((l) => /^\s*(AssertionError|Error)\b/.test(l))
@@ -39,6 +46,8 @@ export function summariseLeaderKill(out: string, exitCode: number | null): Leade
     passed,
     extra: { volumes: extraIds(out, "volumes"), snapshots: extraIds(out, "snapshots") },
     ...(window?.[1] ? { windowMs: Number(window[1]) } : {}),
+    ...(elected?.[1] ? { electedMs: Number(elected[1]) } : {}),
+    ...(firstOk?.[1] ? { firstOkMs: Number(firstOk[1]) } : {}),
     ...(!passed && failure ? { failure: failure.slice(0, 300) } : {}),
   };
 }

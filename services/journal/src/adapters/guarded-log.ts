@@ -23,14 +23,23 @@ import { isUnreachable } from "./event-log.js";
 
 /** How long one probe of the log waits for the stream's answer. */
 export const LOG_PROBE_TIMEOUT_MS = 1_000;
-/** The pause between two probes that failed at once (a refusal, no responders). */
-const PROBE_PAUSE_MS = 250;
+/**
+ * While the log is down a probe starts this often, without waiting for the one before: a stream
+ * info asked while the stream elects a leader gets no answer until its timeout (nats-server
+ * answers nothing in between), so probes one after another would find the new leader up to a
+ * whole timeout late (issue 39: 0–1 s after the election, measured 912 ms). Overlapping, the log is
+ * up at most this long after the leader answers.
+ */
+export const PROBE_EVERY_MS = 100;
+/** Probes waiting for an answer at most (a timeout's worth at PROBE_EVERY_MS). */
+const PROBES_IN_FLIGHT = Math.ceil(LOG_PROBE_TIMEOUT_MS / PROBE_EVERY_MS);
 
 export class LogReachability {
   #down?: string;
   /** When the log was last found unreachable (epoch ms): the probe wants signs of life since. */
   #downSince?: number;
   #probing = false;
+  #inFlight = 0;
   #stopped = false;
   #pause?: { timer: NodeJS.Timeout; done: () => void };
 
@@ -93,21 +102,30 @@ export class LogReachability {
     const since = Date.now();
     try {
       while (this.#down !== undefined && !this.#stopped) {
-        const started = Date.now();
-        try {
-          await this.probe(this.#downSince);
-          this.#down = undefined;
-          this.logger.info({ downMs: Date.now() - since }, "event log answers again");
-        } catch (err) {
-          this.#down = reasonOf(err);
-          // A probe that failed at once (no responders, a refusal) is not repeated in a tight loop.
-          const left = PROBE_PAUSE_MS - (Date.now() - started);
-          if (left > 0) await this.#pauseFor(left);
-        }
+        if (this.#inFlight < PROBES_IN_FLIGHT) this.#probeOnce(since);
+        await this.#pauseFor(PROBE_EVERY_MS);
       }
     } finally {
       this.#probing = false;
     }
+  }
+
+  /** One probe: an answer marks the log up (and ends the pause of the loop above); a failure only says why it is still down. */
+  #probeOnce(since: number): void {
+    this.#inFlight++;
+    this.probe(this.#downSince)
+      .then(
+        () => {
+          if (this.#down === undefined || this.#stopped) return;
+          this.#down = undefined;
+          this.logger.info({ downMs: Date.now() - since }, "event log answers again");
+          this.#pause?.done();
+        },
+        (err: unknown) => {
+          if (this.#down !== undefined) this.#down = reasonOf(err);
+        },
+      )
+      .finally(() => this.#inFlight--);
   }
 }
 
