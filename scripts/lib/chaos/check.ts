@@ -74,6 +74,7 @@ export const INVARIANTS = [
   "no temp files in the pool",
   "no unexpected final error",
   "services come back after faults",
+  "no service exits by itself",
   "teardown completes",
   "journal failover within the bound",
   "gc removes only images of uuids the log never named",

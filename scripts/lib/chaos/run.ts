@@ -28,7 +28,7 @@ import { sweepHosts } from "../hosts/netns.js";
 import type { HostServers } from "../hosts/servers.js";
 import { startHostStack } from "../hosts/stack.js";
 import { seeded } from "../random.js";
-import { type Stack, startStack, writeLocalClusters } from "../stack.js";
+import { type Stack, type StackService, startStack, writeLocalClusters } from "../stack.js";
 import { copiesDisagree } from "../stream-copies.js";
 import { judgeAfterCut, observeAfterCut, patientJournal } from "./after-cut.js";
 import { checkFindings, checkObservation, type Invariant, mergeInvariants, type Observation } from "./check.js";
@@ -130,6 +130,8 @@ interface Live extends RunBase {
   stream: string;
   faults: FaultRecord[];
   afterCuts: Invariant;
+  /** Services that exited by themselves (run.ts, crashesOf), each found after a fault or at settle. */
+  crashes: Invariant;
   gate: OpGate;
   partitions: Partitions | undefined;
 }
@@ -228,6 +230,7 @@ async function setUp(b: RunBase): Promise<Live> {
     stream,
     faults: [],
     afterCuts: { name: "after every power cut: what the CO was told is there", violations: [] },
+    crashes: { name: "no service exits by itself", violations: [] },
     gate: new OpGate(),
     partitions: opts.hosts && ha && "hosts" in ha ? new Partitions(ha as HostServers, stream) : undefined,
   };
@@ -266,6 +269,7 @@ async function injector(l: Live, pace: Pace): Promise<void> {
     }
     const f = faults.at(-1);
     l.say(`fault ${faults.length}/${plan.length}: ${kind} (${f?.target}) at op ${pace.started}${f?.note ? `: ${f.note}` : ""}`);
+    await restartCrashed(l, `after fault ${faults.length} (${kind})`);
   }
   pace.endAt = Math.max(opts.ops, pace.started + Math.ceil(opts.ops * 0.05));
 }
@@ -375,6 +379,7 @@ async function look(l: Live, nc: NatsConnection, label: string): Promise<Invaria
 async function settleAndCheck(l: Live): Promise<ChaosResult> {
   const { opts, stack, workload, say, faults } = l;
   say("settling: every service up, given-up operations retried");
+  await restartCrashed(l, "at settle");
   await makeWhole(stack, workload, say);
   await waitReady(stack, l.signal);
   await workload.settle();
@@ -397,7 +402,7 @@ async function settleAndCheck(l: Live): Promise<ChaosResult> {
   if (ha) say("reading each NATS node's copy of the event stream");
   const copies = ha ? (await streamCopiesOf(ha.nats, l.stream)).map((copy, i) => ({ name: `nats-n${i + 1}`, copy })) : [];
   const replicas: Invariant = { name: "the log's replicas hold the same records", violations: copiesDisagree(copies) };
-  const extra = [failoverBound(failovers, opts.failoverBoundMs), replicas, leaked.invariant, ...(l.held.power ? [l.afterCuts] : [])];
+  const extra = [failoverBound(failovers, opts.failoverBoundMs), replicas, leaked.invariant, l.crashes, ...(l.held.power ? [l.afterCuts] : [])];
   const invariants = mergeInvariants(afterSettle, afterTeardown, checkFindings(modelOf(l)), extra);
   return {
     options: opts,
@@ -412,6 +417,29 @@ async function settleAndCheck(l: Live): Promise<ChaosResult> {
     durationMs: l.clock(),
     ok: invariants.every((i) => i.violations.length === 0),
   };
+}
+
+/**
+ * The services that exited by themselves (their process ended, not by the injector's kill or stop:
+ * those forget the process) with their exit and the first error line they printed; none is
+ * expected whatever the fault (a service waits for what it depends on to come back).
+ */
+export function crashesOf(services: readonly StackService[]): string[] {
+  return services.flatMap((s) => {
+    const p = s.process;
+    if (!p || s.running) return [];
+    const why = p.logs.find((line) => /^\w*Error\b/.test(line)) ?? p.logs.at(-1) ?? "";
+    return [`${s.name} exited by itself (${p.child.exitCode ?? p.child.signalCode}): ${why.slice(0, 300)}`];
+  });
+}
+
+/** Each crashed service a violation (with `when`), then started again, as a kubelet restarts a container. */
+async function restartCrashed(l: Live, when: string): Promise<void> {
+  const crashed = crashesOf([...l.stack.journals, l.stack.controller, l.stack.nodeAgent]);
+  if (crashed.length === 0) return;
+  l.crashes.violations.push(...crashed.map((c) => `${c} [${when}]`));
+  l.say(`${crashed.join("; ")} [${when}]: started again`);
+  await makeWhole(l.stack, l.workload, l.say);
 }
 
 /** After a journal SIGKILL with ≥ 2 replicas up, creates answered within the bound, none failed. */

@@ -235,6 +235,9 @@ class Run<R> implements View {
     // The nodes' reports are read beside the lock + read, in the same wave: no new hold can begin
     // meanwhile without a claim, which the lock + read sees.
     const devices = Promise.all((plan.devices ?? []).map((uuid) => this.#readDevices(uuid)));
+    // Handled at once (it is awaited below): a device read that fails while the lock + read still
+    // runs would otherwise be an unhandled rejection, which ends the process (test/runner-device-read.test.ts).
+    devices.catch(() => {});
     if (plan.locks?.length || plan.states?.length || plan.nodeClaims?.length) {
       const read = await this.#lockAndRead(plan).finally(() => devices.catch(() => {}));
       for (const [key, s] of read.states) this.#fold.know(key, s);
