@@ -14,7 +14,7 @@ import { KINDS_BY_MODE, modeOf } from "../scripts/lib/chaos/faults.js";
 import { parseChaosArgs, repeatArgs } from "../scripts/lib/chaos/options.js";
 import { PARTITION_KINDS } from "../scripts/lib/chaos/partitions.js";
 import { formatReport } from "../scripts/lib/chaos/report.js";
-import { runChaos } from "../scripts/lib/chaos/run.js";
+import { crashesOf, runChaos } from "../scripts/lib/chaos/run.js";
 import { cutLinks, cutPeersOf, describeCut, NO_CUT, rulesOf } from "../scripts/lib/hosts/filter.js";
 import { HOST_NAMES, sweepHosts, whyNoHosts } from "../scripts/lib/hosts/netns.js";
 
@@ -45,6 +45,22 @@ test("options: --hosts implies --ha and picks the partition kinds; it repeats; n
   assert.deepEqual(KINDS_BY_MODE[modeOf(o.ha, o.hosts)], PARTITION_KINDS);
   assert.ok(repeatArgs(o).includes("--hosts"));
   assert.throws(() => parseChaosArgs(["--hosts", "--power-cut"]), /do not go together/);
+});
+
+test("a service that exited by itself is named with its exit and first error line; one killed or stopped (no process) or running is not", () => {
+  const svc = (name: string, running: boolean, p?: { exitCode: number | null; logs: string[] }) =>
+    ({
+      name,
+      running,
+      process: p && { child: { exitCode: p.exitCode, signalCode: null }, logs: p.logs },
+    }) as unknown as Parameters<typeof crashesOf>[0][number];
+  const crashed = svc("journal-a", false, {
+    exitCode: 1,
+    logs: ['{"level":"info"}', "/x.ts:19", "DriverError: stream CSI_EVENTS_local unavailable", "  at y"],
+  });
+  assert.deepEqual(crashesOf([crashed, svc("journal-b", false), svc("controller", true, { exitCode: null, logs: [] })]), [
+    "journal-a exited by itself (1): DriverError: stream CSI_EVENTS_local unavailable",
+  ]);
 });
 
 const skip = whyNoHosts() ?? whyNoDevices() ?? whyNoReplicatedStreams();
