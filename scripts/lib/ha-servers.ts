@@ -322,10 +322,13 @@ export async function streamLeaderOf(nats: LocalServer[], stream: string, skip?:
 const whole = (nats: LocalServer[], p: StreamPlacement) =>
   p.leader !== undefined && p.replicas.length === nats.length - 1 && p.replicas.every((r) => r.current && !r.offline);
 
-/** A placement as a wait reports it: "leader n2; n1 current, n3 lag 12" (a shrinking lag is progress). */
+/**
+ * A placement as a wait reports it: "leader n2; n1 current, n3 behind". The lag is left out: under
+ * load it changes while a stuck replica never catches up, and would pass for progress.
+ */
 const placementText = (nats: LocalServer[], p: StreamPlacement) => {
   const name = (s: LocalServer | undefined) => (s ? `n${nats.indexOf(s) + 1}` : "?");
-  const replica = (r: StreamPlacement["replicas"][number]) => `${name(r.server)} ${r.offline ? "offline" : r.current ? "current" : `lag ${r.lag}`}`;
+  const replica = (r: StreamPlacement["replicas"][number]) => `${name(r.server)} ${r.offline ? "offline" : r.current ? "current" : "behind"}`;
   return `leader ${p.leader ? name(p.leader) : "none"}; ${p.replicas.map(replica).join(", ") || "no replicas"}`;
 };
 

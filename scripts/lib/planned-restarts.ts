@@ -83,9 +83,34 @@ export async function plannedNatsRestart(ha: HaServers, node: LocalServer): Prom
     LAME_DUCK.graceMs + LAME_DUCK.durationS * 1000 + 30_000,
   );
   await node.restart();
-  await ha.streamsHealed();
+  await healedOrRestarted(ha, node);
   return led;
 }
+
+/**
+ * A restarted node whose replicas stay behind, every other replica current (nats-server 2.10.27
+ * under load: the node heard its leaders, they never heard it; nats-io/nats-server#8319 is the
+ * open report of a replica that never syncs after a restart), is restarted once more — which
+ * brought it back where it stood still for minutes — then waited for with the usual patience.
+ */
+async function healedOrRestarted(ha: HaServers, node: LocalServer): Promise<void> {
+  for (let again = 1; again <= RESTARTS_WHEN_STUCK; again++) {
+    const healed = await ha.streamsHealed(STUCK_MS).then(
+      () => true,
+      (err: Error) => {
+        process.stderr.write(`planned restart: ${nameOf(ha.nats, node)} stuck behind (${err.message.slice(0, 300)}); restarting it again\n`);
+        return false;
+      },
+    );
+    if (healed) return;
+    await node.restart();
+  }
+  await ha.streamsHealed();
+}
+
+/** How long a restarted node's replicas may stand still before it is restarted again, and how often. */
+const STUCK_MS = 60_000;
+const RESTARTS_WHEN_STUCK = 2;
 
 /** Every NATS node restarted as planned, one after the other. */
 export async function rollingNatsRestart(ha: HaServers): Promise<void> {

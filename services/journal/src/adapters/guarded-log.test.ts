@@ -67,6 +67,25 @@ describe("guardedLog", () => {
     reach.stop();
   });
 
+  test("a read asked before the log went down and still unanswered is asked again once the log answers", { timeout: 20_000 }, async () => {
+    const { log, reach, state, probeAnswered } = setup();
+    let asks = 0;
+    const hanging = new MemoryLog({ cluster: "g2" });
+    const real = hanging.lastSeqOf.bind(hanging);
+    // The first ask goes to a stream leader that died with it: no answer, ever (its timeout is far away).
+    hanging.lastSeqOf = (subject) => (++asks === 1 ? new Promise<number>(() => {}) : real(subject));
+    const guarded = guardedLog(hanging, reach);
+    const read = guarded.lastSeqOf("csi.g2.evt.vol.x");
+    state.unreachable = true;
+    await assert.rejects(log.info(), /event log unavailable/); // another call finds the log down
+    const back = probeAnswered();
+    state.unreachable = false;
+    await back;
+    assert.equal(await read, 0, "answered by the second ask");
+    assert.equal(asks, 2);
+    reach.stop();
+  });
+
   test("what a read's own batch handler throws does not mark the log down", async () => {
     const { log, reach } = setup();
     const body = { type: "NameReserved" as const, kind: "volume" as const, name: "n", uuid: "00000000-0000-4000-8000-000000000001" };

@@ -42,6 +42,8 @@ export class LogReachability {
   #inFlight = 0;
   #stopped = false;
   #pause?: { timer: NodeJS.Timeout; done: () => void };
+  /** Told when the log answers again after being down. */
+  readonly #onUp = new Set<() => void>();
 
   constructor(
     /** Resolves while the log answers; `downSince`: when it was found unreachable, if it is down. */
@@ -52,6 +54,12 @@ export class LogReachability {
   /** Why the log is known to be unreachable now, or undefined. */
   down(): string | undefined {
     return this.#down;
+  }
+
+  /** `f` is called each time the log answers again after being down, until the returned function is called. */
+  onUp(f: () => void): () => void {
+    this.#onUp.add(f);
+    return () => this.#onUp.delete(f);
   }
 
   /** A call found the log unreachable: down (logged once) until a probe answers. */
@@ -120,6 +128,7 @@ export class LogReachability {
           this.#down = undefined;
           this.logger.info({ downMs: Date.now() - since }, "event log answers again");
           this.#pause?.done();
+          for (const f of [...this.#onUp]) f();
         },
         (err: unknown) => {
           if (this.#down !== undefined) this.#down = reasonOf(err);
@@ -152,15 +161,42 @@ export function guardedLog(inner: EventLog, reach: LogReachability): EventLog {
       throw err;
     }
   };
+  /**
+   * A read asked again as soon as the log answers again: one asked of a stream whose leader died
+   * with it (no answer until its timeout, 5 s) would otherwise hold its command past the new
+   * leader's election. Reads only: an append asked twice could land twice.
+   */
+  const reread = <T>(f: () => Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      let latest = 0;
+      const ask = () => {
+        const mine = ++latest;
+        const off = reach.onUp(() => {
+          if (mine === latest) ask();
+        });
+        // Only the latest ask settles the read: an abandoned one's late answer (or timeout) is dropped.
+        f().then(
+          (v) => {
+            off();
+            if (mine === latest) resolve(v);
+          },
+          (err: unknown) => {
+            off();
+            if (mine === latest) reject(err);
+          },
+        );
+      };
+      ask();
+    });
   return {
     append: (a, meta) => guard(() => inner.append(a, meta)),
     appendAll: (list, meta) => guard(() => inner.appendAll(list, meta)),
-    lastSeqOf: (s) => guard(() => inner.lastSeqOf(s)),
-    lastOf: (s) => guard(() => inner.lastOf(s)),
-    recordAt: (seq) => guard(() => inner.recordAt(seq)),
+    lastSeqOf: (s) => guard(() => reread(() => inner.lastSeqOf(s))),
+    lastOf: (s) => guard(() => reread(() => inner.lastOf(s))),
+    recordAt: (seq) => guard(() => reread(() => inner.recordAt(seq))),
     deleteRecord: (seq) => guard(() => inner.deleteRecord(seq)),
-    info: () => guard(() => inner.info()),
-    history: (s) => guard(() => inner.history(s)),
+    info: () => guard(() => reread(() => inner.info())),
+    history: (s) => guard(() => reread(() => inner.history(s))),
     read: (from, onBatch, opts) => {
       // What the caller's own onBatch throws (a Redis failure while replaying, say) says nothing of the log.
       const callers = new Set<unknown>();
