@@ -25,8 +25,13 @@ import { recordOf, type StreamCopy } from "./stream-copies.js";
 
 export const HA_NATS_CLUSTER = "csi";
 export const HA_MASTER_NAME = "csi";
-/** Sentinel's view of a dead primary: subjectively down after this, then a failover. */
-export const HA_DOWN_AFTER_MS = 1000;
+/**
+ * Sentinel's view of a dead primary: subjectively down after this, then a failover. 500 ms: with
+ * 1 s the sentinels announced +switch-master 2.3 s after a primary's SIGKILL and the window was
+ * 2.4 s (issue 39 asks ≤ 2 s); the rest of the failover (the sentinels' agreement, the vote, the
+ * promotion seen in the replica's INFO) is Sentinel's own.
+ */
+export const HA_DOWN_AFTER_MS = 500;
 const HA_FAILOVER_TIMEOUT_MS = 3000;
 const HA_NATS_NODES = 3;
 const HA_SENTINELS = 3;
