@@ -97,7 +97,8 @@ export class Partitions {
       await this.#routesDown(cut);
       const downMs = Date.now() - t0;
       const held = kind === "flapping-link" ? await this.#flap(cut, random) : await this.#hold(minority, random);
-      const tookOver = minority !== undefined && leaderBefore === this.#nodeOf(minority) ? held.leaderAfterMs : undefined;
+      // From the cut: the routes' time to go down, then the majority's election.
+      const tookOver = minority !== undefined && leaderBefore === this.#nodeOf(minority) ? downMs + held.leaderAfterMs : undefined;
       await applyCut(this.#ha.hosts, NO_CUT);
       const healStart = Date.now();
       await this.#whole();
