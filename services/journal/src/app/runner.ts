@@ -209,7 +209,7 @@ class Run<R> implements View {
         tries: Number.POSITIVE_INFINITY,
         deadline: Date.now() + UNDO_READ_WAIT_MS,
         firstDelayMs: 100,
-        maxDelayMs: 1000,
+        maxDelayMs: 250,
         jitter: 0.2,
         retryIf: (err) => err instanceof DriverError && err.code === "Unavailable",
       });
@@ -520,5 +520,12 @@ const liveOrEnded = (s: Aggregate | undefined) => s !== undefined && s.seq > 0;
 
 /** A failed step's undo fenced off is tried again at most this often, each time after reading the log. */
 const UNDO_RETRIES = 2;
-/** How long a run keeps trying to read the log it must undo by (a stream leader election takes 4–9 s). */
-const UNDO_READ_WAIT_MS = 12_000;
+/**
+ * How long a run keeps trying to read the log it must undo by. A stream leader election takes 4–9 s
+ * by nats-server's timeouts, but a loaded machine saw 14.4 s from a leader's SIGKILL to the new
+ * leader's election; 12 s from the failed append (which now fails the moment the connection drops,
+ * not 5 s later at its timeout) then gave up and left the image of an unanswered create for gc
+ * (issue 39's leader-kill loop, run 2: "the pool holds exactly the live images"). Nobody waits for
+ * the answer by then (the CO's deadline has passed); the name stays locked while it waits.
+ */
+const UNDO_READ_WAIT_MS = 60_000;
