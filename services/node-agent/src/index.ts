@@ -75,7 +75,7 @@ export async function startNodeAgent(cfg: NodeAgentConfig, logger: Logger, ops =
   // The registration is made after the service (it lists what the service holds): bound to it below.
   const registration = { announce: async () => {} };
   const svc = await openNodeService(cfg, clusters, reporter, metrics, log, { rbdMapping, announce: () => registration.announce() });
-  const mappingWatch = svc.watchMappings(MAPPING_CHECK_MS, (results) => metrics.healed(results));
+  const mappingWatch = svc.healer.watchMappings(MAPPING_CHECK_MS, (results) => metrics.healed(results));
 
   const streams = { replicas: cfg.streamReplicas };
   const fleet = fleetAccess(cfg.natsAccounts);
@@ -196,7 +196,7 @@ async function openNodeService(
   });
   metrics.countOperations(svc);
   await svc.load();
-  const healed = await svc.heal(); // before serving: put back what should be there
+  const healed = await svc.healer.heal(); // before serving: put back what should be there
   metrics.healed(healed);
   await ioLimits.reconcile(svc.volumes()); // devices may have new numbers after the heal
   log.info({ volumes: svc.volumes().length, healActions: healed.length }, "node state loaded");

@@ -13,7 +13,8 @@
  * CSI endpoint listens); "nats" comes from watchNats.
  */
 import { type Counter, counter, type DropReason, droppedMessages, type Ops, outcomeOf } from "@csi/runtime";
-import type { HealResult, NodeService } from "./app/node-service.js";
+import type { HealResult } from "./app/healer.js";
+import type { NodeService } from "./app/node-service.js";
 import type { Reporter } from "./app/reporter.js";
 
 /** The NodeService operations counted (each one CSI Node RPC that changes the machine, or its NATS work). */

@@ -8,8 +8,6 @@
  * (NATS work) and the healer. What is the mapping's business (devices, what carries them, their
  * health) is behind the port: this class keeps the CSI rules.
  */
-import { randomUUID } from "node:crypto";
-import { realpath } from "node:fs/promises";
 import path from "node:path";
 import {
   type Capability,
@@ -36,13 +34,13 @@ import { LoopMapping } from "../adapters/loop-mapping.js";
 import * as mnt from "../adapters/mount.js";
 import { createLast, lookAt, removeFile, removeIfEmptyDir, requireNoSymlinks } from "../adapters/paths.js";
 import type { StateFile } from "../adapters/state-file.js";
-import { type HealAction, type Observed, planHeal } from "../domain/heal.js";
 import { isMountOfDevice, type MountEntry, PSEUDO_FS } from "../domain/mountinfo.js";
 import { checkPublish, checkRestage, checkUnstage, emptyState, type NodeState, pathsOf, type VolumeState } from "../domain/node-state.js";
 import { DEFAULT_FORBIDDEN_ROOTS, validateCoPath } from "../domain/paths.js";
 import { type PathSeen, placeMount, planUnpublish } from "../domain/placement.js";
 import type { MappingChoice } from "../domain/rbd-mapping.js";
-import type { BlockMapping, MappingSeen } from "../ports/mapping.js";
+import type { BlockMapping } from "../ports/mapping.js";
+import { Healer } from "./healer.js";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
 
@@ -74,18 +72,6 @@ export interface NodeServiceDeps {
 }
 
 export const DEFAULT_OP_TIMEOUT_MS = 120_000;
-/** The running agent's repairs of a volume's mapping that fail are tried again after 10 s, 20 s, ... at most 5 min apart. */
-const HEAL_BACKOFF = { firstMs: 10_000, maxMs: 300_000 };
-
-/** One healer action and whether it worked (a failure is logged and reported as a "failed" device step). */
-export interface HealResult {
-  action: HealAction;
-  ok: boolean;
-}
-
-/** The volumes of `vs` that mapping `kind` maps (a volume without a recorded kind: "loop"). */
-const mappedBy = (vs: readonly VolumeState[], kind: MappingKind) => vs.filter((v) => (v.mapping ?? "loop") === kind);
-
 /** A caller's volume id in a message: short and escaped. */
 const qid = (id: string) => quote(id);
 
@@ -97,8 +83,8 @@ export class NodeService {
   readonly #timeoutMs: number;
   /** The mappings by kind (ports/mapping.ts): a volume's `mapping` (absent: "loop") names its own. */
   readonly #mappings: ReadonlyMap<MappingKind, BlockMapping>;
-  /** Volumes whose last mapping repair failed: when to try again, and the wait before that try. */
-  readonly #healBackoff = new Map<string, { at: number; ms: number }>();
+  /** The healer (app/healer.ts): puts back what the state file says should be there, with this service's own steps. */
+  readonly healer: Healer;
 
   constructor(private readonly d: NodeServiceDeps) {
     const own = [...this.poolRoots, path.dirname(d.stateFile.file)].map((p) => path.resolve(p));
@@ -108,6 +94,19 @@ export class NodeService {
     const mappings = d.mappings ?? [new LoopMapping(d.clusters), new FuseMapping(d.clusters, path.resolve(path.dirname(d.stateFile.file), "rbd"))];
     this.#mappings = new Map(mappings.map((m) => [m.kind, m]));
     if (!this.#mappings.has("loop")) throw new DriverError("Internal", "a node service needs the loop mapping");
+    this.healer = new Healer({
+      log: d.log,
+      timeoutMs: this.#timeoutMs,
+      mappings: this.#mappings,
+      roots: () => [...this.poolRoots, ...this.#mappingRoots()],
+      state: () => this.#state,
+      op: (volumeId, what, fn) => this.#op(volumeId, what, fn),
+      save: () => this.#save(),
+      report: (v, state, origin, more) => this.#report(v, state, origin, more),
+      ensureAttached: (v, origin) => this.#ensureAttached(v, origin),
+      mountStaging: (v, device, origin, replace) => this.#mountStaging(v, device, origin, replace),
+      bind: (v, target, how) => this.#bind(v, target, how),
+    });
   }
 
   /** A volume's mapping (by its recorded kind; absent: "loop"). */
@@ -495,150 +494,5 @@ export class NodeService {
     const abnormal = unmapped ?? (!mounted ? `${req.volumePath} is not mounted` : undefined);
     const usage = await fsx.stats(device && v.staging?.capability.accessType === "block" && !mounted ? device : req.volumePath).catch(() => undefined);
     return { usage, condition: { abnormal: !!abnormal, message: abnormal ?? "volume is attached and mounted" } };
-  }
-
-  // ------------------------------------------------------------------ healer
-
-  /** Compare the state file with the machine and repair; each action is reported, with one request id per run. Returns each action and whether it worked. */
-  async heal(): Promise<HealResult[]> {
-    const roots = await Promise.all([...this.poolRoots, ...this.#mappingRoots()].map((r) => realpath(r).catch(() => r)));
-    return this.#heal(this.#state, roots, "all");
-  }
-
-  /**
-   * The running agent's repair of mappings: the volumes whose carrier (rbd-fuse mount) is dead or
-   * gone (its process was killed, or it exited) are healed, each under its lock, by the same plan as
-   * at start restricted to that volume (nothing else is touched: no leftovers are looked for).
-   */
-  async healMappings(): Promise<HealResult[]> {
-    const results: HealResult[] = [];
-    for (const volumeId of await this.#brokenMappings()) {
-      // A repair that failed (Ceph unreachable, a pod holding the broken mount) is tried again later and later, not every check.
-      const last = this.#healBackoff.get(volumeId);
-      if (last && Date.now() < last.at) continue;
-      const done = await this.#op(volumeId, "heal", async () => {
-        const v = this.#state.volumes[volumeId];
-        return v ? this.#heal({ version: 1, volumes: { [volumeId]: v } }, [], "wanted") : [];
-      });
-      if (done.every((r) => r.ok)) this.#healBackoff.delete(volumeId);
-      else {
-        const ms = Math.min(last ? last.ms * 2 : HEAL_BACKOFF.firstMs, HEAL_BACKOFF.maxMs);
-        this.#healBackoff.set(volumeId, { at: Date.now() + ms, ms });
-      }
-      results.push(...done);
-    }
-    return results;
-  }
-
-  /** The volumes whose mapping's carrier is not up (each mapping asked once, for its own volumes). */
-  async #brokenMappings(): Promise<string[]> {
-    const broken: string[] = [];
-    for (const [kind, mapping] of this.#mappings) {
-      const mine = mappedBy(this.volumes(), kind);
-      if (mine.length === 0) continue;
-      const health = await mapping.health(mine);
-      broken.push(...mine.filter((v) => health.get(v.volumeId) !== "up").map((v) => v.volumeId));
-    }
-    return broken;
-  }
-
-  /** Run `healMappings` every `everyMs` (while any volume is mapped by rbd-fuse), each run's results to `onHealed`; stop() ends it. */
-  watchMappings(everyMs: number, onHealed: (results: HealResult[]) => void = () => {}): { stop(): void } {
-    let running = false;
-    const timer = setInterval(() => {
-      if (running) return;
-      running = true;
-      this.healMappings()
-        .then(onHealed)
-        .catch((err) => this.d.log.warn({ err: String(err) }, "checking rbd-fuse mappings failed"))
-        .finally(() => {
-          running = false;
-        });
-    }, everyMs);
-    timer.unref();
-    return { stop: () => clearInterval(timer) };
-  }
-
-  /**
-   * What the machine holds of the mappings' work, as the heal plan reads it. `scope` "wanted": only
-   * what the state's volumes need (no leftover carriers, no dead carrier of another volume).
-   */
-  async #observe(state: NodeState, scope: "all" | "wanted"): Promise<Observed> {
-    const seen: MappingSeen[] = [];
-    for (const [kind, mapping] of this.#mappings) seen.push(await mapping.seen(mappedBy(Object.values(state.volumes), kind), scope));
-    const unique = (ds: MappingSeen["devices"]) => [...new Map(ds.map((d) => [d.device, d])).values()];
-    return {
-      loops: unique(seen.flatMap((x) => x.devices)),
-      deletedLoops: unique(seen.flatMap((x) => x.deletedDevices)),
-      mounts: await mnt.readMounts(),
-      deadMappings: seen.flatMap((x) => x.deadCarriers),
-      fuseMounts: seen.flatMap((x) => x.carriers),
-    };
-  }
-
-  async #heal(state: NodeState, roots: string[], scope: "all" | "wanted"): Promise<HealResult[]> {
-    const origin: Origin = { via: "healer", requestId: randomUUID() };
-    const plan = planHeal(state, await this.#observe(state, scope), roots);
-    const results: HealResult[] = [];
-    /** Volumes whose stale device could not be taken down (busy): the rest of their repair waits for the next run. */
-    const waiting = new Set<string>();
-    for (const a of plan) {
-      const volumeId = "volumeId" in a ? a.volumeId : undefined;
-      if (volumeId !== undefined && waiting.has(volumeId)) {
-        results.push({ action: a, ok: false });
-        continue;
-      }
-      try {
-        await withDeadline(this.#timeoutMs, `heal ${a.kind}`, () => this.#apply(a, origin));
-        results.push({ action: a, ok: true });
-      } catch (err) {
-        if (volumeId !== undefined && (a.kind === "unmount" || a.kind === "detach")) waiting.add(volumeId);
-        results.push({ action: a, ok: false });
-        this.d.log.error({ err: String(err), action: a }, "heal action failed");
-        const v = volumeId === undefined ? undefined : this.#state.volumes[volumeId];
-        if (v) this.#report(v, "failed", origin, { reason: `heal ${a.kind}: ${(err as Error).message}` });
-      }
-    }
-    if (plan.length) {
-      await this.#save();
-      this.d.log.info({ actions: plan.length, requestId: origin.requestId }, "healer repaired the node");
-    }
-    return results;
-  }
-
-  /** The mapping whose own directory holds `p` (rbd-fuse's), else the loop mapping. */
-  #mappingAt(p: string): BlockMapping {
-    return [...this.#mappings.values()].find((m) => m.root !== undefined && p.startsWith(`${m.root}/`)) ?? this.#mappingOf({});
-  }
-
-  async #apply(a: HealAction, origin: Origin): Promise<void> {
-    if (a.kind === "unmount") return mnt.unmount(a.path);
-    if (a.kind === "detach") {
-      await this.#mappingAt(a.backingFile).release(a.device, a.backingFile);
-      const v = a.volumeId === undefined ? undefined : this.#state.volumes[a.volumeId];
-      if (v && a.reason === "its image was deleted") this.#report(v, "detached", origin, { device: a.device, reason: a.reason });
-      return;
-    }
-    if (a.kind === "unmap") return this.#mappingAt(a.path).releaseCarrier(a.path);
-    const v = this.#state.volumes[a.volumeId] as VolumeState;
-    if (a.kind === "conflict") throw new DriverError("FailedPrecondition", `${a.reason}; left alone`);
-    if (a.kind === "attach") {
-      const device = await this.#ensureAttached(v, origin);
-      this.#report(v, "healed", origin, { device, reason: "re-attached a device that was gone" });
-    } else if (a.kind === "mount-staging") {
-      const device = await this.#ensureAttached(v, origin);
-      await this.#mountStaging(v, device, origin, a.remountFrom);
-      this.#report(v, "healed", origin, {
-        device,
-        path: v.staging?.path,
-        reason: a.remountFrom ? `re-mounted staging (was ${a.remountFrom})` : "re-mounted staging",
-      });
-    } else if (a.kind === "publish") {
-      const p = v.publishes.find((x) => x.target === a.target);
-      const old = a.replace;
-      // Replaces a bind of the old device.
-      await this.#bind(v, a.target, { readOnly: p?.readOnly ?? false, origin, stale: (m) => old !== undefined && isMountOfDevice(m, old), pod: p?.pod });
-      this.#report(v, "healed", origin, { path: a.target, reason: "re-published a target that was gone", ...(p?.pod ? { pod: p.pod } : {}) });
-    }
   }
 }
