@@ -13,7 +13,7 @@ import { test } from "node:test";
 
 const switches = (pid: number) => Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
 
-/** Main-thread wake-ups in one second of a child that made `setup` and then idles. */
+/** Main-thread wake-ups per second of a child that made `setup` and then idles: the least of three one-second windows (a start-up tail or a busy moment of the machine falls in one). */
 async function wakeUpsPerSecond(setup: string): Promise<number> {
   const child = spawn(
     process.execPath,
@@ -24,9 +24,13 @@ async function wakeUpsPerSecond(setup: string): Promise<number> {
   );
   try {
     await once(child.stdout, "data");
-    const before = switches(child.pid as number);
-    await new Promise((r) => setTimeout(r, 1000)); // the window counted, not a wait for an event
-    return switches(child.pid as number) - before;
+    const windows: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const before = switches(child.pid as number);
+      await new Promise((r) => setTimeout(r, 1000)); // the window counted, not a wait for an event
+      windows.push(switches(child.pid as number) - before);
+    }
+    return Math.min(...windows);
   } finally {
     child.kill("SIGKILL");
   }
@@ -38,5 +42,5 @@ test("an Ops at rest wakes its main thread far less often than prom-client's 10 
     `const { collectDefaultMetrics, Registry } = await import("prom-client"); collectDefaultMetrics({ register: new Registry(), eventLoopMonitoringPrecision: 10 });`,
   );
   assert.ok(tenMs >= 50, `the 10 ms reference woke ${tenMs} times in a second (expected ~100: is this a Linux /proc?)`);
-  assert.ok(ours <= 25, `an Ops at rest woke its main thread ${ours} times in a second (the 10 ms default: ${tenMs})`);
+  assert.ok(ours * 2 <= tenMs, `an Ops at rest woke its main thread ${ours} times in a second (the 10 ms default: ${tenMs})`);
 });
