@@ -74,6 +74,20 @@ export class JournalClient {
   ) {
     this.#inbox = new Inbox(nc);
     this.#silenceMs = opts.silenceMs ?? DEFAULT_SILENCE_MS;
+    void this.#watch();
+  }
+
+  /**
+   * After a reconnect (the server died, or closed this connection in lame-duck mode) every command
+   * in flight is sent again at once: a reply or beat sent while the connection was down is lost,
+   * and waiting for the attempt's silence would hold the command `silenceMs` longer.
+   */
+  async #watch(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) if (s.type === "reconnect") this.#inbox.reconnected();
+    } catch {
+      // the connection closed: its iterator ends
+    }
   }
 
   /**
@@ -132,7 +146,13 @@ class Exchange {
     return new Promise<Outcome>((resolve) => {
       let id: number;
       try {
-        id = this.inbox.open((msg, attempt) => this.#onMessage(msg, attempt));
+        // After a reconnect, one more attempt beside those alive (a lost reply is not waited for; one that comes wins).
+        id = this.inbox.open(
+          (msg, attempt) => this.#onMessage(msg, attempt),
+          () => {
+            if (this.silenceMs > 0) this.#sendAgain();
+          },
+        );
       } catch (err) {
         return resolve(this.#unavailable(err));
       }
@@ -233,13 +253,14 @@ class Exchange {
  */
 class Inbox {
   readonly #routes = new Map<number, (msg: Msg, attempt: number) => void>();
+  readonly #onReconnect = new Map<number, () => void>();
   #prefix = "";
   #sub?: Subscription;
   #next = 0;
 
   constructor(private readonly nc: NatsConnection) {}
 
-  open(route: (msg: Msg, attempt: number) => void): number {
+  open(route: (msg: Msg, attempt: number) => void, onReconnect?: () => void): number {
     if (!this.#sub || this.#sub.isClosed()) {
       this.#prefix = createInbox(inboxPrefixOf(this.nc)); // the role's inbox: its permissions allow no other
       this.#sub = this.nc.subscribe(`${this.#prefix}.>`, {
@@ -251,6 +272,7 @@ class Inbox {
     }
     const id = this.#next++;
     this.#routes.set(id, route);
+    if (onReconnect) this.#onReconnect.set(id, onReconnect);
     return id;
   }
 
@@ -260,5 +282,11 @@ class Inbox {
 
   close(id: number): void {
     this.#routes.delete(id);
+    this.#onReconnect.delete(id);
+  }
+
+  /** The connection is back: every open call's reconnect hook. */
+  reconnected(): void {
+    for (const f of [...this.#onReconnect.values()]) f();
   }
 }
