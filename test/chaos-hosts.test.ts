@@ -8,6 +8,9 @@
  * than 2.10.
  */
 import assert from "node:assert/strict";
+import { rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { test } from "node:test";
 import { whyNoDevices, whyNoReplicatedStreams } from "@csi/testkit";
 import { KINDS_BY_MODE, modeOf } from "../scripts/lib/chaos/faults.js";
@@ -66,7 +69,10 @@ test("a service that exited by itself is named with its exit and first error lin
 const skip = whyNoHosts() ?? whyNoDevices() ?? whyNoReplicatedStreams();
 test("a short chaos run on three hosts: two partitions of every kind — every invariant holds", { skip, timeout: 1_200_000 }, async () => {
   sweepHosts(); // what an earlier run of ours, now gone, left behind
+  // Every service's log, kept when the run fails (its path is in the failure), removed when it holds.
+  const logFile = path.join(os.tmpdir(), `chaos-hosts-${process.pid}.log`);
   const result = await runChaos({
+    logFile,
     ops: 150,
     faultsPerKind: 2,
     seed: 39,
@@ -77,7 +83,7 @@ test("a short chaos run on three hosts: two partitions of every kind — every i
     powerCut: false,
     failoverBoundMs: 10_000,
   });
-  const report = formatReport(result);
+  const report = `${formatReport(result)}\nservice logs: ${logFile}`;
   process.stdout.write(`${report}\n`);
   for (const k of PARTITION_KINDS) {
     const mine = result.faults.filter((f) => f.kind === k);
@@ -85,5 +91,6 @@ test("a short chaos run on three hosts: two partitions of every kind — every i
     for (const f of mine) assert.ok(!f.note?.startsWith("injection failed"), `${k}: ${f.note}`);
   }
   assert.ok(result.ok, report);
+  rmSync(logFile, { force: true });
   assert.deepEqual(sweepHosts(), [], "the run removed its namespaces and links");
 });
