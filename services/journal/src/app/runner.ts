@@ -99,12 +99,29 @@ export async function run<R>(deps: RunnerDeps, cmd: Command<R>): Promise<R> {
       // The commit point is the log's ack; the reply still waits for the projection (one round
       // trip that also releases the locks), so whoever reads after the reply sees what it was told.
       await r.finish();
+      if (r.failed?.uncertain) await caughtUp(deps, cmd.requestId);
       return result;
     } catch (err) {
       await r.finish(err); // catches up after a fence conflict
       if (!isFenced(err) || attempt >= FENCED_ATTEMPTS) throw err;
       deps.logger.info({ requestId: cmd.requestId, attempt }, "fenced off: caught up with the log, deciding again");
     }
+  }
+}
+
+/**
+ * A run that answers although an append of it got no answer (the decider found in the log that it
+ * landed): its events are in the log but not in the fold's writes, so the projection is caught up
+ * before the reply — another replica's next read must see what this reply tells (the distrust
+ * flag covers only this process's own next command). If the log cannot be read now, Unavailable:
+ * the CO's retry finds the answer (names and fences make it the same).
+ */
+async function caughtUp(deps: RunnerDeps, requestId: string): Promise<void> {
+  try {
+    await deps.projector.catchUp();
+  } catch (err) {
+    deps.logger.warn({ err: String(err), requestId }, "answered after an append without an answer, but the projection could not catch up: Unavailable");
+    throw new DriverError("Unavailable", "the event log holds the answer but the projection could not catch up yet; retry");
   }
 }
 
