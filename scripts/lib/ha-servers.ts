@@ -443,6 +443,37 @@ export const redisReplicaInSync = (s: LocalServer, quietMs = QUIET_MS) =>
     quietMs,
   );
 
+/** What a set of replicated servers already started offers its users beyond its addresses (the HA harness's and the hosts stack's alike). */
+export function serversView(s: {
+  nats: LocalServer[];
+  redis: LocalServer[];
+  sentinels: LocalServer[];
+  sentinelEvents: SentinelEvents;
+  redisPrimary: () => Promise<LocalServer>;
+}): Pick<HaServers, "named" | "redisPrimary" | "sentinelEvents" | "streamLeader" | "streamHealed" | "streamsHealed" | "promotedAway" | "stop"> {
+  const { nats, redis, sentinels, sentinelEvents, redisPrimary } = s;
+  return {
+    named: () => [
+      ...nats.map((server, i) => ({ name: `nats-n${i + 1}`, server })),
+      ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),
+      ...sentinels.map((server, i) => ({ name: `sentinel-${i + 1}`, server })),
+    ],
+    redisPrimary,
+    sentinelEvents,
+    streamLeader: (stream) => streamLeaderOf(nats, stream),
+    streamHealed: (stream, ms) => streamHealedOf(nats, stream, ms),
+    streamsHealed: (ms) => streamsHealedOf(nats, ms),
+    promotedAway: (old, quietMs) =>
+      untilSeen("the sentinels name a new master", async () => ({ done: (await redisPrimary()) !== old, seen: sentinelEvents.last() }), quietMs),
+    stop: async () => {
+      sentinelEvents.close();
+      await Promise.all(sentinels.map((x) => x.stop()));
+      await Promise.all(redis.map((x) => x.stop()));
+      await Promise.all(nats.map((x) => x.stop()));
+    },
+  };
+}
+
 /**
  * `natsConfig`: a configuration file every NATS node starts with (`-c`; the account layout of a
  * locked-down stack), and `natsAccess`: how to connect to it to wait for JetStream (a member of an
@@ -479,24 +510,7 @@ export async function startHaServers(dir: string, o: { natsConfig?: string; nats
         REDIS_MASTER_NAME: HA_MASTER_NAME,
         STREAM_REPLICAS: String(HA_NATS_NODES),
       },
-      named: () => [
-        ...nats.map((server, i) => ({ name: `nats-n${i + 1}`, server })),
-        ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),
-        ...sentinels.map((server, i) => ({ name: `sentinel-${i + 1}`, server })),
-      ],
-      redisPrimary,
-      streamLeader: (stream) => streamLeaderOf(nats, stream),
-      streamHealed: (stream, ms) => streamHealedOf(nats, stream, ms),
-      streamsHealed: (ms) => streamsHealedOf(nats, ms),
-      sentinelEvents,
-      promotedAway: (old, quietMs) =>
-        untilSeen("the sentinels name a new master", async () => ({ done: (await redisPrimary()) !== old, seen: sentinelEvents.last() }), quietMs),
-      stop: async () => {
-        sentinelEvents.close();
-        await Promise.all(sentinels.map((s) => s.stop()));
-        await Promise.all(redis.map((s) => s.stop()));
-        await Promise.all(nats.map((s) => s.stop()));
-      },
+      ...serversView({ nats, redis, sentinels, sentinelEvents, redisPrimary }),
     };
   } catch (err) {
     sentinelEvents.close();

@@ -12,6 +12,8 @@
  *  - the Redis primary: SENTINEL FAILOVER on a sentinel (the replica promoted, the old primary made
  *    its replica), waited for on the sentinels' own +switch-master event.
  */
+
+import { processAlive } from "@csi/runtime";
 import type { LocalServer } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -58,14 +60,7 @@ export async function stepDownStreamsOf(nats: LocalServer[], node: LocalServer):
 }
 
 /** Whether the process `pid` is gone (reaped: its exit was seen). */
-const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-};
+const gone = (pid: number) => !processAlive(pid);
 
 /**
  * Restarts one NATS node as planned: its streams' leaders stepped down, lame-duck mode, its exit

@@ -102,3 +102,13 @@ export async function runMain(
     process.exit(1);
   }
 }
+
+/** Whether a process `pid` exists (signal 0; EPERM: it exists, as another user's). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}

@@ -14,6 +14,7 @@
  */
 import { execFile, execFileSync } from "node:child_process";
 import { promisify } from "node:util";
+import { processAlive } from "@csi/runtime";
 
 export const HOST_PREFIX = "csih-";
 export const HOST_NAMES = ["a", "b", "c"] as const;
@@ -76,15 +77,6 @@ export function whyNoHosts(): string | undefined {
   return undefined;
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-};
-
 const ownerOf = (name: string) => Number(new RegExp(`^${HOST_PREFIX}(\\d+)`).exec(name)?.[1] ?? Number.NaN);
 
 /** Every namespace and link named by this code whose process is gone, removed; returns their names. */
@@ -97,7 +89,7 @@ export function sweepHosts(): string[] {
     .split("\n")
     .map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1] ?? "")
     .filter((n) => n.startsWith(HOST_PREFIX));
-  const dead = (n: string) => Number.isSafeInteger(ownerOf(n)) && !alive(ownerOf(n));
+  const dead = (n: string) => Number.isSafeInteger(ownerOf(n)) && !processAlive(ownerOf(n));
   const gone = [...namespaces.filter(dead), ...links.filter(dead)];
   for (const ns of namespaces.filter(dead)) removeNamespace(ns);
   for (const link of links.filter(dead)) quiet("ip", ["link", "del", link]);

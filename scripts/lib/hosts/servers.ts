@@ -17,18 +17,7 @@ import path from "node:path";
 import { type LocalServer, SENTINEL_CONF, startServer, writeConfigDurable } from "@csi/testkit";
 import { jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import {
-  HA_DOWN_AFTER_MS,
-  HA_MASTER_NAME,
-  HA_NATS_CLUSTER,
-  type HaServers,
-  redisReplicaInSync,
-  streamHealedOf,
-  streamLeaderOf,
-  streamsHealedOf,
-  untilSeen,
-  withRedis,
-} from "../ha-servers.js";
+import { HA_DOWN_AFTER_MS, HA_MASTER_NAME, HA_NATS_CLUSTER, type HaServers, redisReplicaInSync, serversView, untilSeen, withRedis } from "../ha-servers.js";
 import { natsClusterView, SentinelEvents } from "../ha-watch.js";
 import type { Host } from "./netns.js";
 
@@ -183,23 +172,6 @@ function hostServersOf(hosts: Host[], nats: LocalServer[], redis: LocalServer[],
       const i = hosts.indexOf(host);
       return [sentinels[i], ...sentinels.filter((_, j) => j !== i)].flatMap((s) => (s ? [addr(s)] : [])).join(",");
     },
-    named: () => [
-      ...nats.map((server, i) => ({ name: `nats-n${i + 1}`, server })),
-      ...redis.map((server, i) => ({ name: `redis-${i + 1}`, server })),
-      ...sentinels.map((server, i) => ({ name: `sentinel-${i + 1}`, server })),
-    ],
-    redisPrimary,
-    sentinelEvents,
-    streamLeader: (stream) => streamLeaderOf(nats, stream),
-    streamHealed: (stream, ms) => streamHealedOf(nats, stream, ms),
-    streamsHealed: (ms) => streamsHealedOf(nats, ms),
-    promotedAway: (old, quietMs) =>
-      untilSeen("the sentinels name a new master", async () => ({ done: (await redisPrimary()) !== old, seen: sentinelEvents.last() }), quietMs),
-    stop: async () => {
-      sentinelEvents.close();
-      await Promise.all(sentinels.map((s) => s.stop()));
-      await Promise.all(redis.map((s) => s.stop()));
-      await Promise.all(nats.map((s) => s.stop()));
-    },
+    ...serversView({ nats, redis, sentinels, sentinelEvents, redisPrimary }),
   };
 }

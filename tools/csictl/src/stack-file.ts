@@ -5,6 +5,7 @@
  */
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { processAlive } from "@csi/runtime";
 import { z } from "zod";
 
 export const STACK_FILE = "stack.json";
@@ -50,15 +51,6 @@ export function removeStackFile(runDir: string, pid = process.pid): void {
 
 export type StackLookup = { found: true; stack: StackFile; file: string } | { found: false; file: string; why: string };
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-};
-
 export function readStackFile(file: string): StackLookup {
   if (!existsSync(file)) return { found: false, file, why: `no ${file} (is \`npm start\` running?)` };
   let parsed: ReturnType<typeof StackFile.safeParse>;
@@ -68,6 +60,6 @@ export function readStackFile(file: string): StackLookup {
     return { found: false, file, why: `${file} cannot be read: ${(err as Error).message}` };
   }
   if (!parsed.success) return { found: false, file, why: `${file} is not a stack file` };
-  if (!alive(parsed.data.pid)) return { found: false, file, why: `${file} is left from a stack that is gone (pid ${parsed.data.pid})` };
+  if (!processAlive(parsed.data.pid)) return { found: false, file, why: `${file} is left from a stack that is gone (pid ${parsed.data.pid})` };
   return { found: true, stack: parsed.data, file };
 }
