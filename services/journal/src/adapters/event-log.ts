@@ -390,7 +390,15 @@ export class JetStreamLog implements EventLog {
    */
   async info(): Promise<LogInfo> {
     const jsm = await this.#manager();
-    return this.#logInfo(await reachingNats("event log", () => jsm.streams.info(this.stream)));
+    const info = await reachingNats("event log", () => jsm.streams.info(this.stream));
+    // A leader cut off from its replicas (a partition: it has not noticed yet, or steps down only
+    // later) still answers, with the stream as it was when it lost them, while the majority's new
+    // leader goes on. A last sequence from it would bound a catch-up short of what was acknowledged,
+    // and a projection ahead of it would be taken for damage and rebuilt from that stale view
+    // (`chaos --ha --hosts`: an acknowledged volume NotFound after a split): not the log's end.
+    const why = noQuorum(info);
+    if (why) throw new DriverError("Unavailable", `event log: ${why}`);
+    return this.#logInfo(info);
   }
 
   async #logInfo(info: StreamInfo): Promise<LogInfo> {
