@@ -22,6 +22,7 @@ import {
   Ops,
   packageVersion,
   replicaId,
+  retry,
   SentinelSafeRedis,
   watchNats,
 } from "@csi/runtime";
@@ -197,10 +198,37 @@ async function openEventLog(
   await checkLogDurability(nc, { fsync: cfg.logFsync, monitorUrls: cfg.natsMonitorUrl, log: o.log });
   await untilNoRestore(nc, cluster.clusterID, o.log);
   await jetStreamLog.ensureStream();
+  await logAnswers(jetStreamLog, o.log);
   const reach = new LogReachability((downSince) => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS, downSince), o.log);
   reach.watch(nc);
   o.ops.readiness.add("log", () => reach.check());
   return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };
+}
+
+/** How long a start waits for the event stream to have a leader in touch with a quorum (a cluster starting, an election). */
+const LOG_START_WAIT_MS = 300_000;
+
+/**
+ * Waits until the log tells its end (JetStreamLog.info: a stream leader in touch with a quorum):
+ * a stream just made, or one electing a leader, answers Unavailable for a few seconds, and the start
+ * reads the log's end next (the pools' binding, the projection's check). Gives up after
+ * LOG_START_WAIT_MS with the last reason.
+ */
+async function logAnswers(jetStreamLog: JetStreamLog, log: Logger): Promise<void> {
+  let said = false;
+  await retry(() => jetStreamLog.info(), {
+    tries: Number.POSITIVE_INFINITY,
+    deadline: Date.now() + LOG_START_WAIT_MS,
+    firstDelayMs: 100,
+    maxDelayMs: 1000,
+    jitter: 0.2,
+    retryIf: (err) => {
+      const again = err instanceof DriverError && err.code === "Unavailable";
+      if (again && !said) log.info({ why: (err as Error).message }, "waiting for the event log to have a leader in touch with its replicas");
+      said ||= again;
+      return again;
+    },
+  });
 }
 
 /**
