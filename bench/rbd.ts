@@ -19,7 +19,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { promisify } from "node:util";
 import { MiB } from "@csi/contracts";
-import { RbdPool } from "@csi/journal/testing";
+import { RbdPool } from "@csi/journal/pools";
 import { CEPH_PYTHON, type CephCluster, startCeph } from "@csi/testkit";
 import { cpuSeconds } from "./lib/cpu.js";
 

@@ -28,7 +28,7 @@ import { randomUUID } from "node:crypto";
 import { mkdirSync, rmSync, unlinkSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createSizedFile } from "@csi/journal/testing";
+import { createSizedFile } from "@csi/journal/pools";
 import { connectNats, csiClient, JournalClient } from "@csi/runtime";
 import { type LocalServer, natsServerVersion, startServer } from "@csi/testkit";
 import { startBareChain } from "./lib/bare-chain.js";

@@ -12,7 +12,7 @@ import { access, readdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
 import { JournalEvent, type ReplayEntry, subjects } from "@csi/contracts";
-import { volumeReservedBody } from "@csi/journal/testing";
+import { volumeReservedBody } from "@csi/journal/test-support";
 import { type JournalTestEnv, journalPerFile, registerNode } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 

@@ -10,7 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { keysFor } from "@csi/journal/operator";
+import { keysFor } from "@csi/journal/redis";
 import { whyNoDevices, whyNoReplicatedStreams } from "@csi/testkit";
 import { checkFindings, checkObservation, type Keyspace, mergeInvariants, type Observation } from "../scripts/lib/chaos/check.js";
 import { backoffMs, isRetryable } from "../scripts/lib/chaos/co-client.js";

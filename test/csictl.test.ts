@@ -15,7 +15,7 @@ import { randomUUID } from "node:crypto";
 import { access, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { keysFor, RedisStore } from "@csi/journal/operator";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { CSICTL_BIN, ROOT, runStack, tempDir, withoutServerEnv } from "@csi/testkit";
 import { Redis } from "ioredis";
 import { parse as parseYaml } from "yaml";

@@ -5,8 +5,7 @@
  * and the in-memory log.
  */
 import { after } from "node:test";
-import { JetStreamLog } from "@csi/journal/operator";
-import { MemoryLog } from "@csi/journal/testing";
+import { JetStreamLog, MemoryLog } from "@csi/journal/log";
 import { startTestServers, type TestServers } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";

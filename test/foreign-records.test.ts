@@ -19,7 +19,7 @@ import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { JournalEvent, MAX_EVENT_BYTES, nameToken, subjects, type VolumeView } from "@csi/contracts";
-import { keysFor, RedisStore } from "@csi/journal/operator";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import type { ServiceProcess } from "@csi/testkit";
 import { csictlOf, type JournalTestEnv, journalTestEnv, scrape } from "@csi/testkit";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";

@@ -20,7 +20,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { CONTROLLER_SETTINGS } from "@csi/controller/testing";
-import { JOURNAL_SETTINGS } from "@csi/journal/testing";
+import { JOURNAL_SETTINGS } from "@csi/journal";
 import { NODE_AGENT_SETTINGS } from "@csi/node-agent/testing";
 import { csiClient, envNames } from "@csi/runtime";
 import {

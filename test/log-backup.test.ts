@@ -15,7 +15,7 @@ import { readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { test } from "node:test";
 import { subjects } from "@csi/contracts";
-import { keysFor, RedisStore } from "@csi/journal/operator";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { csictlOf, type JournalTestEnv, journalPerFile } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 

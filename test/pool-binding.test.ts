@@ -10,7 +10,7 @@ import { mkdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { subjects } from "@csi/contracts";
-import { FilePool } from "@csi/journal/testing";
+import { FilePool } from "@csi/journal/pools";
 import { type JournalTestEnv, journalTestEnv, tempDir } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 

@@ -14,7 +14,7 @@ import { open, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type DriverError, MiB } from "@csi/contracts";
-import { FilePool, OWNER_KEY, RbdPool, type RbdPoolOptions } from "@csi/journal/testing";
+import { FilePool, OWNER_KEY, RbdPool, type RbdPoolOptions } from "@csi/journal/pools";
 import { CEPH_PYTHON, type CephCluster, startCeph, tempDir, whyNoCeph } from "@csi/testkit";
 import { poolContract } from "./contracts/pool.contract.js";
 

@@ -11,7 +11,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { FilePool } from "@csi/journal/testing";
+import { FilePool } from "@csi/journal/pools";
 import { StateFile } from "@csi/node-agent/testing";
 import { mkdirDurable, writeFileDurable } from "@csi/runtime";
 import { cleanupUnder, ensurePowercut, mountPowercut, type PowercutMount, tempDir, writeConfigDurable } from "@csi/testkit";

@@ -13,8 +13,10 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setImmediate as tick } from "node:timers/promises";
 import { DriverError, resolveClusters } from "@csi/contracts";
-import { keysFor, Projector } from "@csi/journal/operator";
-import { FilePool, MemoryLog, MemoryStore } from "@csi/journal/testing";
+import { MemoryLog } from "@csi/journal/log";
+import { FilePool } from "@csi/journal/pools";
+import { MemoryStore, Projector } from "@csi/journal/projection";
+import { keysFor } from "@csi/journal/redis";
 import { createLogger, SentAhead } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 

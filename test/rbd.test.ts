@@ -19,7 +19,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type DriverError, decomposeVolumeId, type Finding, MiB, subjects } from "@csi/contracts";
-import { META_PREFIX, OWNER_KEY } from "@csi/journal/testing";
+import { META_PREFIX, OWNER_KEY } from "@csi/journal/pools";
 import { type CsiClient, csiClient } from "@csi/runtime";
 import {
   type CephCluster,

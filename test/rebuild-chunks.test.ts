@@ -9,7 +9,9 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { type EventBody, subjects } from "@csi/contracts";
-import { EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
+import { JetStreamLog as EventLog } from "@csi/journal/log";
+import { Projector } from "@csi/journal/projection";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { startTestServers, type TestServers } from "@csi/testkit";
 import { connect } from "@nats-io/transport-node";

@@ -25,7 +25,7 @@ import { after, before, describe, test } from "node:test";
 import { writeAuthDir } from "@csi/cli/auth";
 import { accessEnv, REDIS_ADMIN_USER, redisAccessFrom } from "@csi/cli/auth-files";
 import { DriverError } from "@csi/contracts";
-import { JOURNAL_FUNCTIONS, JOURNAL_LIBRARY, journalFunctionsLoaded, keysFor, RedisStore } from "@csi/journal/operator";
+import { JOURNAL_FUNCTIONS, JOURNAL_LIBRARY, journalFunctionsLoaded, keysFor, RedisStore } from "@csi/journal/redis";
 import { JournalClient, redisConnectOptions } from "@csi/runtime";
 import {
   CSICTL_BIN,

@@ -22,9 +22,8 @@ import { readFile, stat, truncate, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { DriverError, subjects } from "@csi/contracts";
-
-import { type BackupKey, EventLog, exportLogToFile, importLog, readBackupKey } from "@csi/journal/operator";
-import { BackupWriter } from "@csi/journal/testing";
+import { type BackupKey, BackupWriter, exportLogToFile, importLog, readBackupKey } from "@csi/journal/backup";
+import { JetStreamLog as EventLog } from "@csi/journal/log";
 import { type JournalTestEnv, journalTestEnv, runCsictl, type ServiceProcess, spawnService } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";

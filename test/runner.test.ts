@@ -12,8 +12,11 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { DriverError, resolveClusters } from "@csi/contracts";
-import { keysFor, Projector } from "@csi/journal/operator";
-import { FilePool, Journal, MemoryLog, MemoryStore } from "@csi/journal/testing";
+import { Journal } from "@csi/journal";
+import { MemoryLog } from "@csi/journal/log";
+import { FilePool } from "@csi/journal/pools";
+import { MemoryStore, Projector } from "@csi/journal/projection";
+import { keysFor } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 

@@ -13,8 +13,8 @@
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
-import { ensureJournalFunctions, JOURNAL_FUNCTIONS } from "@csi/journal/operator";
-import { CallKeys, createDurableFile } from "@csi/journal/testing";
+import { createDurableFile } from "@csi/journal/pools";
+import { CallKeys, ensureJournalFunctions, JOURNAL_FUNCTIONS } from "@csi/journal/redis";
 import { AckedPublisher, connectNats, DirSync, redisConnectOptions } from "@csi/runtime";
 import * as grpc from "@grpc/grpc-js";
 import { createInbox, type Msg } from "@nats-io/nats-core";

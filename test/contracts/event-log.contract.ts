@@ -1,5 +1,5 @@
 /**
- * What every EventLog (services/journal/src/ports/event-log.ts) does, as one suite run against
+ * What every EventLog (services/journal/src/log/port.ts) does, as one suite run against
  * each implementation (test/event-log.test.ts: JetStreamLog on a real nats-server, MemoryLog):
  * sequences, stamped events read back as stored, fenced appends (a wrong fence, fence 0, a fence
  * passing over foreign or removed records), a batch that partly fails, reads (from, to, one
@@ -11,17 +11,18 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { DriverError, MAX_WRITTEN_EVENT_BYTES, type StoredEvent, subjects } from "@csi/contracts";
-import { classifyRecord, isForeign, type LogRecord } from "@csi/journal/operator";
 import {
   AppendError,
   type AppendMeta,
-  type EventLogPort as EventLog,
+  classifyRecord,
+  type EventLog,
   isFenced,
+  isForeign,
   isUncertain,
+  type LogRecord,
   SequenceConflict,
-  T0,
-  volumeReservedBody,
-} from "@csi/journal/testing";
+} from "@csi/journal/log";
+import { T0, volumeReservedBody } from "@csi/journal/test-support";
 
 /** One fresh, empty log of `cluster`, and how to put a raw message on it. */
 export interface LogUnderTest {

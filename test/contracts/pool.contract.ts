@@ -1,5 +1,5 @@
 /**
- * What every pool backend (services/journal/src/domain/pool-backend.ts) does, as one suite run
+ * What every pool backend (services/journal/src/pools/port.ts) does, as one suite run
  * against each implementation (test/pool.test.ts: FilePool in a directory, RbdPool on a real
  * single-node Ceph): sizes rounded up to whole MiB and bounded, idempotent create and
  * AlreadyExists on another size, resize that never shrinks, read-only snapshots that keep the
@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { MiB } from "@csi/contracts";
-import type { ImageInfo, PoolBackend } from "@csi/journal/testing";
+import type { ImageInfo, PoolBackend } from "@csi/journal/pools";
 
 /** One pool of the backend, and the backend's own ways to its images' bytes. */
 export interface PoolUnderTest {

@@ -1,5 +1,5 @@
 /**
- * What every JournalStore (services/journal/src/ports/store.ts) does, as one suite run against
+ * What every JournalStore (services/journal/src/projection/port.ts) does, as one suite run against
  * each implementation (test/store.test.ts: RedisStore on a real redis-server, MemoryStore):
  * locks (all or none, busy, released and renewed with their token only, expiring by their TTL),
  * lockAndRead of states, the record a name points at and node claims, applyAndUnlock of trails
@@ -11,26 +11,10 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { afterEach, beforeEach, describe, test } from "node:test";
-import {
-  type Address,
-  type Aggregate,
-  addressKey,
-  addressOfState,
-  events,
-  Fold,
-  foldInto,
-  GRP,
-  type IndexOf,
-  type JournalStore,
-  type LockOn,
-  type LockResult,
-  type LogRecord,
-  SNAP,
-  type StateMap,
-  type States,
-  type Trail,
-  VOL,
-} from "@csi/journal/testing";
+import { type Address, type Aggregate, addressKey, addressOfState, Fold, foldInto, type States, type Trail } from "@csi/journal/fold";
+import type { LogRecord } from "@csi/journal/log";
+import type { IndexOf, JournalStore, LockOn, LockResult, StateMap } from "@csi/journal/projection";
+import { events, GRP, SNAP, VOL } from "@csi/journal/test-support";
 
 /** One fresh, empty store (no projection, no locks). */
 export interface StoreUnderTest {

@@ -6,8 +6,8 @@
  * observation behind them (the client's own findings, the failover bound) are added by the driver.
  */
 import { snapshotImageName, volumeImageName } from "@csi/contracts";
-import type { Keys } from "@csi/journal/operator";
-import type { ImageKind } from "@csi/journal/testing";
+import type { ImageKind } from "@csi/journal/fold";
+import type { Keys } from "@csi/journal/redis";
 import type { Finding, Level, ModelSnapshot, ModelVolume } from "./workload.js";
 
 /** One Redis key's value, as read (type and contents). */

@@ -6,8 +6,10 @@
  */
 import { readdir } from "node:fs/promises";
 import path from "node:path";
-import type { Keys } from "@csi/journal/operator";
-import { EventLog, Projector, RedisStore } from "@csi/journal/operator";
+import { JetStreamLog as EventLog } from "@csi/journal/log";
+import { Projector } from "@csi/journal/projection";
+import type { Keys } from "@csi/journal/redis";
+import { RedisStore } from "@csi/journal/redis";
 import { NodeState, StateFile } from "@csi/node-agent/testing";
 import { createLogger, type RedisAccess, redisConnectOptions, SentinelSafeRedis } from "@csi/runtime";
 import { loopsUnder, mountsLeftUnder } from "@csi/testkit";

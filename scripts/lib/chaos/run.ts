@@ -18,7 +18,7 @@ import { mkdir, mkdtemp, realpath } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { subjects } from "@csi/contracts";
-import { keysFor } from "@csi/journal/operator";
+import { keysFor } from "@csi/journal/redis";
 import { csiClient, loadClusters, natsConnectOptions, redisConnectOptions, SentinelSafeRedis, within } from "@csi/runtime";
 import { cleanupUnder, scrape } from "@csi/testkit";
 import { connect, type NatsConnection } from "@nats-io/transport-node";

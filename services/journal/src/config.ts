@@ -51,7 +51,7 @@ export const JournalConfig = z.object({
   redisCommandTimeoutMs: z.coerce.number().int().min(100).default(5_000),
   /** How long an operation waits for a projection rebuild before Unavailable (the CO retries). */
   rebuildWaitMs: z.coerce.number().int().min(0).default(10_000),
-  /** A node's device reports taken per second, and at most this many at once (domain/report-bounds.ts). */
+  /** A node's device reports taken per second, and at most this many at once (commands/deciders/report-bounds.ts). */
   reportRate: z.coerce.number().positive().max(100_000).default(50),
   reportBurst: z.coerce.number().int().min(1).max(1_000_000).default(500),
   /** Bind pools that belong to another log (or to none, under an empty log) to this one at start (docs/operations.md, "A pool knows its log"). */
@@ -59,7 +59,7 @@ export const JournalConfig = z.object({
     .enum(["0", "1"])
     .default("0")
     .transform((v) => v === "1"),
-  /** Whether the log server must fsync every append before its ack (adapters/log-durability.ts); "off" is the unsafe opt-out. */
+  /** Whether the log server must fsync every append before its ack (log/durability.ts); "off" is the unsafe opt-out. */
   logFsync: z.enum(["required", "off"]).default("required"),
   /** The log servers' monitoring endpoints, where their sync setting is checked (comma list; unset: only their version is). */
   natsMonitorUrl: z

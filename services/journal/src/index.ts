@@ -30,31 +30,31 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import { JetStreamLog } from "./adapters/event-log.js";
-import { FilePool } from "./adapters/file-pool.js";
-import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability, logUnavailable } from "./adapters/guarded-log.js";
-import { restoreUnderWay } from "./adapters/log-backup.js";
-import { checkLogDurability } from "./adapters/log-durability.js";
-import { lastHeartbeats, makeNodeQueues } from "./adapters/nodes.js";
-import { observedLog } from "./adapters/observed-log.js";
-import { RbdPool } from "./adapters/rbd-pool.js";
-
 import { Journal } from "./app/journal.js";
-import { distrustAfterRedisDrops, Projector } from "./app/projector.js";
+import { TokenBuckets } from "./commands/deciders/report-bounds.js";
 import type { JournalConfig } from "./config.js";
-import type { PoolBackend } from "./domain/pool-backend.js";
-import { TokenBuckets } from "./domain/report-bounds.js";
+import { restoreUnderWay } from "./log/backup/index.js";
+import { checkLogDurability } from "./log/durability.js";
+import { guardedLog, LOG_PROBE_TIMEOUT_MS, LogReachability, logUnavailable } from "./log/guarded.js";
+import { JetStreamLog } from "./log/jetstream.js";
+import { observedLog } from "./log/observed.js";
+import type { EventLog } from "./log/port.js";
 import { JournalMetrics } from "./metrics.js";
-import type { EventLog } from "./ports/event-log.js";
+import { lastHeartbeats, makeNodeQueues } from "./nodes.js";
+import { FilePool } from "./pools/file.js";
+import type { PoolBackend } from "./pools/port.js";
+import { RbdPool } from "./pools/rbd.js";
+import { distrustAfterRedisDrops, Projector } from "./projection/projector.js";
+import { JOURNAL_LIBRARY } from "./projection/redis/functions.js";
+import { keysFor } from "./projection/redis/layout.js";
+import { journalRedisOptions, RedisLink } from "./projection/redis/link.js";
+import { RedisStore } from "./projection/redis/store.js";
 import { serveJournal } from "./rpc/nats-service.js";
-import { keysFor } from "./store/layout.js";
-import { JOURNAL_LIBRARY } from "./store/redis-functions.js";
-import { journalRedisOptions, RedisLink } from "./store/redis-link.js";
-import { RedisStore } from "./store/redis-store.js";
 
-export { JournalConfig, journalConfig } from "./config.js";
+export { Journal, type JournalDeps } from "./app/journal.js";
+export { DEFAULT_LOCK_TTL_MS, JOURNAL_SETTINGS, JournalConfig, journalConfig } from "./config.js";
 /** The Redis key layout (test/journal.test.ts reads the projection with it). */
-export { keysFor } from "./store/layout.js";
+export { keysFor } from "./projection/redis/layout.js";
 
 export interface RunningJournal {
   journal: Journal;
@@ -166,7 +166,7 @@ const RESTORE_POLL_MS = 2000;
 
 /**
  * Waits while a restore of the cluster's event log is under way or was interrupted (its staging
- * stream exists; adapters/log-backup.ts): a journal never serves, nor creates, a log half restored.
+ * stream exists; log/backup/io.ts): a journal never serves, nor creates, a log half restored.
  */
 async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger): Promise<void> {
   const jsm = await jetstreamManager(nc);
@@ -185,7 +185,7 @@ async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger):
 
 /**
  * The cluster's event log, made sure of, guarded: every use fails fast while it is known
- * unreachable (adapters/guarded-log.ts), and the readiness check "log" says so.
+ * unreachable (log/guarded.ts), and the readiness check "log" says so.
  */
 async function openEventLog(
   nc: NatsConnection,
@@ -368,7 +368,7 @@ async function openProjection(
   log: Logger,
 ) {
   const store = new RedisStore(redis, keysFor(cluster.clusterID, cluster.instance), { down: () => redisLink.down() });
-  // The function library (redis-functions.ts): an admin loads it where the ACL is on; an open Redis
+  // The function library (redis/functions.ts): an admin loads it where the ACL is on; an open Redis
   // gets it from here. Missing and not loadable: the start fails, naming the admin's step.
   if (await store.ensureFunctions()) log.info({ library: JOURNAL_LIBRARY }, "loaded the journal's Redis function library");
   metrics.projectionLag(cluster.clusterID, async () => {

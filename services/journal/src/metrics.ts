@@ -35,8 +35,8 @@ import {
 } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
-import type { JetStreamLog } from "./adapters/event-log.js";
-import { shownSubject } from "./domain/log-records.js";
+import type { JetStreamLog } from "./log/jetstream.js";
+import { shownSubject } from "./log/records.js";
 
 /** Foreign records whose sequences a process remembers (so each is logged and counted once); past it, no more are. */
 const FOREIGN_TRACKED = 100_000;
@@ -123,7 +123,7 @@ export class JournalMetrics {
     this.#lockWait.observe({ outcome }, seconds);
   };
 
-  /** Count one event that landed (the event log's observer: adapters/observed-log.ts). */
+  /** Count one event that landed (the event log's observer: log/observed.ts). */
   readonly appended = (e: StoredEvent): void => {
     this.#appended.inc({ type: e.event.type });
   };

@@ -8,7 +8,7 @@
  * usage error listing them (exit 2).
  */
 import { composeVolumeId, type ResolvedCluster, type VolumeView } from "@csi/contracts";
-import { eventsOf } from "@csi/journal/operator";
+import { eventsOf } from "@csi/journal/log";
 import { looksLikePvc, parseTarget, type Target, type VolumeCandidate, volumesNamed } from "./domain/target.js";
 import { CliError, usageError } from "./errors.js";
 import type { Session } from "./session.js";

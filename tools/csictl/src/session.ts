@@ -6,7 +6,7 @@
  */
 import path from "node:path";
 import { type Clusters, clusterLogApi, DriverError, decomposeVolumeId, inboxPrefix, type NatsRole, type ResolvedCluster } from "@csi/contracts";
-import { EventLog } from "@csi/journal/operator";
+import { JetStreamLog as EventLog } from "@csi/journal/log";
 import {
   AccessError,
   type CsiClient,

@@ -8,8 +8,11 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { resolveClusters } from "@csi/contracts";
-import { type EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
-import { distrustAfterRedisDrops, FilePool, type ImageInfo, Journal, type JournalDeps } from "@csi/journal/testing";
+import { Journal, type JournalDeps } from "@csi/journal";
+import type { JetStreamLog as EventLog } from "@csi/journal/log";
+import { FilePool, type ImageInfo } from "@csi/journal/pools";
+import { distrustAfterRedisDrops, Projector } from "@csi/journal/projection";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import type { Redis } from "ioredis";
 

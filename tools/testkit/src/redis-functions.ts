@@ -3,7 +3,7 @@
  * identity that may (the admin of a locked-down Redis, the default user of an open one), before
  * any journal runs: what `csictl redis load-functions` does in a deployment (docs/security.md).
  */
-import { loadJournalFunctions } from "@csi/journal/operator";
+import { loadJournalFunctions } from "@csi/journal/redis";
 import { type RedisAccess, redisConnectOptions } from "@csi/runtime";
 import { Redis } from "ioredis";
 

@@ -5,7 +5,7 @@
  * stat'ed per volume. ControllerGetVolume (volume.get) also compares the image's size.
  */
 import type { VolumeView } from "@csi/contracts";
-import type { PoolBackend } from "../domain/pool-backend.js";
+import type { PoolBackend } from "../pools/port.js";
 
 export async function withConditions(views: VolumeView[], pools: ReadonlyMap<string, PoolBackend>): Promise<VolumeView[]> {
   const names = new Map<string, ReadonlySet<string> | undefined>();

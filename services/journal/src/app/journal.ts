@@ -2,7 +2,7 @@
  * The journal: the single writer of volume and snapshot history for one storage cluster. Every
  * command that changes anything is a decider (domain/) run by the one runner (runner.ts): lock,
  * read, decide, image steps, fenced appends, the fold once, the projection written and the locks
- * released, the reply (idempotent, crash-safe creates: domain/reservation.ts). Reads (get, list,
+ * released, the reply (idempotent, crash-safe creates: commands/deciders/reservation.ts). Reads (get, list,
  * history, pool stat) read the projection or the log directly, here.
  */
 import {
@@ -11,56 +11,52 @@ import {
   DriverError,
   type GroupSnapshotView,
   isUuid,
-  jsonBytes,
   MAX_PAGE_ENTRIES,
   notFound,
   type ParsedRequest,
   quote,
-  replyBudget,
   type SnapshotView,
   subjects,
-  takeWithin,
   type VolumeView,
 } from "@csi/contracts";
-import { adoptVolume } from "../domain/adopt.js";
-import type { Command, View } from "../domain/decider.js";
-import { deviceHolds } from "../domain/devices.js";
-import { type Address, addressKey, liveRecord } from "../domain/evolve.js";
-import { createGroupSnapshot, deleteGroupSnapshot, groupView, membersMismatch } from "../domain/group.js";
-import { shared, subjectOf } from "../domain/kinds.js";
-import { eventsOf } from "../domain/log-records.js";
-import { snapshotView, volumeView } from "../domain/records.js";
-import { whyNotNodesBusiness } from "../domain/report-bounds.js";
-import { nextToken } from "../domain/reservation.js";
-import { createSnapshot, deleteSnapshot } from "../domain/snapshots.js";
-import { createVolume, deleteVolume, expandVolume, madeIn, modifyVolume, poolOf, publishVolume, recordIn, unpublishVolume } from "../domain/volumes.js";
-import type { IndexOf, JournalStore } from "../ports/store.js";
-import { Audit, type HeartbeatReader } from "./audit.js";
+import { Audit, type AuditDeps, type HeartbeatReader } from "../audit/index.js";
+import type { Command, View } from "../commands/decider.js";
+import { adoptVolume } from "../commands/deciders/adopt.js";
+import { deviceHolds } from "../commands/deciders/devices.js";
+import { createGroupSnapshot, deleteGroupSnapshot, groupView, membersMismatch } from "../commands/deciders/group.js";
+import { whyNotNodesBusiness } from "../commands/deciders/report-bounds.js";
+import { nextToken } from "../commands/deciders/reservation.js";
+import { createSnapshot, deleteSnapshot } from "../commands/deciders/snapshots.js";
+import {
+  createVolume,
+  deleteVolume,
+  expandVolume,
+  madeIn,
+  modifyVolume,
+  poolOf,
+  publishVolume,
+  recordIn,
+  unpublishVolume,
+} from "../commands/deciders/volumes.js";
+import { fitReply } from "../commands/reply.js";
+import { run } from "../commands/runner.js";
+import { type Address, addressKey, liveRecord } from "../fold/evolve.js";
+import { shared, subjectOf } from "../fold/kinds.js";
+import { snapshotView, volumeView } from "../fold/records.js";
+import { eventsOf } from "../log/records.js";
+import type { IndexOf } from "../projection/port.js";
 import { withConditions } from "./conditions.js";
-import type { Projector } from "./projector.js";
-import { type RunnerDeps, run } from "./runner.js";
 
-export interface JournalDeps extends RunnerDeps {
-  store: JournalStore;
-  projector: Projector;
-  /** The NATS connection's max_payload: replies are cut to fit under it (default: NATS's 1 MiB). */
-  maxPayload?: number;
+export interface JournalDeps extends AuditDeps {
   /** The last heartbeat of nodes (audit.verify's stale claims); without it every claimed node counts as silent. */
   heartbeats?: HeartbeatReader;
-  /**
-   * Per pool, since when an image no record names may be this log's leftover (epoch ms): its
-   * binding to the log, or the log's restore, whichever is later. gc never removes one made before.
-   */
-  trustedSince?: ReadonlyMap<string, number>;
-  /** Every node's latest registration (what each says it holds): verify's stray devices. Without it, none are looked for. */
-  registrations?: () => Promise<readonly { nodeId: string; time: string; holding?: readonly string[] }[]>;
 }
 
 export class Journal {
   readonly audit: Audit;
 
   constructor(readonly d: JournalDeps) {
-    this.audit = new Audit(this, d.heartbeats ?? (async (ids) => new Map(ids.map((id) => [id, undefined]))));
+    this.audit = new Audit(d, d.heartbeats ?? (async (ids) => new Map(ids.map((id) => [id, undefined]))));
   }
 
   /** Before a command: if Redis came back since the last catch-up, catch the projection up first. */
@@ -166,22 +162,15 @@ export class Journal {
     return { uuids: page, view: { state: (a: Address) => states.get(addressKey(a)) }, next };
   }
 
-  /**
-   * A page cut so that its encoded reply stays under the connection's max payload (less
-   * headroom for the envelope): the entries that fit, and the token to go on from — the last
-   * one kept when the page was cut, else `next` (where the store's page ended).
-   */
+  /** A page cut to fit the connection's max payload (commands/reply.ts). */
   fitReply<T>(entries: T[], tokenOf: (e: T) => string, next: string | undefined): { entries: T[]; nextToken?: string } {
-    const { taken, cut } = takeWithin(entries, (e) => jsonBytes(e) + 1, replyBudget(this.d.maxPayload));
-    const last = taken[taken.length - 1];
-    const token = cut && last ? tokenOf(last) : next;
-    return token ? { entries: taken, nextToken: token } : { entries: taken };
+    return fitReply(this.d.maxPayload, entries, tokenOf, next);
   }
 
   /** A volume's claims as the projection holds them, nothing stat'ed (a node's claim check, its reports); undefined when it does not live. */
   claimsOf = async (uuid: string) => liveRecord((await this.#view([{ kind: "volume", uuid }])).state({ kind: "volume", uuid }), "volume")?.claims;
   // ---------------------------------------------------------------- device history
-  /** A node's device report becomes an event of the volume's history if the node has business with it (domain/report-bounds.ts); else FailedPrecondition: dropped. */
+  /** A node's device report becomes an event of the volume's history if the node has business with it (commands/deciders/report-bounds.ts); else FailedPrecondition: dropped. */
   async reportDevice(report: DeviceReport): Promise<void> {
     const reported = this.d.log.history([subjects.deviceEvents(this.d.cluster.clusterID, report.uuid)]);
     const [claims, history] = await Promise.all([this.claimsOf(report.uuid), reported]);

@@ -10,7 +10,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { type NatsRole, type NatsUserEntry, natsAccountSpecs, natsAccountsConfig, natsPermissions, natsRoles, natsUser } from "@csi/contracts";
-import { redisAclFile } from "@csi/journal/operator";
+import { redisAclFile } from "@csi/journal/redis";
 import { createUser } from "@nats-io/nkeys";
 import bcrypt from "bcryptjs";
 import {

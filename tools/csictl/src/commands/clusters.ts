@@ -7,7 +7,7 @@
  * 3 if none of them is (no journal runs: as any command that asks one).
  */
 import { subjects } from "@csi/contracts";
-import { keysFor, RedisStore } from "@csi/journal/operator";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { type ServiceStats, Svcm } from "@nats-io/services";
 import { type ClusterHealth, clusterHealth } from "../domain/health.js";
 import { EXIT } from "../errors.js";

@@ -6,7 +6,8 @@
  * `--follow` then watches the aggregate's subjects live until Ctrl-C.
  */
 import { DriverError, type ResolvedCluster, subjects } from "@csi/contracts";
-import { classifyRecord, type EventLog, eventsOf, isForeign, KINDS, uuidSubjects } from "@csi/journal/operator";
+import { KINDS, uuidSubjects } from "@csi/journal/fold";
+import { classifyRecord, type JetStreamLog as EventLog, eventsOf, isForeign } from "@csi/journal/log";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { stringify as yamlStringify } from "yaml";

@@ -16,7 +16,7 @@ import { randomUUID } from "node:crypto";
 import { constants } from "node:fs";
 import { access } from "node:fs/promises";
 import { DriverError, MAX_PURGE_RECORDS, type PurgeAction, subjects } from "@csi/contracts";
-import { BackupError, type BackupKey, exportLogTo, exportLogToFile, type ImportPhase, importLog, newBackupFile, readBackupKey } from "@csi/journal/operator";
+import { BackupError, type BackupKey, exportLogTo, exportLogToFile, type ImportPhase, importLog, newBackupFile, readBackupKey } from "@csi/journal/backup";
 import { NoRespondersError } from "@nats-io/transport-node";
 import { PURGE_HEAD, purgeRow } from "../domain/audit.js";
 import { CliError, EXIT, type ExitCode, usageError } from "../errors.js";

@@ -7,7 +7,9 @@
  * retries). The progress is the projection's own watermark, read from Redis while it runs.
  */
 
-import { EventLog, keysFor, Projector, RedisStore } from "@csi/journal/operator";
+import { JetStreamLog as EventLog } from "@csi/journal/log";
+import { Projector } from "@csi/journal/projection";
+import { keysFor, RedisStore } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { CliError, EXIT } from "../errors.js";
 import { fields } from "../output.js";

@@ -6,7 +6,7 @@
  * Libraries of other versions are listed and kept (a journal of that version may still run);
  * `--prune` deletes them once every journal runs this version (docs/operations.md).
  */
-import { JOURNAL_LIBRARY, journalLibraries, loadJournalFunctions } from "@csi/journal/operator";
+import { JOURNAL_LIBRARY, journalLibraries, loadJournalFunctions } from "@csi/journal/redis";
 import { REDIS_ADMIN_USER } from "../domain/auth-files.js";
 import { CliError, EXIT } from "../errors.js";
 import { fields } from "../output.js";

@@ -9,7 +9,9 @@
  * the backup is still checked and the comparison said to be skipped.
  */
 import { type Finding, type PoolImage, subjects } from "@csi/contracts";
-import { type BackupKey, foldBackup, type ImageInfo, inspect } from "@csi/journal/operator";
+import { inspect } from "@csi/journal/audit";
+import { type BackupKey, foldBackup } from "@csi/journal/backup";
+import type { ImageInfo } from "@csi/journal/pools";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { FINDING_HEAD, findingRow } from "../domain/audit.js";
 import { fields, table } from "../output.js";

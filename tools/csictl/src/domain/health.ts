@@ -5,7 +5,7 @@
  * after the projection's `applied` watermark.
  */
 import type { NodeRegistration } from "@csi/contracts";
-import type { ProjectionMeta } from "@csi/journal/operator";
+import type { ProjectionMeta } from "@csi/journal/projection";
 
 /** Missed heartbeats after which a node counts as unhealthy. */
 export const MISSED_HEARTBEATS = 3;
