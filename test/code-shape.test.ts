@@ -128,3 +128,35 @@ test("at most 4 double casts (`as unknown as`) in product code (services, packag
   );
   assert.ok(found.length <= 4, found.join("\n"));
 });
+
+/** The names a module exports: its `export { … }` specifiers and its exported declarations. */
+export function exportedNames(file: string, text: string): string[] {
+  const sf = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const names: string[] = [];
+  for (const s of sf.statements) {
+    if (ts.isExportDeclaration(s) && s.exportClause && ts.isNamedExports(s.exportClause)) names.push(...s.exportClause.elements.map((e) => e.name.text));
+    else if (ts.isExportDeclaration(s)) names.push(`* from ${s.moduleSpecifier?.getText(sf)}`);
+    else if (ts.canHaveModifiers(s) && ts.getModifiers(s)?.some((m) => m.kind === ts.SyntaxKind.ExportKeyword)) {
+      if (ts.isVariableStatement(s)) names.push(...s.declarationList.declarations.map((d) => d.name.getText(sf)));
+      else if ("name" in s && s.name && ts.isIdentifier(s.name as ts.Node)) names.push((s.name as ts.Identifier).text);
+    }
+  }
+  return names;
+}
+
+const MAX_FACE_NAMES = 15;
+
+test(`each face of the journal (an entry of its package.json) exports at most ${MAX_FACE_NAMES} names, none by \`export *\``, () => {
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, "services/journal/package.json"), "utf8")) as { exports: Record<string, { source: string }> };
+  const wide = Object.entries(pkg.exports).flatMap(([entry, e]) => {
+    const file = path.join(ROOT, "services/journal", e.source);
+    const names = exportedNames(file, readFileSync(file, "utf8"));
+    return names.length > MAX_FACE_NAMES || names.some((n) => n.startsWith("* from")) ? [`${entry}: ${names.length} names`] : [];
+  });
+  assert.deepEqual(wide, []);
+  assert.equal(
+    exportedNames("x.ts", "export { a, b as c } from './a.js';\nexport const d = 1;\nexport function e() {}\nexport * from './f.js';").length,
+    5,
+    "the count can fail",
+  );
+});

@@ -42,6 +42,9 @@ class FailingStore extends MemoryStore {
   override applyAndUnlock(...a: Parameters<MemoryStore["applyAndUnlock"]>) {
     return this.#maybeFail(() => super.applyAndUnlock(...a));
   }
+  override applyBatch(...a: Parameters<MemoryStore["applyBatch"]>) {
+    return this.#maybeFail(() => super.applyBatch(...a));
+  }
   override writeFresh(...a: Parameters<MemoryStore["writeFresh"]>) {
     return this.#maybeFail(() => super.writeFresh(...a));
   }

@@ -124,7 +124,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.projectionSize(), 0);
       const trails = trailsOf(volumeLife());
       assert.equal(await store.applyAndUnlock(trails, [], "t"), -1, "an operation's writes");
-      assert.equal(await store.applyAndUnlock(trails, [], "t", { prev: 0, to: 8 }), -1, "a replay batch");
+      assert.equal(await store.applyBatch(trails, { prev: 0, to: 8 }), -1, "a replay batch");
       assert.deepEqual(await states([vol, volName]), none(vol, volName));
       assert.equal(await store.completeStates([vol]), undefined);
       assert.equal(await store.completeIndexPage({ kind: "volume" }, undefined, 0), undefined);
@@ -331,7 +331,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       const claimed = events(8).claimed("n3");
       const before = await states([vol]);
       assert.equal(await store.applyAndUnlock(trailsOf([claimed], before), [], "t"), -1);
-      assert.equal(await store.applyAndUnlock(trailsOf([claimed], before), [], "", { prev: 8, to: 9 }), -1, "a replay batch too");
+      assert.equal(await store.applyBatch(trailsOf([claimed], before), { prev: 8, to: 9 }), -1, "a replay batch too");
       assert.deepEqual(await states([vol]), before, "nothing written");
       assert.deepEqual(await claims("n3"), { n3: 0 });
       assert.equal((await store.projectionMeta())?.applied, 0);
@@ -344,15 +344,15 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await applied(), 10);
       const e = events(10);
       const batch = [e.nameReserved("volume", "pvc", VOL), e.volReserved(), e.volCreated()]; // 11–13
-      assert.equal(await store.applyAndUnlock(trailsOf(batch), [], "", { prev: 11, to: 13 }), -1, "11 is not applied yet");
+      assert.equal(await store.applyBatch(trailsOf(batch), { prev: 11, to: 13 }), -1, "11 is not applied yet");
       assert.deepEqual(await states([vol]), none(vol), "nothing written");
       assert.equal(await applied(), 10);
-      assert.equal(await store.applyAndUnlock(trailsOf(batch), [], "", { prev: 10, to: 13 }), 2);
+      assert.equal(await store.applyBatch(trailsOf(batch), { prev: 10, to: 13 }), 2);
       assert.equal(await applied(), 13);
       assert.deepEqual(await states([vol]), asRead([folded(batch).get(addressKey(vol)) as Aggregate]));
-      assert.equal(await store.applyAndUnlock(trailsOf(batch.slice(0, 2)), [], "", { prev: 10, to: 12 }), 0, "behind the watermark: the guard skips it");
+      assert.equal(await store.applyBatch(trailsOf(batch.slice(0, 2)), { prev: 10, to: 12 }), 0, "behind the watermark: the guard skips it");
       assert.equal(await applied(), 13, "the watermark does not go back");
-      assert.equal(await store.applyAndUnlock([], [], "", { prev: 13, to: 20 }), 0, "events that change no aggregate");
+      assert.equal(await store.applyBatch([], { prev: 13, to: 20 }), 0, "events that change no aggregate");
       assert.equal(await applied(), 20);
       assert.equal(await store.applyAndUnlock(trailsOf([e.claimed("n1")], await states([vol])), [], "t"), 1, "an operation's own writes");
       assert.equal(await applied(), 20, "move no watermark");

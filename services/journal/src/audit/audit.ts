@@ -242,7 +242,7 @@ export class Audit {
     if (locked && !locked.ok) return { ...action, outcome: "skipped", reason: `busy: a command on ${owner?.kind} ${owner?.uuid} holds its lock` };
     const removed = await pool
       .removeLeftover({ kind, name: action.imageName, id: action.imageId ?? "" })
-      .finally(() => (owner && locked?.ok ? this.#d.store.applyAndUnlock([], [owner], token).catch(() => 0) : undefined));
+      .finally(() => (owner && locked?.ok ? this.#d.store.release([owner], token).catch(() => {}) : undefined));
     if (!removed) return { ...action, outcome: "skipped", reason: kind === "trash" ? "clones still need it" : "it is gone" };
     this.#d.logger.info({ pool: action.pool, image: action.imageName, id: action.imageId, type: action.type, requestId }, "gc removed a leftover");
     return { ...action, outcome: "done" };

@@ -490,7 +490,7 @@ class Run<R> implements View {
 
   async #release(locks: LockOn[]): Promise<void> {
     if (locks.length === 0) return;
-    await this.d.store.applyAndUnlock([], locks, this.#token);
+    await this.d.store.release(locks, this.#token);
     for (const l of locks) this.#held.splice(this.#held.indexOf(l), 1);
   }
 

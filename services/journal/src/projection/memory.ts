@@ -147,7 +147,19 @@ export class MemoryStore implements JournalStore {
       .sort();
   }
 
-  async applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): Promise<number> {
+  async applyAndUnlock(trails: Trail[], locks: LockOn[], token: string): Promise<number> {
+    return this.#apply(trails, locks, token);
+  }
+
+  async applyBatch(trails: Trail[], step: ReplayStep): Promise<number> {
+    return this.#apply(trails, [], "", step);
+  }
+
+  async release(locks: LockOn[], token: string): Promise<void> {
+    for (const l of locks) this.#release(lockKey(l), token);
+  }
+
+  #apply(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): number {
     const meta = this.#meta;
     const ok = meta?.complete === true && (!replay || meta.applied >= replay.prev);
     let applied = 0;

@@ -68,12 +68,20 @@ export interface CommandStore {
   /** Take every lock of `plan` (all or none) with `token` for `ttlMs`, and read the plan's states. */
   lockAndRead(token: string, ttlMs: number, plan: ReadPlan): Promise<LockResult>;
   /**
-   * Write each trail's last state (idempotently: a write older than what is there does nothing)
-   * and release `locks` held with `token`, in one step. Without `replay` only onto a complete
-   * projection; a catch-up batch also moves the watermark from `prev` to `to`. Returns how many
-   * writes ran, or -1 if the projection refused them (nothing written; locks still released).
+   * An operation's end: write each trail's last state (idempotently: a write older than what is
+   * there does nothing) and release `locks` held with `token`, in one step, only onto a complete
+   * projection. Returns how many writes ran, or -1 if the projection refused them (nothing
+   * written; locks still released).
    */
-  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): Promise<number>;
+  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string): Promise<number>;
+  /**
+   * A catch-up batch: the trails' last states written as `applyAndUnlock` writes them, and the
+   * watermark moved from `step.prev` to `step.to`, only onto a complete projection whose watermark
+   * is at least `prev`. Returns how many writes ran, or -1 if refused (nothing written).
+   */
+  applyBatch(trails: Trail[], step: ReplayStep): Promise<number>;
+  /** Release `locks` held with `token` (one held with another token is left alone); nothing written. */
+  release(locks: LockOn[], token: string): Promise<void>;
   /** Extend a lock still held with `token`; false when it was lost. */
   renew(lock: LockOn, token: string, ttlMs: number): Promise<boolean>;
   /** States as the projection holds them, whatever its completeness. */

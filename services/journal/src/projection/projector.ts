@@ -411,7 +411,7 @@ export class Projector {
           const trails = await foldBatch(this.store, batch, cache);
           for (const t of trails) cache.set(addressKey(t.address), t.states.at(-1));
           const to = batch[batch.length - 1]?.seq ?? prev;
-          const sent = this.store.applyAndUnlock(trails, [], "", { prev, to });
+          const sent = this.store.applyBatch(trails, { prev, to });
           prev = to;
           events += batch.length;
           count(await out.add(sent));

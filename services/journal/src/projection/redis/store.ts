@@ -4,8 +4,9 @@
  * Round trips are what a CreateVolume costs, so each step is one function of the journal's Redis
  * function library (redis/functions.ts; FCALL, every key declared):
  *   lockAndRead    take every lock of an operation (all or none) and read what it decides on
- *   applyAndUnlock apply the events the operation appended (or a replay batch, advancing the
- *                  watermark) and release the locks (compare-and-delete)
+ *   applyAndUnlock apply the events the operation appended and release the locks (compare-and-delete);
+ *                  the same function serves applyBatch (a catch-up batch, advancing the watermark)
+ *                  and release (locks alone)
  * and the projection's own life (see projection/redis/projection-state.ts for the meta hash):
  *   beginRebuild   a new epoch over an empty meta; writeFresh a chunk of the rebuild's writes;
  *                  markComplete the last write of a rebuild.
@@ -196,11 +197,23 @@ export class RedisStore implements JournalStore {
   }
 
   /** Write the trails' last states and release `locks` (one round trip); see CommandStore. */
-  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, replay?: ReplayStep): Promise<number> {
+  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string): Promise<number> {
     return this.applyMutations(
       writesOf(this.keys, trails),
       locks.map((l) => [this.lockKey(l), token]),
-      replay,
+    );
+  }
+
+  /** A catch-up batch: the trails' writes and the watermark moved (one round trip); see CommandStore. */
+  applyBatch(trails: Trail[], step: ReplayStep): Promise<number> {
+    return this.applyMutations(writesOf(this.keys, trails), [], step);
+  }
+
+  /** Release `locks` held with `token` (the same function with nothing to write). */
+  async release(locks: LockOn[], token: string): Promise<void> {
+    await this.applyMutations(
+      [],
+      locks.map((l) => [this.lockKey(l), token]),
     );
   }
 
