@@ -37,12 +37,6 @@ export const JournalConfig = z.object({
   /** "Working" beats to a command's caller while it runs longer than this (0: none). */
   beatEveryMs: z.coerce.number().int().min(0).default(250),
   catchUpEveryMs: z.coerce.number().int().min(0).default(10_000),
-  /** Fault injection for tests: SIGKILL this process right after appending an event of this type, or after a pool step `image:<op>` returned. */
-  crashAfter: z.string().optional(),
-  /** Fault injection for tests: SIGSTOP (freeze) this process right after appending an event of this type (or a pool step `image:<op>`). */
-  freezeAfter: z.string().optional(),
-  /** Fault injection for tests: hold every copy (snapshot, clone) this long with its temp file in the pool, so a test can kill the journal mid-copy. */
-  testHoldCopyMs: z.coerce.number().int().min(0).default(0),
   /** Debian's python3, which has python3-rbd (the RBD pools' helper runs on it; a pyenv or venv python3 on the PATH does not have it). */
   rbdPython: z.string().min(1).default("/usr/bin/python3"),
   /** Events per projection replay batch (tests make it small to see a rebuild's middle). */
@@ -89,15 +83,6 @@ export const JOURNAL_SETTINGS = {
   lockWaitMs: { env: "LOCK_WAIT_MS", help: "how long a command waits for a busy lock before answering Aborted (ms)" },
   catchUpEveryMs: { env: "CATCHUP_EVERY_MS", help: "how often the log tail is replayed into Redis (ms; 0: only at start and on demand)" },
   beatEveryMs: { env: "JOURNAL_BEAT_MS", help: "a command running longer than this sends working beats to its caller this often (ms; 0: none)" },
-  crashAfter: {
-    env: "JOURNAL_CRASH_AFTER",
-    help: "tests only: SIGKILL this process right after appending an event of this type, or after a pool step image:<op> (image:create) returned",
-  },
-  freezeAfter: {
-    env: "JOURNAL_FREEZE_AFTER",
-    help: "tests only: SIGSTOP this process right after appending an event of this type, or after a pool step image:<op> returned",
-  },
-  testHoldCopyMs: { env: "JOURNAL_TEST_HOLD_COPY_MS", help: "tests only: hold every snapshot/clone copy this long before publishing it (ms)" },
   rbdPython: { env: "RBD_PYTHON", help: "the python3 with python3-rbd that runs the RBD pools' helper (Debian's)" },
   replayBatch: { env: "JOURNAL_REPLAY_BATCH", help: "events per catch-up batch, aggregates per rebuild chunk (at most 1,000)" },
   redisCommandTimeoutMs: {

@@ -67,14 +67,26 @@ export interface RunningJournal {
 export const JOURNAL_VERSION = packageVersion(new URL("../package.json", import.meta.url));
 
 /** `ops`: where the metrics and readiness checks go (runMain serves them; in-process callers may leave it out). */
-export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new Ops("journal")): Promise<RunningJournal> {
+/**
+ * Fault injection, for tests only (test-support/faults-main.ts reads it from the environment; no
+ * setting of the production configuration): SIGKILL or SIGSTOP the process right after appending
+ * an event of a type, or after a pool step `image:<op>` returned; hold every copy of a file pool
+ * (snapshot, clone) this long with its temp file in the pool, so a test can kill a journal mid-copy.
+ */
+export interface JournalFaults {
+  crashAfter?: string | undefined;
+  freezeAfter?: string | undefined;
+  holdCopyMs?: number | undefined;
+}
+
+export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new Ops("journal"), faults: JournalFaults = {}): Promise<RunningJournal> {
   const clusters = loadClusters(cfg.clustersFile, cfg.dataDir);
   const clusterID = cfg.cluster ?? clusters.defaultCluster;
   const cluster = clusters.get(clusterID);
   if (!cluster) throw new DriverError("InvalidArgument", `cluster ${clusterID} is not in the clusters config`);
   const log = logger.child({ cluster: clusterID });
 
-  const pools = await openPools(cluster, cfg, log);
+  const pools = await openPools(cluster, cfg, log, faults.holdCopyMs ?? 0);
 
   const role = { kind: "journal" as const, cluster: clusterID };
   const nc = await connectNats(
@@ -96,10 +108,10 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
     throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
 
-  const faults = faultsAfter({ SIGKILL: cfg.crashAfter, SIGSTOP: cfg.freezeAfter }, log);
+  const signalAfter = faultsAfter({ SIGKILL: faults.crashAfter, SIGSTOP: faults.freezeAfter }, log);
   const eventLog = observedLog(events, async (e) => {
     metrics.appended(e);
-    await faults(e.event.type);
+    await signalAfter(e.event.type);
   });
   const journal = new Journal({
     cluster,
@@ -116,7 +128,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
     heartbeats: (nodeIds) => lastHeartbeats(nc, fleet, nodeIds),
     registrations: () => allNodeRegistrations(fleetManager(nc, fleet)),
     unavailable: () => unavailableWhy(redisLink, reach),
-    afterEffect: (e) => faults(`image:${e.op}`),
+    afterEffect: (e) => signalAfter(`image:${e.op}`),
     trustedSince,
     ...(nc.info?.max_payload ? { maxPayload: nc.info.max_payload } : {}),
   });
@@ -325,7 +337,12 @@ async function stopJournal(
  * cluster is reached on first use, and looked at once in the background so the log says early
  * whether it answers (a Ceph cluster that is down fails that pool's calls, not the journal's start).
  */
-async function openPools(cluster: ResolvedCluster, cfg: JournalConfig, log: Logger): Promise<Map<string, PoolBackend & { close?(): Promise<void> }>> {
+async function openPools(
+  cluster: ResolvedCluster,
+  cfg: JournalConfig,
+  log: Logger,
+  holdCopyMs: number,
+): Promise<Map<string, PoolBackend & { close?(): Promise<void> }>> {
   const pools = new Map<string, PoolBackend & { close?(): Promise<void> }>();
   for (const p of cluster.pools) {
     const max = p.maxImageBytes ? { maxImageBytes: p.maxImageBytes } : {};
@@ -352,7 +369,7 @@ async function openPools(cluster: ResolvedCluster, cfg: JournalConfig, log: Logg
       pools.set(p.name, pool);
       continue;
     }
-    const pool = new FilePool({ name: p.name, id: p.id, root: p.root, ...max, ...(cfg.testHoldCopyMs > 0 ? { holdCopyMs: cfg.testHoldCopyMs } : {}) });
+    const pool = new FilePool({ name: p.name, id: p.id, root: p.root, ...max, ...(holdCopyMs > 0 ? { holdCopyMs } : {}) });
     await pool.init();
     pools.set(p.name, pool);
   }

@@ -40,7 +40,10 @@ export function serviceArgv(service: ServiceName): string[] {
  * test-support/faults-main.ts (from the sources; never built into dist/), the one place that reads
  * them. A service's production configuration has no fault knob.
  */
-export const FAULT_ENVS: Partial<Record<ServiceName, readonly string[]>> = { "node-agent": ["NODE_CRASH_AFTER", "NODE_STALL_BEFORE"] };
+export const FAULT_ENVS: Partial<Record<ServiceName, readonly string[]>> = {
+  journal: ["JOURNAL_CRASH_AFTER", "JOURNAL_FREEZE_AFTER", "JOURNAL_TEST_HOLD_COPY_MS"],
+  "node-agent": ["NODE_CRASH_AFTER", "NODE_STALL_BEFORE"],
+};
 
 /** The command line of a service's faults entry, when `env` asks for a fault; else undefined. */
 function faultsArgv(service: ServiceName, env: Record<string, string>): string[] | undefined {
