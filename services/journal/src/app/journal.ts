@@ -21,23 +21,11 @@ import {
 } from "@csi/contracts";
 import { Audit, type AuditDeps, type HeartbeatReader } from "../audit/index.js";
 import type { Command, View } from "../commands/decider.js";
-import { adoptVolume } from "../commands/deciders/adopt.js";
 import { deviceHolds } from "../commands/deciders/devices.js";
-import { createGroupSnapshot, deleteGroupSnapshot, groupView, membersMismatch } from "../commands/deciders/group.js";
+import { groupView, membersMismatch } from "../commands/deciders/group.js";
 import { whyNotNodesBusiness } from "../commands/deciders/report-bounds.js";
 import { nextToken } from "../commands/deciders/reservation.js";
-import { createSnapshot, deleteSnapshot } from "../commands/deciders/snapshots.js";
-import {
-  createVolume,
-  deleteVolume,
-  expandVolume,
-  madeIn,
-  modifyVolume,
-  poolOf,
-  publishVolume,
-  recordIn,
-  unpublishVolume,
-} from "../commands/deciders/volumes.js";
+import { madeIn, poolOf, recordIn } from "../commands/deciders/volumes.js";
 import { fitReply } from "../commands/reply.js";
 import { run } from "../commands/runner.js";
 import { type Address, addressKey, liveRecord } from "../fold/evolve.js";
@@ -46,6 +34,7 @@ import { snapshotView, volumeView } from "../fold/records.js";
 import { eventsOf } from "../log/records.js";
 import type { IndexOf } from "../projection/port.js";
 import { withConditions } from "./conditions.js";
+import { type CommandTable, commandTable } from "./table.js";
 
 export interface JournalDeps extends AuditDeps {
   /** The last heartbeat of nodes (audit.verify's stale claims); without it every claimed node counts as silent. */
@@ -68,17 +57,20 @@ export class Journal {
     return run(this.d, cmd);
   }
 
-  createVolume = (req: ParsedRequest<"volume.create">) => this.run(createVolume(req));
-  adoptVolume = (req: ParsedRequest<"volume.adopt">) => this.run(adoptVolume(req));
-  deleteVolume = (req: ParsedRequest<"volume.delete">) => this.run(deleteVolume(req));
-  expandVolume = (req: ParsedRequest<"volume.expand">) => this.run(expandVolume(req));
-  modifyVolume = (req: ParsedRequest<"volume.modify">) => this.run(modifyVolume(req));
-  publishVolume = (req: ParsedRequest<"volume.publish">) => this.run(publishVolume(req));
-  unpublishVolume = (req: ParsedRequest<"volume.unpublish">) => this.run(unpublishVolume(req));
-  createSnapshot = (req: ParsedRequest<"snapshot.create">) => this.run(createSnapshot(req));
-  deleteSnapshot = (req: ParsedRequest<"snapshot.delete">) => this.run(deleteSnapshot(req));
-  createGroupSnapshot = (req: ParsedRequest<"groupsnapshot.create">) => this.run(createGroupSnapshot(req));
-  deleteGroupSnapshot = (req: ParsedRequest<"groupsnapshot.delete">) => this.run(deleteGroupSnapshot(req));
+  /** Every journal command, one row each (table.ts): what the NATS service serves. */
+  readonly commands: CommandTable = commandTable(this);
+
+  createVolume = this.commands["volume.create"];
+  adoptVolume = this.commands["volume.adopt"];
+  deleteVolume = this.commands["volume.delete"];
+  expandVolume = this.commands["volume.expand"];
+  modifyVolume = this.commands["volume.modify"];
+  publishVolume = this.commands["volume.publish"];
+  unpublishVolume = this.commands["volume.unpublish"];
+  createSnapshot = this.commands["snapshot.create"];
+  deleteSnapshot = this.commands["snapshot.delete"];
+  createGroupSnapshot = this.commands["groupsnapshot.create"];
+  deleteGroupSnapshot = this.commands["groupsnapshot.delete"];
 
   // ---------------------------------------------------------------- reads
 

@@ -22,7 +22,7 @@
  *   after catching up, up to FENCED_ATTEMPTS, as a CO's retry would be, without the round trip.
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { type Actor, aborted, DriverError, type JournalEvent, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
+import { type Actor, aborted, DriverError, type ResolvedCluster, type StoredEvent, subjects } from "@csi/contracts";
 import { retry } from "@csi/runtime";
 import type { Logger } from "pino";
 import { type Address, type Aggregate, addressKey, addressOf, endsAggregate, Fold, foldOne, liveRecord, startsAfresh } from "../fold/evolve.js";
@@ -228,7 +228,7 @@ class Run<R> implements View {
   async #reread(act: Act): Promise<void> {
     const addresses = new Map<string, Address>();
     for (const body of act.events ?? []) {
-      const a = addressOf(body as JournalEvent);
+      const a = addressOf(body);
       if (a) addresses.set(addressKey(a), a);
     }
     await this.#read({ fromLog: [...addresses.values()] });
@@ -394,10 +394,10 @@ class Run<R> implements View {
     for (const wave of waves) {
       const list = [];
       for (const { subject, body, followUp } of wave) {
-        const a = addressOf(body as JournalEvent);
+        const a = addressOf(body);
         // An aggregate the run never read (its record lost from the projection) is read from the log:
         // its state and fence. A reservation of a fresh uuid starts its aggregate: its fence is 0.
-        if (a && !followUp && !this.#fold.has(a) && !startsAfresh(body as JournalEvent)) await this.#read({ fromLog: [a] });
+        if (a && !followUp && !this.#fold.has(a) && !startsAfresh(body)) await this.#read({ fromLog: [a] });
         const fence = a && !followUp ? { expectedSeq: this.#fold.state(a)?.seq ?? 0 } : {};
         list.push({ subject, body, ...fence });
       }
@@ -426,11 +426,11 @@ class Run<R> implements View {
     const fresh = new Map<string, number>();
     for (const body of bodies) {
       const subject = subjectOf(body, this.d.cluster.clusterID, this.d.cluster.instance);
-      const a = addressOf(body as JournalEvent);
+      const a = addressOf(body);
       const started = fresh.get(subject);
       const i = started ?? next.get(subject) ?? 0;
       if (started === undefined) next.set(subject, i + 1);
-      if (started === undefined && a && a.kind !== "name" && startsAfresh(body as JournalEvent) && !liveOrEnded(this.#fold.state(a))) fresh.set(subject, i);
+      if (started === undefined && a && a.kind !== "name" && startsAfresh(body) && !liveOrEnded(this.#fold.state(a))) fresh.set(subject, i);
       const wave = waves[i] ?? [];
       waves[i] = wave;
       wave.push({ subject, body, followUp: started !== undefined });

@@ -19,7 +19,7 @@
  * sequence of the aggregate whose subject it is on: a state's sequence is its subject's last
  * sequence, the fence its next append is made on, so a foreign record never wedges it.
  */
-import type { Claim, JournalEvent, Kind, StoredEvent } from "@csi/contracts";
+import type { Claim, EventBody, JournalEvent, Kind, StoredEvent } from "@csi/contracts";
 import { type Address, addressKey } from "./address.js";
 import type { LogRecord } from "./log-record.js";
 import type { GroupRecord, SnapshotRecord, VolumeRecord } from "./records.js";
@@ -47,7 +47,7 @@ export type Aggregate = RecordState | NameState;
 export { type Address, addressKey };
 
 /** The aggregate an event evolves, or none (device history and pool events change no state). */
-export function addressOf(e: JournalEvent): Address | undefined {
+export function addressOf(e: EventBody): Address | undefined {
   switch (e.type) {
     case "NameReserved":
     case "NameReleased":
@@ -91,7 +91,7 @@ export function addressOfState(s: Aggregate): Address {
 }
 
 /** Whether evolving `e` ignores the state before it (it starts its aggregate afresh). */
-export function startsAfresh(e: JournalEvent): boolean {
+export function startsAfresh(e: EventBody): boolean {
   return e.type === "NameReserved" || e.type === "VolumeReserved" || e.type === "SnapshotReserved" || e.type === "GroupSnapshotReserved";
 }
 

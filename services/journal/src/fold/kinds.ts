@@ -102,7 +102,7 @@ export const shared = {
 
 /** The subject an event goes to: its aggregate's (a request name's, a record's), else its pool's or its volume's device history. */
 export function subjectOf(body: EventBody, cluster: string, instance: string): string {
-  const a = addressOf(body as JournalEvent);
+  const a = addressOf(body);
   if (a?.kind === "name") return KINDS[a.of].nameEvents(cluster, instance, a.name);
   if (a) return KINDS[a.kind].events(cluster, a.uuid);
   if (body.type === "ImageLeakCollected") return subjects.poolEvents(cluster, body.pool);

@@ -32,6 +32,7 @@ import {
   type JournalCommand,
   journalContract,
   NATS_DEFAULT_MAX_PAYLOAD,
+  type ParsedRequest,
   REPLY_HEADROOM_BYTES,
   sanitizeMessage,
   subjects,
@@ -41,38 +42,9 @@ import { type Drainable, grpcCodeName, InFlight, WORKING_BEAT } from "@csi/runti
 import { type ServiceMsg, Svcm } from "@nats-io/services";
 import type { Msg, NatsConnection, SubscriptionOptions } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import type { z } from "zod";
 import type { Journal } from "../app/journal.js";
-
-type Handler = (req: never) => Promise<unknown>;
-
-function handlersOf(j: Journal): Record<JournalCommand, Handler> {
-  return {
-    "volume.create": (r) => j.createVolume(r),
-    "volume.adopt": (r) => j.adoptVolume(r),
-    "volume.delete": (r) => j.deleteVolume(r),
-    "volume.expand": (r) => j.expandVolume(r),
-    "volume.modify": (r) => j.modifyVolume(r),
-    "volume.get": (r) => j.getVolume(r),
-    "volume.list": (r) => j.listVolumes(r),
-    "volume.publish": (r) => j.publishVolume(r),
-    "volume.unpublish": (r) => j.unpublishVolume(r),
-    "snapshot.create": (r) => j.createSnapshot(r),
-    "snapshot.delete": (r) => j.deleteSnapshot(r),
-    "snapshot.get": (r) => j.getSnapshot(r),
-    "snapshot.list": (r) => j.listSnapshots(r),
-    "groupsnapshot.create": (r) => j.createGroupSnapshot(r),
-    "groupsnapshot.delete": (r) => j.deleteGroupSnapshot(r),
-    "groupsnapshot.get": (r) => j.getGroupSnapshot(r),
-    "pool.stat": (r) => j.poolStat(r),
-    "volume.history": (r) => j.audit.history(r),
-    "audit.replay": (r) => j.audit.replay(r),
-    "audit.verify": (r) => j.audit.verify(r),
-    "audit.gc": (r) => j.audit.gc(r),
-    "audit.images": (r) => j.audit.images(r),
-    "audit.rebuild": (r) => j.audit.rebuild(r),
-    "audit.purge": (r) => j.audit.purge(r),
-  };
-}
+import type { CommandTable } from "../app/table.js";
 
 /** Beats to `msg`'s reply inbox every `everyMs` (the first after `everyMs`) until the returned stop is called. */
 function beating(msg: ServiceMsg, everyMs: number): () => void {
@@ -149,7 +121,7 @@ export async function serveJournal(
     queue: subjects.journalQueue(cluster),
     metadata: { cluster },
   });
-  const answering: Answering = { nc, journal, handlers: handlersOf(journal), logger, beatEveryMs: opts.beatEveryMs, observe: opts.observe };
+  const answering: Answering = { nc, journal, handlers: journal.commands, logger, beatEveryMs: opts.beatEveryMs, observe: opts.observe };
   const commands = new InFlight();
   for (const command of Object.keys(journalContract) as JournalCommand[]) {
     svc.addEndpoint(command.replace(".", "-"), {
@@ -215,14 +187,25 @@ async function answerClaim(j: Journal, msg: ServiceMsg): Promise<void> {
 interface Answering {
   nc: NatsConnection;
   journal: Journal;
-  handlers: Record<JournalCommand, Handler>;
+  handlers: CommandTable;
   logger: Logger;
   beatEveryMs: number;
   observe: ((command: JournalCommand, outcome: string, seconds: number) => void) | undefined;
 }
 
+/** The contract seen per command (the same object, checked key by key), so that a command's schema keeps its request's type. */
+const REQUESTS: { readonly [C in JournalCommand]: { readonly request: z.ZodType<ParsedRequest<C>> } } = journalContract;
+
+/** A request parsed against its command's contract (InvalidArgument, saying why, when it does not hold). */
+function parseRequest<C extends JournalCommand>(command: C, raw: unknown): ParsedRequest<C> {
+  const schema: z.ZodType<ParsedRequest<C>> = REQUESTS[command].request;
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
+  return parsed.data;
+}
+
 /** One command: parsed against its contract, run, answered (beating while it works); the reply bounded by max_payload. */
-function answerCommand(a: Answering, command: JournalCommand, msg: ServiceMsg): Promise<void> {
+function answerCommand<C extends JournalCommand>(a: Answering, command: C, msg: ServiceMsg): Promise<void> {
   const started = performance.now();
   const stopBeating = beating(msg, a.beatEveryMs);
   let requestId: string | undefined;
@@ -233,11 +216,11 @@ function answerCommand(a: Answering, command: JournalCommand, msg: ServiceMsg): 
     } catch {
       throw new DriverError("InvalidArgument", "request is not JSON");
     }
-    const parsed = journalContract[command].request.safeParse(raw);
-    if (!parsed.success) throw new DriverError("InvalidArgument", `${command}: ${describeZodError(parsed.error)}`);
-    requestId = (parsed.data as { requestId?: string }).requestId;
+    const request: ParsedRequest<C> = parseRequest(command, raw);
+    requestId = "requestId" in request && typeof request.requestId === "string" ? request.requestId : undefined;
     await a.journal.current();
-    return a.handlers[command](parsed.data as never);
+    const handler: CommandTable[C] = a.handlers[command];
+    return handler(request);
   };
   const send = (body: string, outcome: string) => {
     a.observe?.(command, outcome, (performance.now() - started) / 1000);
