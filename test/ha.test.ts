@@ -212,7 +212,7 @@ async function checkState(label: string): Promise<void> {
       ?.pools.find((p) => p.name === "default");
     assert.ok(pool?.root, "the default pool, a file pool");
     const files = (await readdir(pool.root)).filter((f) => !f.startsWith(".")).sort();
-    // The file pool keeps an image as <name>.img (services/journal/src/adapters/file-pool.ts).
+    // The file pool keeps an image as <name>.img (services/journal/src/pools/file.ts).
     const expected = [
       ...[...acked.volumes.values()].map((id) => volumeImageName(decomposeVolumeId(id).uuid)),
       ...[...acked.snapshots.values()].map((id) => snapshotImageName(decomposeVolumeId(id).uuid)),

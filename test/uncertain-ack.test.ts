@@ -13,8 +13,10 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { resolveClusters } from "@csi/contracts";
-import { keysFor, Projector } from "@csi/journal/operator";
-import { AppendUncertain, FilePool, MemoryLog, MemoryStore } from "@csi/journal/testing";
+import { AppendUncertain, MemoryLog } from "@csi/journal/log";
+import { FilePool } from "@csi/journal/pools";
+import { MemoryStore, Projector } from "@csi/journal/projection";
+import { keysFor } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 
