@@ -2,7 +2,7 @@
  * The import graph of the house's TypeScript (test/code-shape.test.ts keeps it free of circles):
  * each file's imports and re-exports (type-only ones included: a circle of types is a circle of
  * concerns), resolved as the workspaces resolve them: relative paths ("./x.js" is ./x.ts), and a
- * workspace package by name (`@csi/contracts`, `@csi/journal/testing`) to the "source" file of
+ * workspace package by name (`@csi/contracts`, `@csi/journal/log`) to the "source" file of
  * its package.json export. Other packages are outside the graph.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
