@@ -95,6 +95,31 @@ export async function deleteVolume(ctl: ReturnType<typeof csiClient<"Controller"
   );
 }
 
+/**
+ * The first CreateVolume, asked again while it is UNAVAILABLE, as a CO does: compose's --wait and
+ * the sockets' Probe know that the controller runs, not that a journal has subscribed yet (a first
+ * start on a cold machine: "no journal answers for cluster local").
+ */
+async function firstCreate(ctl: ReturnType<typeof csiClient<"Controller">>, req: Parameters<ReturnType<typeof csiClient<"Controller">>["CreateVolume"]>[0]) {
+  let volume: { volume_id?: string } | undefined;
+  await until(
+    `CreateVolume ${req.name}`,
+    () =>
+      ctl.CreateVolume(req).then(
+        (r) => {
+          volume = r.volume ?? undefined;
+          return true;
+        },
+        (e: { code?: number }) => {
+          if (e.code === GrpcCode.UNAVAILABLE) return false;
+          throw e;
+        },
+      ),
+    60_000,
+  );
+  return volume;
+}
+
 /** Until the controller's and the node-agent's sockets in ./run answer Probe ready (compose's --wait knows only that they run). */
 async function socketsAnswer(sockets: string[]): Promise<void> {
   for (const socket of sockets) {
@@ -121,7 +146,7 @@ export async function roundTrip(engine: Engine): Promise<void> {
   const staging = path.join(KUBELET, "plugins/kubernetes.io/csi/e2e", name, "globalmount");
   const target = path.join(KUBELET, "pods", name, "volumes/kubernetes.io~csi", name, "mount");
   try {
-    const v = (await ctl.CreateVolume({ name, volume_capabilities: [cap], capacity_range: { required_bytes: String(32 * MiB) } })).volume;
+    const v = await firstCreate(ctl, { name, volume_capabilities: [cap], capacity_range: { required_bytes: String(32 * MiB) } });
     assert.ok(v?.volume_id, "CreateVolume gave a volume id");
     const id = v.volume_id;
     const pub = await ctl.ControllerPublishVolume({ volume_id: id, node_id: COMPOSE_NODE_ID, volume_capability: cap, readonly: false });
