@@ -30,6 +30,9 @@ export interface HealResult {
 /** The volumes of `vs` that mapping `kind` maps (a volume without a recorded kind: "loop"). */
 const mappedBy = (vs: readonly VolumeState[], kind: MappingKind) => vs.filter((v) => (v.mapping ?? "loop") === kind);
 
+/** What a device report tells beside the volume, its state and its origin. */
+export type ReportDetails = { device?: string; path?: string; reason?: string; pod?: PodInfo; mapping?: MappingKind };
+
 /** What the healer uses of the node service: its state, its per-volume lock, and its steps (each idempotent, each reporting). */
 export interface HealerHands {
   log: Logger;
@@ -42,12 +45,7 @@ export interface HealerHands {
   state(): NodeState;
   op<T>(volumeId: string, what: string, fn: () => Promise<T>): Promise<T>;
   save(): Promise<void>;
-  report(
-    v: Pick<VolumeState, "clusterID" | "uuid">,
-    state: DeviceState,
-    origin: Origin,
-    more?: { device?: string; path?: string; reason?: string; pod?: PodInfo; mapping?: MappingKind },
-  ): void;
+  report(v: Pick<VolumeState, "clusterID" | "uuid">, state: DeviceState, origin: Origin, more?: ReportDetails): void;
   ensureAttached(v: VolumeState, origin: Origin): Promise<string>;
   mountStaging(v: VolumeState, device: string, origin: Origin, replace?: string): Promise<void>;
   bind(

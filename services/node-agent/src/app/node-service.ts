@@ -40,7 +40,7 @@ import { DEFAULT_FORBIDDEN_ROOTS, validateCoPath } from "../domain/paths.js";
 import { type PathSeen, placeMount, planUnpublish } from "../domain/placement.js";
 import type { MappingChoice } from "../domain/rbd-mapping.js";
 import type { BlockMapping } from "../ports/mapping.js";
-import { Healer } from "./healer.js";
+import { Healer, type ReportDetails } from "./healer.js";
 import type { IoLimiter } from "./io-limiter.js";
 import type { Origin, Reporter } from "./reporter.js";
 
@@ -146,12 +146,7 @@ export class NodeService {
     await this.d.stateFile.save(this.#state);
   }
 
-  #report(
-    v: Pick<VolumeState, "clusterID" | "uuid">,
-    state: DeviceState,
-    origin: Origin,
-    more: { device?: string; path?: string; reason?: string; pod?: PodInfo; mapping?: MappingKind } = {},
-  ): void {
+  #report(v: Pick<VolumeState, "clusterID" | "uuid">, state: DeviceState, origin: Origin, more: ReportDetails = {}): void {
     this.d.reporter.report({ clusterID: v.clusterID, uuid: v.uuid, state, ...origin, ...more });
   }
 
