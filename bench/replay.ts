@@ -19,7 +19,7 @@ import { type EventBody, JournalEvent, subjects } from "@csi/contracts";
 import { BackupKey, exportLogToFile, importLog } from "@csi/journal/backup";
 import { emptyReplay, replayInto } from "@csi/journal/fold";
 import { JetStreamLog as EventLog, FOLD_BATCH } from "@csi/journal/log";
-import { Projector } from "@csi/journal/projection";
+import { differenceName, Projector } from "@csi/journal/projection";
 import { keysFor, RedisStore } from "@csi/journal/redis";
 import { volumeReservedBody } from "@csi/journal/test-support";
 import { createLogger, redisConnectOptions } from "@csi/runtime";
@@ -135,7 +135,8 @@ export async function replayScenario(dir: string): Promise<void> {
     /** Every answer checked: the projection a rebuild left equals the log's fold, key by key. */
     const checkProjection = async () => {
       const { differ } = await projector.compare();
-      if (differ.length) throw new Error(`the rebuilt projection differs from the log in ${differ.length} keys (${differ.slice(0, 3).join(", ")})`);
+      if (differ.length)
+        throw new Error(`the rebuilt projection differs from the log in ${differ.length} places (${differ.slice(0, 3).map(differenceName).join(", ")})`);
     };
     await measure("rebuild (empty Redis)", () => projector.rebuild("bench"));
     await checkProjection();

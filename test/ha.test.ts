@@ -22,6 +22,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import { DriverError, decomposeVolumeId, nodeWorkStream, resolveClusters, snapshotImageName, subjects, volumeImageName } from "@csi/contracts";
+import { JetStreamLog } from "@csi/journal/log";
 import { JournalClient } from "@csi/runtime";
 import { type LocalServer, tempDir, whyNoReplicatedStreams } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
@@ -30,7 +31,7 @@ import { CoClient, CoStats } from "../scripts/lib/chaos/co-client.js";
 import { listed } from "../scripts/lib/chaos/observe.js";
 import { type HaServers, redisReplicaInSync, untilSeen } from "../scripts/lib/ha-servers.js";
 import { type LeaderElection, watchLeaderElections } from "../scripts/lib/ha-watch.js";
-import { type AttemptMark, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
+import { type AttemptMark, attemptsIn, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
 import { plannedRedisFailover, rollingNatsRestart } from "../scripts/lib/planned-restarts.js";
 import { seeded } from "../scripts/lib/random.js";
 import { type Stack, startStack } from "../scripts/lib/stack.js";
@@ -61,6 +62,15 @@ describe("load figures (pure)", () => {
     // out of order marks are sorted; a failure still open at the end counts up to `end`
     assert.deepEqual(longestFailureWindow([m(30, false), m(10, true)], 200), { ms: 170, from: 30 });
     assert.deepEqual(longestFailureWindow([m(30, false)]), { ms: 0 });
+  });
+  test("a window's story: the attempts that ran in it, by start, with times from its origin", () => {
+    const marks = [
+      { at: 150, ok: true, startedAt: 40, what: "CreateVolume" },
+      { at: 120, ok: false, startedAt: 100, what: "CreateSnapshot UNAVAILABLE: x" },
+      { at: 90, ok: true, startedAt: 80, what: "before" },
+      { at: 400, ok: true, startedAt: 300, what: "after" },
+    ];
+    assert.deepEqual(attemptsIn(marks, 100, 200, 100), ["  -60..50 ms ok CreateVolume", "  0..20 ms failed CreateSnapshot UNAVAILABLE: x"]);
   });
   test("throughput counts completions in [from, to)", () => {
     assert.equal(throughput([0, 500, 999, 1000, 1500], 0, 1000), 3);
@@ -126,7 +136,7 @@ function startLoad(prefix: string, workers = 2) {
     deadlineMs: 10_000,
     budgetMs: 120_000,
     backoff: PROBING_CO,
-    onAttempt: (at, ok) => marks.push({ at, ok }),
+    onAttempt: (at, ok, about) => marks.push({ at, ok, startedAt: about.startedAt, what: about.error ? `${about.method} ${about.error}` : about.method }),
   });
   let running = true;
   const op = async <T>(call: () => Promise<T>): Promise<T> => {
@@ -197,11 +207,14 @@ async function checkState(label: string): Promise<void> {
     /** The journal's history of an aggregate (volume, snapshot, group), cut short: what went wrong, if something did. */
     const historyOf = async (uuid: string, label: string) =>
       `${label}: ${JSON.stringify(await journal.call(CLUSTER, "volume.history", { uuid, maxEntries: 0 }).catch((e: Error) => e.message)).slice(0, 3000)}`;
-    /** The history of ids the CO was not told of. */
+    /** The history of ids the CO was not told of, and every record of the request names in it (another uuid under the same name shows there). */
     const unknown = async (ids: string[], known: Iterable<string>) => {
       const told = new Set(known);
       const extra = ids.filter((id) => !told.has(id));
-      return (await Promise.all(extra.slice(0, 5).map((id) => historyOf(decomposeVolumeId(id).uuid, id)))).join("\n");
+      const histories = await Promise.all(extra.slice(0, 5).map((id) => historyOf(decomposeVolumeId(id).uuid, id)));
+      const names = [...new Set(histories.flatMap((h) => h.match(/csi\.[a-z0-9-]+\.evt\.name\.[a-z]+\.[^"]+/g) ?? []))];
+      const records = await new JetStreamLog(nc, { cluster: CLUSTER }).history(names).catch((e: Error) => [e.message]);
+      return `${histories.join("\n")}\nthe names' records:\n${records.map((r) => JSON.stringify(r).slice(0, 400)).join("\n")}`;
     };
     if (volumes.length !== acked.volumes.size) assert.fail(`${label}: volumes the CO was not told of:\n${await unknown(volumes, acked.volumes.values())}`);
     if (snapshots.length !== acked.snapshots.size)
@@ -326,6 +339,11 @@ async function runFaultCase(fault: string, prefix: string, inject: (ctx: FaultCo
     ops,
     opsPerSec: { before: throughput(load.done, t0, tFault), during: throughput(load.done, tFault, tBack), after: throughput(load.done, tBack, tEnd) },
   });
+  // A window over the second: every attempt that ran in it (and the second before), to see what held the calls.
+  if (window.ms > FIRST_OK_MS && window.from !== undefined)
+    process.stderr.write(
+      `\n${fault}: failure window ${window.ms} ms; the attempts in it (from its first failure):\n${attemptsIn(load.marks, window.from - 1000, window.from + window.ms, window.from).join("\n")}\n`,
+    );
   // What we add was over the issue's second: the services' lines since the fault, to see where it went.
   if ((noted.firstOkAfterMs ?? 0) > FIRST_OK_MS)
     process.stderr.write(

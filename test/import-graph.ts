@@ -106,3 +106,36 @@ export function tsFiles(root: string, dirs: readonly string[], tests = false): s
       .filter((f) => !f.split(path.sep).some((part) => part === "dist" || part === "node_modules" || part === "generated")),
   );
 }
+
+/**
+ * The rooms of a service's source (`src`: each directory under it, inner rooms named in `inner`)
+ * and the imports that enter a room behind its door: a file of one room importing a file of
+ * another that is not the other's door — its index.ts, or its port.ts (a port is a door) for a
+ * room, its index.ts for an inner room. The `core` rooms' files are everyone's; within one room
+ * (its inner rooms included) files import each other freely; files directly under `src` (the
+ * composition root) are in no room and wire any. Each crossing as "from → to".
+ */
+export function behindDoors(
+  graph: ReadonlyMap<string, readonly string[]>,
+  src: string,
+  rooms: { inner: readonly string[]; core: readonly string[] },
+): string[] {
+  const place = (file: string) => {
+    const rel = path.posix.relative(src, file);
+    if (rel.startsWith("..") || !rel.includes("/")) return undefined;
+    const room = rel.split("/")[0] as string;
+    return { room, part: rooms.inner.find((i) => rel.startsWith(`${i}/`)) ?? room, rel };
+  };
+  const out: string[] = [];
+  for (const [from, tos] of graph) {
+    const a = place(from);
+    if (!a) continue;
+    for (const to of tos) {
+      const b = place(to);
+      if (!b || b.room === a.room || rooms.core.includes(b.room)) continue;
+      const doors = b.part === b.room ? [`${b.part}/index.ts`, `${b.part}/port.ts`] : [`${b.part}/index.ts`];
+      if (!doors.includes(b.rel)) out.push(`${from} → ${to}`);
+    }
+  }
+  return out.sort();
+}

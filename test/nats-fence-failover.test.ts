@@ -23,7 +23,7 @@ import { AckedPublisher, PublishRefused, PublishUnacked } from "@csi/runtime";
 import { type LocalServer, natsServerVersion, tempDir } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { startJetStreamCluster, streamLeaderOf, until } from "../scripts/lib/ha-servers.js";
+import { placementSeen, QUIET_MS, startJetStreamCluster, streamHealedOf, streamLedOf, untilSeen, withJetStream } from "../scripts/lib/ha-servers.js";
 
 const STREAM = "FENCE";
 /** JetStream's "wrong last sequence" API error. */
@@ -48,17 +48,9 @@ after(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** Every replica of the stream current again (the restarted node caught up). */
-const healed = () =>
-  until("every replica of the stream current", async () => {
-    const info = await (await jetstreamManager(nc)).streams.info(STREAM);
-    const peers = info.cluster?.replicas ?? [];
-    return info.cluster?.leader !== undefined && peers.length === 2 && peers.every((p) => p.current && !p.offline);
-  });
-
-/** Messages the stream holds on `subject`. */
-const stored = async (subject: string) =>
-  (await (await jetstreamManager(nc)).streams.info(STREAM, { subjects_filter: subject })).state.subjects?.[subject] ?? 0;
+/** Messages the stream holds on `subject` (asked through the nodes that run, on a new connection). */
+const stored = (subject: string) =>
+  withJetStream(nodes, async (jsm) => (await jsm.streams.info(STREAM, { subjects_filter: subject })).state.subjects?.[subject] ?? 0);
 
 type Answer = "stored" | "refused" | "no answer";
 
@@ -88,6 +80,8 @@ interface Kind {
   name: string;
   racing: boolean;
   kill: boolean;
+  /** The leader asked to step down (a planned restart's first step) instead of killed. */
+  stepDown?: boolean;
   rounds: number;
 }
 
@@ -95,11 +89,15 @@ const KINDS: Kind[] = [
   { name: "A and B racing, no failover", racing: true, kill: false, rounds: 20 },
   { name: "A acked, then the leader killed, then B", racing: false, kill: true, rounds: 2 },
   { name: "A and B racing, the leader killed at once", racing: true, kill: true, rounds: 2 },
+  { name: "A acked, then the leader stepped down, then B", racing: false, kill: false, stepDown: true, rounds: 20 },
+  { name: "A and B racing, the leader stepped down at once", racing: true, kill: false, stepDown: true, rounds: 20 },
 ];
 
 async function round(kind: Kind, i: number): Promise<Round> {
   const subject = `fence.${KINDS.indexOf(kind)}.${i}`;
-  const leader = await streamLeaderOf(nodes, STREAM);
+  // Every wait below goes on while the cluster's view of the stream changes (scripts/lib/ha-servers.ts,
+  // untilSeen): on a loaded machine a new leader or a restarted node's catch-up has no promised time.
+  const leader = await streamLedOf(nodes, STREAM);
   // A and B are two writers (two journal replicas), each connected to one of the followers: the
   // kill never cuts their connections, and their publishes reach the leader over different routes.
   const followers = nodes.filter((n) => n !== leader && n.running);
@@ -114,31 +112,33 @@ async function round(kind: Kind, i: number): Promise<Round> {
       await Promise.all(conns.map((c) => c.flush())); // what was sent has reached the followers, which forward it to the leader
       await leader.kill();
     }
+    if (kind.stepDown) await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${STREAM}`, "", { timeout: 5000 }).catch(() => {});
     // B again until the (new) leader answers it, as the journal's retry would.
     let b: Answer = (await racingB) ?? "no answer";
     if (b === "no answer") {
-      await until(
-        "a definite answer to B",
-        async () => {
-          b = await fencedPublish(pubB, subject, "B");
-          return b !== "no answer";
-        },
-        60_000,
-      );
+      await untilSeen("a definite answer to B", async () => {
+        b = await fencedPublish(pubB, subject, "B");
+        return { done: b !== "no answer", seen: await placementSeen(nodes, STREAM) };
+      });
     }
     const answerA = await a;
     if (kind.kill) {
       await leader.restart();
-      await healed();
+      await streamHealedOf(nodes, STREAM);
     }
     return { a: answerA, b, messages: await stored(subject) };
   } finally {
     await Promise.all(conns.map((c) => c.close()));
+    // A round that failed leaves the cluster whole for the next test.
+    if (!leader.running) await leader.restart();
   }
 }
 
 for (const kind of KINDS) {
-  test(`expected-last-subject-sequence 0 on a 3-replica stream, ${kind.name}: one message, ${kind.rounds} rounds`, { timeout: 300_000 }, async (t) => {
+  // The timeout is a safety net against a wait that never ends, not a schedule: each round's waits
+  // give up on their own once the cluster stands still for QUIET_MS.
+  const timeout = kind.rounds * 4 * QUIET_MS;
+  test(`expected-last-subject-sequence 0 on a 3-replica stream, ${kind.name}: one message, ${kind.rounds} rounds`, { timeout }, async (t) => {
     const rounds: Round[] = [];
     for (let i = 0; i < kind.rounds; i++) rounds.push(await round(kind, i));
     const tally = new Map<string, number>();

@@ -224,6 +224,74 @@ describe("RbdPool", { skip: noCeph }, () => {
       assert.ok(!(await rbdNames()).includes("in-use"));
     });
 
+    test("a volume is made as librbd's own create makes it, in 3 OSD ops; a Ceph pool that overrides how images are made gets librbd's create", async () => {
+      const c = ceph as CephCluster;
+      const direct = rbdPool();
+      await direct.createImage("direct-warm", 4 * MiB); // the helper started, the sweep done
+      const ops0 = await c.osdOps();
+      await direct.createImage("direct-vol", 4 * MiB, owner("volume", "u-direct", "pvc-direct"));
+      assert.equal((await c.osdOps()) - ops0, 3, "the directory entry, the id object, the header with its owner");
+      await c.rbd(["create", "--size", "4M", "--image-feature", "layering", "rbd/by-librbd"]);
+      type Info = Record<string, unknown>;
+      const shape = async (name: string) => {
+        const info = (await c.rbdJson(["info", `rbd/${name}`])) as Info;
+        assert.equal(info.block_name_prefix, `rbd_data.${info.id}`);
+        const own = ["name", "id", "block_name_prefix", "create_timestamp", "access_timestamp", "modify_timestamp"];
+        return Object.fromEntries(Object.entries(info).filter(([k]) => !own.includes(k)));
+      };
+      assert.deepEqual(await shape("direct-vol"), await shape("by-librbd"));
+      assert.equal(JSON.parse(((await c.rbdJson(["image-meta", "list", "rbd/direct-vol"])) as Record<string, string>)[OWNER_KEY] ?? "").uuid, "u-direct");
+      // The image works as any other: a snapshot, a clone of it, a resize, data, and librbd's delete.
+      await direct.snapshotImage("direct-vol", "direct-snap");
+      await direct.cloneImage("direct-snap", "direct-clone", 8 * MiB);
+      assert.equal((await direct.resizeImage("direct-vol", 8 * MiB)).sizeBytes, 8 * MiB);
+      await c.writeImage("rbd", "direct-vol", 4096, Buffer.from("direct"));
+      assert.equal((await c.readImage("rbd", "direct-vol", 4096, 6)).toString(), "direct");
+      await assert.rejects(direct.createImage("direct-vol", 16 * MiB), (e: Error & { code: string }) => e.code === "AlreadyExists");
+      await direct.deleteImage("direct-clone");
+      await direct.deleteImage("direct-snap");
+      await direct.deleteImage("direct-vol");
+      assert.ok(!(await rbdNames()).includes("direct-vol"));
+      // A pool-level override of librbd's create (here the object order): librbd's create, which honours it.
+      await c.rbd(["config", "pool", "set", "rbd", "rbd_default_order", "23"]);
+      try {
+        const overridden = rbdPool();
+        await overridden.createImage("override-vol", 4 * MiB, owner("volume", "u-over", "pvc-over"));
+        assert.equal(((await c.rbdJson(["info", "rbd/override-vol"])) as Info).order, 23);
+      } finally {
+        await c.rbd(["config", "pool", "remove", "rbd", "rbd_default_order"]);
+      }
+    });
+
+    test("a create cut between its writes (a directory entry, an id object, no header) is made again by the name's next create; its delete removes it", async () => {
+      const c = ceph as CephCluster;
+      // What a helper SIGKILLed after its first two writes leaves (librbd's own create request leaves the same).
+      const cut = async (name: string, id: string) => {
+        const env = { ...process.env, CEPH_CONF: c.conf };
+        const code = `
+import os, struct, sys, rados
+e = lambda b: struct.pack("<I", len(b)) + b
+c = rados.Rados(rados_id="admin", conffile=os.environ["CEPH_CONF"]); c.connect(); io = c.open_ioctx("rbd")
+name, image_id = sys.argv[1].encode(), sys.argv[2].encode()
+io.execute("rbd_directory", "rbd", "dir_add_image", e(name) + e(image_id))
+op = io.create_write_op(); op.new(rados.LIBRADOS_CREATE_EXCLUSIVE); op.execute("rbd", "set_id", e(image_id)); io.operate_write_op(op, "rbd_id." + sys.argv[1]); io.release_write_op(op)
+c.shutdown()`;
+        await new Promise<void>((resolve, reject) =>
+          spawn(CEPH_PYTHON, ["-c", code, name, id], { env, stdio: "inherit" }).on("exit", (n) => (n === 0 ? resolve() : reject(new Error(`exit ${n}`)))),
+        );
+      };
+      await cut("cut-vol", "deadbeef0001");
+      assert.ok((await rbdNames()).includes("cut-vol"), "rbd ls lists the remnant");
+      assert.equal(await pool.statImage("cut-vol"), undefined, "librbd cannot open it");
+      const made = await pool.createImage("cut-vol", 4 * MiB, owner("volume", "u-cut", "pvc-cut"));
+      assert.notEqual(made.id, "deadbeef0001");
+      assert.equal((await info("cut-vol")).size, 4 * MiB);
+      await cut("cut-gone", "deadbeef0002");
+      await pool.deleteImage("cut-gone");
+      assert.ok(!(await rbdNames()).includes("cut-gone"), "deleted: the remnant is gone");
+      await pool.deleteImage("cut-vol");
+    });
+
     test("the publish context names the Ceph pool, monitors and user, never the key", async () => {
       const ctx = pool.publishContext("meta-vol");
       const key = (await open((ceph as CephCluster).keyFile, "r").then((fh) => fh.readFile("utf8").finally(() => fh.close()))).trim();

@@ -16,7 +16,6 @@ import { DriverError, resolveClusters } from "@csi/contracts";
 import { MemoryLog } from "@csi/journal/log";
 import { FilePool } from "@csi/journal/pools";
 import { MemoryStore, Projector } from "@csi/journal/projection";
-import { keysFor } from "@csi/journal/redis";
 import { createLogger, SentAhead } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 
@@ -62,7 +61,7 @@ before(async () => {
   const cluster = resolveClusters({ clusters: [{ clusterID: CLUSTER, pools: [{ name: "default", id: 1, root: path.join(dir, "pool") }] }] }, dir).get(CLUSTER);
   assert.ok(cluster);
   log = new MemoryLog({ cluster: CLUSTER, instance: cluster.instance });
-  store = new FailingStore({ keys: keysFor(CLUSTER, cluster.instance) });
+  store = new FailingStore();
   const projector = new Projector(log, store, logger);
   const pools = new Map([["default", new FilePool({ name: "default", id: 1, root: path.join(dir, "pool") })]]);
   const journal = testJournal({ cluster, pools, log, store, projector, logger });

@@ -15,7 +15,6 @@ import { DriverError, resolveClusters, subjects } from "@csi/contracts";
 import { MemoryLog } from "@csi/journal/log";
 import { FilePool } from "@csi/journal/pools";
 import { MemoryStore, Projector } from "@csi/journal/projection";
-import { keysFor } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 
@@ -43,7 +42,7 @@ test("a device read that fails while the lock + read goes on fails the command, 
         if (failDevices) for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r)); // the device read fails first
         return super.lockAndRead(...args);
       }
-    })({ keys: keysFor(CLUSTER, cluster.instance) });
+    })();
     const logger = createLogger("device-read-test", "silent");
     const projector = new Projector(log, store, logger, { waitMs: 2000 });
     const journal = testJournal({ cluster, pools: new Map([["default", new FilePool({ name: "default", id: 1, root })]]), log, store, projector, logger });

@@ -16,7 +16,6 @@ import { Journal } from "@csi/journal";
 import { MemoryLog } from "@csi/journal/log";
 import { FilePool } from "@csi/journal/pools";
 import { MemoryStore, Projector } from "@csi/journal/projection";
-import { keysFor } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 
@@ -39,7 +38,7 @@ before(async () => {
   assert.ok(cluster, "the cluster is configured");
   pool = new FilePool({ name: "default", id: 1, root: path.join(dir, "pool") });
   log = new MemoryLog({ cluster: CLUSTER, instance: cluster.instance });
-  store = new MemoryStore({ keys: keysFor(CLUSTER, cluster.instance) });
+  store = new MemoryStore();
   const logger = createLogger("runner-test", "silent");
   projector = new Projector(log, store, logger, { waitMs: 2000 });
   journal = testJournal({
@@ -211,7 +210,8 @@ async function roundTrips(f: () => Promise<unknown>): Promise<string[]> {
   return calls;
 }
 
-test("round trips: a create and a snapshot make three (lock + read, one write of three events, apply + unlock), a delete and an expand three", async () => {
+// Each ends with the request marked served (commands/run-served.ts) inside the apply + unlock.
+test("round trips: a create and a snapshot make three (lock + read, one write of three events, apply + unlock with the served mark), a delete and an expand three", async () => {
   assert.deepEqual(
     await roundTrips(() => create("pvc-rt", MiB)),
     ["lockAndRead", "appendAll(NameReserved,VolumeReserved,VolumeCreated)", "applyAndUnlock"],

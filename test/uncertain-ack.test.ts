@@ -16,7 +16,6 @@ import { resolveClusters } from "@csi/contracts";
 import { AppendUncertain, MemoryLog } from "@csi/journal/log";
 import { FilePool } from "@csi/journal/pools";
 import { MemoryStore, Projector } from "@csi/journal/projection";
-import { keysFor } from "@csi/journal/redis";
 import { createLogger } from "@csi/runtime";
 import { testJournal } from "@csi/testkit";
 
@@ -48,7 +47,7 @@ test("a create acknowledged after an append without an answer is seen by the nex
         return typeof value === "function" ? value.bind(target) : value;
       },
     });
-    const store = new MemoryStore({ keys: keysFor(CLUSTER, cluster.instance) });
+    const store = new MemoryStore();
     const logger = createLogger("uncertain-ack-test", "silent");
     const p1 = new Projector(lossy, store, logger, { waitMs: 2000 });
     const p2 = new Projector(log, store, logger, { waitMs: 2000 });

@@ -294,7 +294,7 @@ export interface StreamPlacement {
 }
 
 /** Runs `f` with JetStream's API through the nodes of a cluster started here that run, leaving out `skip` (a node frozen with SIGSTOP would hold the question). */
-async function withJetStream<T>(nats: LocalServer[], f: (jsm: JetStreamManager) => Promise<T>, skip?: LocalServer): Promise<T> {
+export async function withJetStream<T>(nats: LocalServer[], f: (jsm: JetStreamManager) => Promise<T>, skip?: LocalServer): Promise<T> {
   const c = await connect({ servers: nats.filter((n) => n.running && n !== skip).map((n) => n.url), timeout: 2000 });
   try {
     return await f(await jetstreamManager(c, { timeout: 2000 }));
@@ -336,6 +336,28 @@ const placementText = (nats: LocalServer[], p: StreamPlacement) => {
   const replica = (r: StreamPlacement["replicas"][number]) => `${name(r.server)} ${r.offline ? "offline" : r.current ? "current" : "behind"}`;
   return `leader ${p.leader ? name(p.leader) : "none"}; ${p.replicas.map(replica).join(", ") || "no replicas"}`;
 };
+
+/** Where `stream` is as a wait reports it ("leader n2; n1 current, n3 behind"), or the error that answered. */
+export const placementSeen = (nats: LocalServer[], stream: string): Promise<string> =>
+  streamPlacementOf(nats, stream).then(
+    (p) => placementText(nats, p),
+    (err: Error) => `error: ${err.message}`,
+  );
+
+/** The node that leads `stream` once it has a leader; gives up after `quietMs` in which its placement did not change. */
+export async function streamLedOf(nats: LocalServer[], stream: string, quietMs = QUIET_MS): Promise<LocalServer> {
+  let leader: LocalServer | undefined;
+  await untilSeen(
+    `a leader of ${stream}`,
+    async () => {
+      const p = await streamPlacementOf(nats, stream);
+      leader = p.leader;
+      return { done: leader !== undefined, seen: placementText(nats, p) };
+    },
+    quietMs,
+  );
+  return leader as LocalServer;
+}
 
 /** Resolves once `stream` is whole again; gives up after `quietMs` in which its placement did not change. */
 export const streamHealedOf = (nats: LocalServer[], stream: string, quietMs = QUIET_MS) =>
@@ -387,10 +409,7 @@ export async function streamCopiesOf(nats: LocalServer[], stream: string, stepDo
       const led = async () => {
         for (let i = 0; i < stepDowns && !(await leads()); i++) {
           await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, "", { timeout: 5000 }).catch(() => {});
-          await untilSeen(`a leader of ${stream} after a step-down`, async () => {
-            const p = await streamPlacementOf(nats, stream);
-            return { done: p.leader !== undefined, seen: placementText(nats, p) };
-          });
+          await streamLedOf(nats, stream);
         }
         return leads();
       };

@@ -3,10 +3,20 @@
  * longest window in which calls failed, and the throughput in a span. Pure.
  */
 
-/** One attempt's end: when (ms) and whether it succeeded. */
+/** One attempt's end: when (ms) and whether it succeeded; when it began and what it was, where known. */
 export interface AttemptMark {
   at: number;
   ok: boolean;
+  startedAt?: number;
+  what?: string;
+}
+
+/** The attempts that ran in [from, to) (began before `to`, ended at or after `from`), as lines with times from `origin`: a window's story. */
+export function attemptsIn(marks: readonly AttemptMark[], from: number, to: number, origin = from): string[] {
+  return marks
+    .filter((m) => m.at >= from && (m.startedAt ?? m.at) < to)
+    .sort((a, b) => (a.startedAt ?? a.at) - (b.startedAt ?? b.at))
+    .map((m) => `  ${(m.startedAt ?? m.at) - origin}..${m.at - origin} ms ${m.ok ? "ok" : "failed"} ${m.what ?? ""}`);
 }
 
 /**

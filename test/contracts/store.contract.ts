@@ -6,14 +6,14 @@
  * folded from events (domain Fold) and what the reads and indexes then show, the sequence guard,
  * refusals on an incomplete projection, replay batches and the watermark, a rebuild's life
  * (epochs, chunks in order, complete, wipe), the rebuild lock, and the start-up comparison
- * (differences, projectionSize).
+ * (differences, in addresses and indexes; recordCount).
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import { type Address, type Aggregate, addressKey, addressOfState, Fold, foldInto, type States, type Trail } from "@csi/journal/fold";
 import type { LogRecord } from "@csi/journal/log";
-import type { IndexOf, JournalStore, LockOn, LockResult, StateMap } from "@csi/journal/projection";
+import { differenceName, type IndexOf, type JournalStore, type LockOn, type LockResult, type StateMap } from "@csi/journal/projection";
 import { events, GRP, SNAP, VOL } from "@csi/journal/test-support";
 
 /** One fresh, empty store (no projection, no locks). */
@@ -121,7 +121,7 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
     test("an empty store: no projection, nothing complete, every apply refused (-1), nothing read", async () => {
       assert.equal(await store.projectionMeta(), undefined);
       assert.equal(await store.projectionComplete(), false);
-      assert.equal(await store.projectionSize(), 0);
+      assert.equal(await store.recordCount(), 0);
       const trails = trailsOf(volumeLife());
       assert.equal(await store.applyAndUnlock(trails, [], "t"), -1, "an operation's writes");
       assert.equal(await store.applyBatch(trails, { prev: 0, to: 8 }), -1, "a replay batch");
@@ -161,6 +161,29 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.beginRebuild(newEpoch(), LOG, "force"), true, "the projection is incomplete now");
       assert.equal(await store.applyAndUnlock(trailsOf(volumeLife()), [volLock], "t1"), -1, "refused");
       read(await lock("t4", [volLock]), "released all the same");
+    });
+
+    test("applyAndUnlock's marks are set in the same step, also when it refuses the writes; each lasts its own TTL; marksOf reads them", async () => {
+      await rebuild();
+      const served: LockOn = { kind: "served", requestId: "r-mark" };
+      const answer: LockOn = { kind: "answer", requestId: "r-mark" };
+      read(await lock("t1", [nameLock]));
+      assert.deepEqual(await store.marksOf([served, answer]), [undefined, undefined], "no mark before");
+      const kept = JSON.stringify({ reply: { uuid: VOL, note: "ünïcode" } });
+      const marks = [
+        { lock: served, token: "served", ttlMs: 60_000 },
+        { lock: answer, token: kept, ttlMs: SHORT },
+      ];
+      assert.equal(await store.applyAndUnlock([], [nameLock], "t1", marks), 0);
+      assert.deepEqual(await store.marksOf([served, answer]), ["served", kept], "marked, the answer kept as it was given");
+      await eventually(async () => (await store.marksOf([answer]))[0] === undefined, "the answer goes after its own TTL");
+      assert.deepEqual(await store.marksOf([served]), ["served"], "the mark stays");
+      read(await lock("t2", [nameLock]), "the locks released");
+      assert.equal(await store.beginRebuild(newEpoch(), LOG, "force"), true, "the projection is incomplete now");
+      const other: LockOn = { kind: "served", requestId: "r-refused" };
+      assert.equal(await store.applyAndUnlock(trailsOf(volumeLife()), [nameLock], "t2", [{ lock: other, token: "served", ttlMs: SHORT }]), -1, "refused");
+      busy(await lock("t3", [other]), other, "marked all the same");
+      await eventually(async () => (await lock("t3", [other])).ok, "the mark expires after its TTL");
     });
 
     test("renew: only with the lock's token, while it holds it; it sets the TTL", async () => {
@@ -382,10 +405,10 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.completeStates([vol]), undefined);
       assert.equal(await store.completeIndexPage({ kind: "volume" }, undefined, 0), undefined);
       assert.deepEqual(await states([vol]), asRead([life.get(addressKey(vol)) as Aggregate]), "not wiped yet");
-      const size = await store.projectionSize();
-      assert.ok(size > 0, `the projection holds keys (${size})`);
-      assert.equal(await store.wipeProjection(), size, "every key removed");
-      assert.equal(await store.projectionSize(), 0);
+      const size = await store.recordCount();
+      assert.ok(size > 0, `the projection holds records (${size})`);
+      assert.equal(await store.wipeProjection(), size, "every record removed");
+      assert.equal(await store.recordCount(), 0);
       assert.deepEqual(await states([vol, volName]), none(vol, volName));
       assert.equal(
         await store.beginRebuild(newEpoch(), LOG, await store.projectionMeta()),
@@ -434,44 +457,69 @@ export function storeContract(name: string, make: () => Promise<StoreUnderTest>)
       assert.equal(await store.tryRebuildLock("t3", 60_000), true);
     });
 
-    test("differences: none after a rebuild from the same states; after a change the keys that differ, again with `only`; tombstones are none", async () => {
-      assert.deepEqual(await store.differences([]), { differ: [], keys: 0 }, "nothing, and nothing wanted");
+    test("differences: none after a rebuild from the same states; after a change the aggregates and index entries that differ, again with `only`; tombstones are none", async () => {
+      assert.deepEqual(await store.differences([]), [], "nothing, and nothing wanted");
+      assert.equal(await store.recordCount(), 0);
       const e = events();
       const life = volumeLife(e);
       const s = folded(life);
       await rebuild(s.values(), 8);
-      const size = await store.projectionSize();
-      assert.ok(size > 0, `the projection holds keys (${size})`);
-      assert.deepEqual(await store.differences(s.values()), { differ: [], keys: size });
+      const size = await store.recordCount();
+      assert.ok(size > 0, `the projection holds records (${size})`);
+      assert.deepEqual(await store.differences(s.values()), []);
+      assert.equal(await store.recordCount(), size, "the volume and the snapshot");
 
       const claimed = [e.claimed("n3")];
       assert.equal(await store.applyAndUnlock(trailsOf(claimed, await states([vol])), [], "t"), 1);
-      const { differ, keys } = await store.differences(s.values());
+      const differ = await store.differences(s.values());
       assert.ok(differ.length > 0, "the volume claimed on n3 is not what the states say");
-      assert.equal(keys, await store.projectionSize());
-      assert.deepEqual(await store.differences(s.values(), differ), { differ, keys: differ.length }, "only those keys: the same");
-      assert.deepEqual(await store.differences(s.values(), differ.slice(0, 1)), { differ: differ.slice(0, 1), keys: 1 }, "only one of them");
+      assert.deepEqual(differ, [{ address: vol }, { address: vol, index: { claimsOf: "n3" } }], "the volume's record, and n3's claims listing it");
+      assert.equal(await store.recordCount(), size);
+      assert.deepEqual(await store.differences(s.values(), differ), differ, "only those: the same");
+      assert.deepEqual(await store.differences(s.values(), differ.slice(0, 1)), differ.slice(0, 1), "only one of them");
+      assert.deepEqual(await store.differences(s.values(), [{ address: snap }, { address: vol, index: { claimsOf: "n1" } }]), [], "only others: none");
       const s2 = folded([...life, ...claimed]);
-      assert.deepEqual(await store.differences(s2.values()), { differ: [], keys: await store.projectionSize() }, "the states with the change");
-      assert.deepEqual((await store.differences(s2.values(), differ)).differ, [], "nor those keys");
+      assert.deepEqual(await store.differences(s2.values()), [], "the states with the change");
+      assert.deepEqual(await store.differences(s2.values(), differ), [], "nor those");
 
       const more = folded([...life, ...claimed, events(50).volReserved({ uuid: uuid(7), name: "pvc-7" })]);
-      assert.ok((await store.differences(more.values())).differ.length > 0, "a state the store lacks");
+      const lacking = { kind: "volume", uuid: uuid(7) } as const;
+      const lacks = await store.differences(more.values());
+      assert.deepEqual(
+        lacks,
+        [{ address: lacking }, { address: lacking, index: { kind: "volume" } }],
+        "a state the store lacks: its record, and its kind's index listing it",
+      );
+      assert.deepEqual(lacks.map(differenceName), [`volume:${uuid(7)}`, `volume:${uuid(7)} in the volume index`], "as reports name them");
 
       const ended = [e.at({ type: "SnapshotDeleted", uuid: SNAP }), e.nameReleased("snapshot", "snap", SNAP)];
       assert.equal(await store.applyAndUnlock(trailsOf(ended, await states([snap, snapName])), [], "t"), 2);
       const s3 = folded([...life, ...claimed, ...ended]);
-      assert.deepEqual((await store.differences(s3.values())).differ, [], "a tombstone held is no difference");
+      assert.deepEqual(await store.differences(s3.values()), [], "a tombstone held is no difference");
+      assert.deepEqual(
+        await store.differences(s2.values(), [{ address: snap }, { address: snapName }]),
+        [{ address: snapName }, { address: snap }],
+        "the snapshot ended, its name released (in name order)",
+      );
       await rebuild(s3.values(), 11);
-      assert.deepEqual((await store.differences(s3.values())).differ, [], "after a rebuild from them, tombstones included");
+      assert.deepEqual(await store.differences(s3.values()), [], "after a rebuild from them, tombstones included");
       const s4 = new Map([...s3].filter(([, a]) => !(a.kind === "snapshot" && !a.record)));
-      assert.deepEqual((await store.differences(s4.values())).differ, [], "nor one the states lack");
+      assert.deepEqual(await store.differences(s4.values()), [], "nor one the states lack");
 
-      const n = await store.projectionSize();
+      const n = await store.recordCount();
+      assert.equal(n, 2, "the volume, the snapshot's tombstone");
       assert.equal(await store.wipeProjection(), n);
+      assert.equal(await store.recordCount(), 0);
       const wiped = await store.differences(s3.values());
-      assert.equal(wiped.keys, 0);
-      assert.ok(wiped.differ.length > 0, "every key the states want is missing");
+      assert.ok(wiped.length > 0, "everything the states want is missing");
+      assert.deepEqual(
+        wiped.filter((d) => !d.index).map((d) => addressKey(d.address)),
+        [...s3.values()]
+          .filter((a) => a.kind === "name" || a.record)
+          .map((a) => addressKey(addressOfState(a)))
+          .sort(),
+        "every aggregate but the tombstone",
+      );
     });
   });
 }

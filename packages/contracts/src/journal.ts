@@ -73,7 +73,12 @@ export const GroupSnapshotView = z.object({
 });
 export type GroupSnapshotView = z.infer<typeof GroupSnapshotView>;
 
-const RequestMeta = { requestId: z.string().min(1).max(128) };
+/**
+ * Every command's request id; `resend`: the caller sent this very request again (it lost sight of
+ * the first send: a reconnect, the replica's silence) — a journal runs it only if no run of it was
+ * answered (services/journal/src/commands/run-served.ts).
+ */
+const RequestMeta = { requestId: z.string().min(1).max(128), resend: z.boolean().optional() };
 
 /**
  * The pool id a CSI id carries (its `poolID` part): when given, a record in another pool is
@@ -355,7 +360,7 @@ export const Finding = z.discriminatedUnion("type", [
   }),
   /** A made volume or snapshot whose image is gone from its pool (gc never touches it: data loss to look at). */
   z.object({ type: z.literal("missingImage"), kind: Kind, uuid: Uuid, name: z.string(), pool: z.string(), imageName: z.string() }),
-  /** A projection key whose value differs from what the log says. */
+  /** What of the projection differs from what the log says: an aggregate (`key`: its address, e.g. `volume:<uuid>`), or an index's entry of it (`… in the claims of node n1`). */
   z.object({ type: z.literal("projectionDrift"), key: z.string() }),
   /**
    * A made volume or snapshot whose image is not the size its record says (an older log restored:
@@ -496,6 +501,7 @@ export const ImagesResult = z.object({
 });
 
 export const AuditRebuild = z.object({ requestId: RequestMeta.requestId.optional() });
+/** `dropped`: the records (volumes, snapshots, group snapshots, tombstones) the projection held before the rebuild. */
 export const RebuildResult = z.object({ dropped: z.number(), replayedTo: z.number(), ms: z.number() });
 
 /** Every journal command: family + verb → request and result schemas. */

@@ -6,8 +6,9 @@
  * Fast failover (docs/journal.md, "Failover"): a replica that takes a command and works on it
  * for longer than a moment sends "working" beats to the reply inbox (an empty message) until
  * its reply. A command whose replica goes silent for `silenceMs` — no beat, no reply: it was
- * killed — is sent again, with the same request id, to the queue group, so another replica
- * finishes it (every command is idempotent by name or uuid). This goes on until the caller's
+ * killed — is sent again, with the same request id and marked a resend, to the queue group, so
+ * another replica finishes it (every command is idempotent by name or uuid; a resend of one already
+ * answered is refused Aborted, so that it never runs again after the caller acted on the answer). This goes on until the caller's
  * deadline; when no other replica is there, the call is Unavailable at once. With `quietMs`, a
  * call that has had no sign of life at all (no beat, no reply from any replica: the cluster's
  * journals are frozen or cut off) is Unavailable after that long instead of at the deadline.
@@ -108,7 +109,13 @@ export class JournalClient {
       const env = envelope.safeParse(JSON.parse(Buffer.from(data).toString("utf8")));
       if (!env.success) return { ok: false, err: new DriverError("Internal", `malformed journal reply: ${describeZodError(env.error)}`) };
       return env.data.ok ? { ok: true, value: env.data.result } : { ok: false, err: fromWireError(env.data.error) };
-    }).run(subjects.command(cluster, command), JSON.stringify(request), opts.timeoutMs ?? this.timeoutMs, opts.signal, opts.quietMs);
+    }).run(
+      subjects.command(cluster, command),
+      { first: JSON.stringify(request), again: () => JSON.stringify({ ...request, resend: true }) },
+      opts.timeoutMs ?? this.timeoutMs,
+      opts.signal,
+      opts.quietMs,
+    );
     if (!outcome.ok) throw outcome.err;
     return outcome.value as CommandResult<C>;
   }
@@ -142,7 +149,9 @@ class Exchange {
     private readonly parse: (data: Uint8Array) => Outcome,
   ) {}
 
-  run(subject: string, payload: string, timeoutMs: number, signal?: AbortSignal, quietMs?: number): Promise<Outcome> {
+  /** `payload.again`: what every send after the first carries (made once, at the first resend) (the request marked as a resend: the journal runs it only if no run of it was answered). */
+  run(subject: string, payload: { first: string; again: () => string }, timeoutMs: number, signal?: AbortSignal, quietMs?: number): Promise<Outcome> {
+    let again: string | undefined; // made at the first resend only: most commands are sent once
     return new Promise<Outcome>((resolve) => {
       let id: number;
       try {
@@ -180,8 +189,9 @@ class Exchange {
       this.#sendAgain = () => {
         const attempt = this.#attempts++;
         this.#watch(attempt);
+        if (attempt > 0 && again === undefined) again = payload.again();
         try {
-          this.nc.publish(subject, payload, { reply: this.inbox.replyTo(id, attempt) });
+          this.nc.publish(subject, attempt === 0 ? payload.first : again, { reply: this.inbox.replyTo(id, attempt) });
         } catch (err) {
           this.#end(this.#unavailable(err));
         }

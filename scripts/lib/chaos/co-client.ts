@@ -66,8 +66,15 @@ export interface CoClientOptions {
   backoff?: Backoff;
   /** Stops retrying (the run is being aborted). */
   signal?: AbortSignal;
-  /** Told of every attempt as it ends: when, and whether it succeeded (failure windows are measured from these). */
-  onAttempt?: (at: number, ok: boolean) => void;
+  /** Told of every attempt as it ends: when, whether it succeeded (failure windows are measured from these), and what it was. */
+  onAttempt?: (at: number, ok: boolean, about: AttemptAbout) => void;
+}
+
+/** What an attempt was: its method, when it began, and for a failure its code and details (cut short). */
+export interface AttemptAbout {
+  method: string;
+  startedAt: number;
+  error?: string;
 }
 
 type Service = "Controller" | "Node";
@@ -110,17 +117,18 @@ export class CoClient {
     const giveUpAt = Date.now() + (this.o.budgetMs ?? 120_000);
     for (let attempt = 1; ; attempt++) {
       stats.attempts++;
+      const startedAt = Date.now();
       try {
         const fn = this.#client(s)[method];
         if (!fn) throw new Error(`no method ${s}.${method}`);
         const res = await fn(req, undefined, { deadline: Date.now() + deadlineMs });
-        this.o.onAttempt?.(Date.now(), true);
+        this.o.onAttempt?.(Date.now(), true, { method, startedAt });
         return res;
       } catch (err) {
-        this.o.onAttempt?.(Date.now(), false);
         const e = err as { code?: number; details?: string; message?: string };
         const code = typeof e.code === "number" ? e.code : undefined;
         const details = e.details ?? e.message ?? String(err);
+        this.o.onAttempt?.(Date.now(), false, { method, startedAt, error: `${codeName(code)}: ${details.slice(0, 200)}` });
         stats.attemptErrors.set(codeName(code), (stats.attemptErrors.get(codeName(code)) ?? 0) + 1);
         if (!isRetryable(code)) throw new CallFailed(code, details, attempt, false);
         // The server may be a new process on the same socket: dial afresh.

@@ -22,7 +22,6 @@ import {
   Ops,
   packageVersion,
   replicaId,
-  retry,
   SentinelSafeRedis,
   watchNats,
 } from "@csi/runtime";
@@ -44,7 +43,7 @@ import { lastHeartbeats, makeNodeQueues } from "./nodes.js";
 import { FilePool } from "./pools/file.js";
 import type { PoolBackend } from "./pools/port.js";
 import { RbdPool } from "./pools/rbd.js";
-import { distrustAfterRedisDrops, Projector } from "./projection/projector.js";
+import { catchUpWhenLogAnswers, distrustAfterRedisDrops, Projector } from "./projection/projector.js";
 import { JOURNAL_LIBRARY } from "./projection/redis/functions.js";
 import { keysFor } from "./projection/redis/layout.js";
 import { journalRedisOptions, RedisLink } from "./projection/redis/link.js";
@@ -105,6 +104,7 @@ export async function startJournal(cfg: JournalConfig, logger: Logger, ops = new
   const trustedSince = await bindPools(pools, jetStreamLog, { cluster: clusterID, rebind: cfg.poolRebind, log });
   const { fleet, streams, nodeQueueMaker } = await openFleet(nc, cfg, log, metrics);
   const { store, projector } = await openProjection(cfg, cluster, { redis, redisLink, events }, metrics, log);
+  catchUpWhenLogAnswers(reach, projector, log);
   if (await restoreUnderWay(await jetstreamManager(nc), clusterID))
     throw new DriverError("Unavailable", "a restore of the event log began while this journal started: exiting, to start again over the restored log");
 
@@ -210,37 +210,15 @@ async function openEventLog(
   await checkLogDurability(nc, { fsync: cfg.logFsync, monitorUrls: cfg.natsMonitorUrl, log: o.log });
   await untilNoRestore(nc, cluster.clusterID, o.log);
   await jetStreamLog.ensureStream();
-  await logAnswers(jetStreamLog, o.log);
+  let said = false;
+  await jetStreamLog.answers((why) => {
+    if (!said) o.log.info({ why }, "waiting for the event log to have a leader in touch with its replicas");
+    said = true;
+  });
   const reach = new LogReachability((downSince) => jetStreamLog.probe(LOG_PROBE_TIMEOUT_MS, downSince), o.log);
   reach.watch(nc);
   o.ops.readiness.add("log", () => reach.check());
   return { jetStreamLog, reach, events: guardedLog(jetStreamLog, reach) };
-}
-
-/** How long a start waits for the event stream to have a leader in touch with a quorum (a cluster starting, an election). */
-const LOG_START_WAIT_MS = 300_000;
-
-/**
- * Waits until the log tells its end (JetStreamLog.info: a stream leader in touch with a quorum):
- * a stream just made, or one electing a leader, answers Unavailable for a few seconds, and the start
- * reads the log's end next (the pools' binding, the projection's check). Gives up after
- * LOG_START_WAIT_MS with the last reason.
- */
-async function logAnswers(jetStreamLog: JetStreamLog, log: Logger): Promise<void> {
-  let said = false;
-  await retry(() => jetStreamLog.info(), {
-    tries: Number.POSITIVE_INFINITY,
-    deadline: Date.now() + LOG_START_WAIT_MS,
-    firstDelayMs: 100,
-    maxDelayMs: 1000,
-    jitter: 0.2,
-    retryIf: (err) => {
-      const again = err instanceof DriverError && err.code === "Unavailable";
-      if (again && !said) log.info({ why: (err as Error).message }, "waiting for the event log to have a leader in touch with its replicas");
-      said ||= again;
-      return again;
-    },
-  });
 }
 
 /**

@@ -51,6 +51,16 @@ export function journalReplica(o: {
 }
 
 /**
+ * One journal replica on a log and store it may share with others (its own projector, started
+ * first, answering Unavailable after 2 s of a rebuild), with the tests' defaults (`testJournal`).
+ */
+export async function startedJournal(d: Pick<JournalDeps, "cluster" | "pools" | "log" | "store" | "logger">): Promise<Journal> {
+  const projector = new Projector(d.log, d.store, d.logger, { waitMs: 2000 });
+  await projector.start();
+  return testJournal({ ...d, projector });
+}
+
+/**
  * A Journal in this process on the given adapters, with the tests' defaults (a replica name of its
  * own, a 5 s lock TTL, a 200 ms lock wait, the clock); `d` adds or replaces deps.
  */

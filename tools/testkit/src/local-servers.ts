@@ -248,6 +248,9 @@ export interface ServerPlace {
 }
 const LOOPBACK: ServerPlace = { host: "127.0.0.1", wrap: [] };
 
+/** A server starting that prints nothing for this long is taken as stuck (`launch`). */
+const START_QUIET_MS = 60_000;
+
 async function launch(
   bin: string,
   spec: Spec,
@@ -265,9 +268,12 @@ async function launch(
   const child = spawn(cmd as string, [...pre, ...args], { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let log = "";
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start in 15s:\n${log}`)), 15_000);
+    // Given up only once the server said nothing new for START_QUIET_MS: a start that recovers its
+    // store says so line by line, and a loaded machine stretches it past any fixed bound.
+    const timer = setTimeout(() => reject(new Error(`${spec.kind} did not start: silent for ${START_QUIET_MS} ms:\n${log}`)), START_QUIET_MS);
     const onData = (b: Buffer) => {
       log += b.toString();
+      timer.refresh();
       if (spec.ready.test(log)) {
         clearTimeout(timer);
         resolve();

@@ -20,18 +20,24 @@ import {
   type VolumeView,
 } from "@csi/contracts";
 import { Audit, type AuditDeps, type HeartbeatReader } from "../audit/index.js";
-import type { Command, View } from "../commands/decider.js";
-import { deviceHolds } from "../commands/deciders/devices.js";
-import { groupView, membersMismatch } from "../commands/deciders/group.js";
-import { whyNotNodesBusiness } from "../commands/deciders/report-bounds.js";
-import { nextToken } from "../commands/deciders/reservation.js";
-import { madeIn, poolOf, recordIn } from "../commands/deciders/volumes.js";
-import { fitReply } from "../commands/reply.js";
-import { run } from "../commands/runner.js";
+import {
+  type Command,
+  deviceHolds,
+  fitReply,
+  groupView,
+  madeIn,
+  membersMismatch,
+  nextToken,
+  poolOf,
+  recordIn,
+  run,
+  type View,
+  whyNotNodesBusiness,
+} from "../commands/index.js";
 import { type Address, addressKey, liveRecord } from "../fold/evolve.js";
 import { shared, subjectOf } from "../fold/kinds.js";
+import { eventsOf } from "../fold/log-record.js";
 import { snapshotView, volumeView } from "../fold/records.js";
-import { eventsOf } from "../log/records.js";
 import type { IndexOf } from "../projection/port.js";
 import { withConditions } from "./conditions.js";
 import { type CommandTable, commandTable } from "./table.js";

@@ -7,11 +7,20 @@
  */
 import type { CommandResult, JournalCommand, ParsedRequest } from "@csi/contracts";
 import type { Audit } from "../audit/index.js";
-import type { Command } from "../commands/decider.js";
-import { adoptVolume } from "../commands/deciders/adopt.js";
-import { createGroupSnapshot, deleteGroupSnapshot } from "../commands/deciders/group.js";
-import { createSnapshot, deleteSnapshot } from "../commands/deciders/snapshots.js";
-import { createVolume, deleteVolume, expandVolume, modifyVolume, publishVolume, unpublishVolume } from "../commands/deciders/volumes.js";
+import {
+  adoptVolume,
+  type Command,
+  createGroupSnapshot,
+  createSnapshot,
+  createVolume,
+  deleteGroupSnapshot,
+  deleteSnapshot,
+  deleteVolume,
+  expandVolume,
+  modifyVolume,
+  publishVolume,
+  unpublishVolume,
+} from "../commands/index.js";
 
 /** Each command's handler, typed by its contract. */
 export type CommandTable = { [C in JournalCommand]: (req: ParsedRequest<C>) => Promise<CommandResult<C>> };
@@ -30,23 +39,26 @@ export interface TableParts {
   poolStat: Read<"pool.stat">;
 }
 
+/** A command as its request was sent: a resend is run only if no run of it was answered (commands/run-served.ts). */
+const sent = <R>(r: { resend?: boolean | undefined }, cmd: Command<R>): Command<R> => (r.resend ? { ...cmd, resend: true } : cmd);
+
 export function commandTable(j: TableParts): CommandTable {
   return {
-    "volume.create": (r) => j.run(createVolume(r)),
-    "volume.adopt": (r) => j.run(adoptVolume(r)),
-    "volume.delete": (r) => j.run(deleteVolume(r)),
-    "volume.expand": (r) => j.run(expandVolume(r)),
-    "volume.modify": (r) => j.run(modifyVolume(r)),
+    "volume.create": (r) => j.run(sent(r, createVolume(r))),
+    "volume.adopt": (r) => j.run(sent(r, adoptVolume(r))),
+    "volume.delete": (r) => j.run(sent(r, deleteVolume(r))),
+    "volume.expand": (r) => j.run(sent(r, expandVolume(r))),
+    "volume.modify": (r) => j.run(sent(r, modifyVolume(r))),
     "volume.get": (r) => j.getVolume(r),
     "volume.list": (r) => j.listVolumes(r),
-    "volume.publish": (r) => j.run(publishVolume(r)),
-    "volume.unpublish": (r) => j.run(unpublishVolume(r)),
-    "snapshot.create": (r) => j.run(createSnapshot(r)),
-    "snapshot.delete": (r) => j.run(deleteSnapshot(r)),
+    "volume.publish": (r) => j.run(sent(r, publishVolume(r))),
+    "volume.unpublish": (r) => j.run(sent(r, unpublishVolume(r))),
+    "snapshot.create": (r) => j.run(sent(r, createSnapshot(r))),
+    "snapshot.delete": (r) => j.run(sent(r, deleteSnapshot(r))),
     "snapshot.get": (r) => j.getSnapshot(r),
     "snapshot.list": (r) => j.listSnapshots(r),
-    "groupsnapshot.create": (r) => j.run(createGroupSnapshot(r)),
-    "groupsnapshot.delete": (r) => j.run(deleteGroupSnapshot(r)),
+    "groupsnapshot.create": (r) => j.run(sent(r, createGroupSnapshot(r))),
+    "groupsnapshot.delete": (r) => j.run(sent(r, deleteGroupSnapshot(r))),
     "groupsnapshot.get": (r) => j.getGroupSnapshot(r),
     "pool.stat": (r) => j.poolStat(r),
     "volume.history": (r) => j.audit.history(r),

@@ -33,16 +33,15 @@ import {
   subjects,
   takeWithin,
 } from "@csi/contracts";
-import { fitReply } from "../commands/reply.js";
-import { type RunnerDeps, run } from "../commands/runner.js";
+import { fitReply, type RunnerDeps, run } from "../commands/index.js";
 import type { States } from "../fold/evolve.js";
 import { imageOwner, KINDS, uuidSubjects } from "../fold/kinds.js";
+import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../fold/log-record.js";
 import { emptyReplay, pointOf, replayInto } from "../fold/replay.js";
 import { FOLD_BATCH } from "../log/port.js";
-import { eventsOf, type ForeignRecord, isForeign, type LogRecord, shownSubject } from "../log/records.js";
 import type { ImageInfo, Leftover, PoolBackend } from "../pools/port.js";
-import type { JournalStore } from "../projection/port.js";
-import type { Projector } from "../projection/projector.js";
+import type { Projector } from "../projection/index.js";
+import { type Difference, differenceName, type JournalStore } from "../projection/port.js";
 import {
   claimedNodes,
   collectReservation,
@@ -147,8 +146,11 @@ export class Audit {
     let drift: string[] = [];
     let foreign: ForeignRecord[] = [];
     let upTo: number;
-    if (withProjection) ({ states, differ: drift, upTo, foreign } = await this.#d.projector.compare());
-    else upTo = await this.#d.projector.fold(states);
+    if (withProjection) {
+      let differ: Difference[];
+      ({ states, differ, upTo, foreign } = await this.#d.projector.compare());
+      drift = differ.map(differenceName);
+    } else upTo = await this.#d.projector.fold(states);
     const heartbeats = withProjection ? await this.heartbeats(claimedNodes(states)) : new Map();
     const holdings = withProjection && this.#d.registrations ? await this.#d.registrations() : [];
     const clusterID = this.#d.cluster.clusterID;
@@ -287,7 +289,7 @@ export class Audit {
 
   async rebuild(_req: ParsedRequest<"audit.rebuild">): Promise<CommandResult<"audit.rebuild">> {
     const started = performance.now();
-    const dropped = await this.#d.store.projectionSize();
+    const dropped = await this.#d.store.recordCount();
     const replayedTo = await this.#d.projector.rebuild("asked for (audit.rebuild)");
     return { dropped, replayedTo, ms: Math.round(performance.now() - started) };
   }

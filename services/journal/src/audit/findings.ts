@@ -4,12 +4,11 @@
  * node registrations, and hands them in.
  */
 import type { Finding, GcAction, ImageOwnerView, Kind, ReplayEntry } from "@csi/contracts";
-import type { Command } from "../commands/decider.js";
-import { nameState } from "../commands/deciders/reservation.js";
+import { type Command, nameState } from "../commands/index.js";
 import { type Address, type Aggregate, addressKey, liveRecord, type RecordState, type States, statusOf } from "../fold/evolve.js";
 import { imageOwner, shared } from "../fold/kinds.js";
+import { type ForeignRecord, foreignView } from "../fold/log-record.js";
 import { groupHead, snapshotView, volumeView } from "../fold/records.js";
-import { type ForeignRecord, foreignView } from "../log/records.js";
 import type { ImageInfo, ImageOwner, Leftover } from "../pools/port.js";
 
 const isRecord = (s: Aggregate): s is RecordState => s.kind !== "name";
@@ -54,7 +53,7 @@ export interface Observed {
   states: States;
   /** The images of every pool, by pool name, listed BEFORE the log was folded (so every image's reservation is in the fold). */
   images: Map<string, ImageInfo[]>;
-  /** Projection keys that differ from the fold. */
+  /** What of the projection differs from the fold, named (projection/port.ts `differenceName`: an aggregate, or an index's entry of it). */
   drift: string[];
   /** The last registration of every node a claim names (undefined: none). */
   heartbeats: Map<string, Heartbeat | undefined>;
@@ -367,7 +366,7 @@ export function mayCollect(s: RecordState | undefined, o: { now: number; olderTh
 }
 
 /** gc: remove a leaked image under its lock (and its aggregate's, if named after one; re-checked from the log), then ImageLeakCollected. */
-export function removeLeakedImage(requestId: string, action: GcAction): Command<GcAction> {
+export function removeLeakedImage(requestId: string, action: GcAction): Command<GcAction, "looked" | "removed"> {
   const owner = imageOwner(action.imageName);
   const ref = { pool: action.pool, imageName: action.imageName };
   return {
@@ -377,12 +376,13 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
       ...(owner ? { fromLog: [owner], ...(owner.kind === "volume" ? { devices: [owner.uuid] } : {}) } : {}),
     },
     decide: (v, ctx) => {
+      // What landed is the answer (its sequence), also when a failed step landed part of it.
       const [done] = v.appended;
       if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
       if (owner?.kind === "volume" && (v.devices(owner.uuid)?.reported ?? 0) > 0)
         return { reply: { ...action, outcome: "skipped", reason: "kept: a node reported a device of it" } };
+      if (v.phase !== "looked") return { stat: [ref], phase: "looked" };
       const image = v.image(ref);
-      if (image === undefined) return { stat: [ref] };
       const pool = ctx.pools.get(action.pool);
       const foreign: Ours = { marksOwners: pool?.marksOwners ?? false, clusterID: ctx.cluster.clusterID, ...(pool?.boundLog ? { log: pool.boundLog } : {}) };
       const refused = mayRemoveImage(owner ? v.state(owner) : undefined, image ?? undefined, foreign);
@@ -393,29 +393,35 @@ export function removeLeakedImage(requestId: string, action: GcAction): Command<
           effects: [{ op: "delete", ...ref, quarantine: true }],
           events: [{ type: "ImageLeakCollected", pool: action.pool, imageName: image.name, imageId: image.id, sizeBytes: image.sizeBytes, reason }],
         },
+        phase: "removed",
       };
     },
   };
 }
 
 /** gc: collect an orphaned reservation under its uuid's and its name's locks: ReservationCollected (+ NameReleased). */
-export function collectReservation(requestId: string, action: GcAction, o: { now: number; olderThanMs: number }): Command<GcAction> {
+export function collectReservation(
+  requestId: string,
+  action: GcAction,
+  o: { now: number; olderThanMs: number },
+): Command<GcAction, "nameRead" | "looked" | "collected"> {
   const me: Address = { kind: action.kind as "volume" | "snapshot", uuid: action.uuid as string };
   const kind = me.kind as "volume" | "snapshot";
   return {
     requestId,
     first: { locks: [{ kind, uuid: me.uuid }], states: [me] },
     decide: (v) => {
+      // What landed is the answer (its sequence), also when a failed step landed part of it.
       const [done] = v.appended;
       if (done) return { reply: { ...action, outcome: "done", seq: done.seq } };
       const state = v.state(me) as RecordState | undefined;
       const record = state?.record;
       if (!record) return { reply: { ...action, outcome: "skipped", reason: "the reservation is gone" } };
       const name: Address = { kind: "name", of: kind, name: record.name };
-      if (!v.has(name)) return { read: { locks: [{ kind: "name", of: kind, name: record.name }], states: [name] } };
+      if (!v.has(name)) return { read: { locks: [{ kind: "name", of: kind, name: record.name }], states: [name] }, phase: "nameRead" };
       const ref = { pool: record.pool, imageName: action.imageName };
+      if (v.phase !== "looked") return { stat: [ref], phase: "looked" };
       const image = v.image(ref);
-      if (image === undefined) return { stat: [ref] };
       const refused = mayCollect(state, o);
       if (refused) return { reply: { ...action, outcome: "skipped", reason: refused } };
       const reason = image ? "its image made and never recorded, past the threshold (audit.gc)" : "reserved without an image past the threshold (audit.gc)";
@@ -423,6 +429,7 @@ export function collectReservation(requestId: string, action: GcAction, o: { now
       // The image (made and never recorded), and what an interrupted build left of it, go first.
       return {
         act: { effects: [{ op: "delete", ...ref, quarantine: true }], events: [{ type: "ReservationCollected", kind, uuid: me.uuid, reason }, ...release] },
+        phase: "collected",
       };
     },
   };

@@ -5,11 +5,16 @@
  *
  *   lock + read (plan)  →  decide  →  [read more | stat images | effects, then append events]  →  decide again …  →  reply
  *
- * Each round the decider sees the view as it is now: the aggregates read under the locks,
- * evolved (fold/evolve.ts, once per event) by every event this run appended; the images it
- * looked at or made; and, after a failed step, the failure. Nothing in a decider does I/O, reads
- * a clock or makes an id: new uuids come in `ctx.ids` (fixed per run), time is stamped by the
- * log. A decider refuses by throwing a DriverError (the runner answers it to the caller).
+ * A decision that takes a step names the phase the run is in once the step is done (`phase`);
+ * the run starts in "start" (after its first read), and a failed step puts it in "failed"
+ * (`View.failedIn`: the phase it failed in). A decider is a function of its phase: it switches on
+ * `view.phase` (its own union of names) to know which round it is in, and looks at the view only
+ * for what the domain says. The view is built from the run's state (commands/run-state.ts), which
+ * what the runner learns evolves: the aggregates read under the locks, evolved (fold/evolve.ts,
+ * once per event) by every event this run appended; the images it looked at or made; and, after a
+ * failed step, the failure. Nothing in a decider does I/O, reads a clock or makes an id: new
+ * uuids come in `ctx.ids` (fixed per run), time is stamped by the log. A decider refuses by
+ * throwing a DriverError (the runner answers it to the caller).
  */
 import type { DriverError, EventBody, ResolvedCluster, StoredEvent } from "@csi/contracts";
 import type { Address, Aggregate } from "../fold/evolve.js";
@@ -66,20 +71,29 @@ export interface Act {
   cleanup?: Effect[];
 }
 
-export type Decision<R> =
+/** A run's phase: "start" (its first read done), one its decider named (`P`), or "failed" (a step failed). */
+export type Phase<P extends string = string> = "start" | P | "failed";
+
+export type Decision<R, P extends string = string> =
   /** The answer (also after a failed step, when reading the log showed it landed after all). */
   | { reply: R }
-  | { read: ReadPlan }
-  | { stat: ImageRef[] }
-  | { act: Act }
+  /** A step, and the phase the run is in once it is done (`phase`). */
+  | { read: ReadPlan; phase: P }
+  | { stat: ImageRef[]; phase: P }
+  | { act: Act; phase: P }
   /**
    * Undo what must be undone (best effort), then fail with `error`. An undo fenced off (the log
-   * moved on) has its aggregates read from the log again and the decider asked once more.
+   * moved on) has its aggregates read from the log again and the decider asked once more (in the
+   * phase it was in).
    */
   | { fail: DriverError | Error; act?: Act };
 
-/** What a decider sees. */
-export interface View {
+/** What a decider sees (built from the run's state: commands/run-state.ts viewOf). */
+export interface View<P extends string = string> {
+  /** The phase the run is in: the `phase` the last step done named ("start" before any; "failed" once a step failed). */
+  phase: Phase<P>;
+  /** Once a step failed: the phase the run was in when it did. */
+  failedIn?: Phase<P>;
   /** An aggregate as read (undefined: none) evolved by this run's events. */
   state(a: Address): Aggregate | undefined;
   /** Whether `a` was read (from the projection or the log), so `state(a)` is its real state. */
@@ -119,13 +133,16 @@ export interface Ctx {
   ids: (i: number) => string;
 }
 
-export type Decide<R> = (view: View, ctx: Ctx) => Decision<R>;
-
-/** A command as the runner takes it: the first read (it may lock the run's fresh uuids: `ctx.ids`), then its decider. */
-export interface Command<R> {
+/**
+ * A command as the runner takes it: the first read (it may lock the run's fresh uuids: `ctx.ids`),
+ * then its decider, over its phases `P` (a method, so that a command of any phases is a `Command<R>`).
+ */
+export interface Command<R, P extends string = string> {
   requestId: string;
+  /** Sent again by the caller (a resend after a reconnect or a silence): run only if no run of it was answered (commands/runner.ts). */
+  resend?: boolean;
   first: ReadPlan | ((ctx: Ctx) => ReadPlan);
-  decide: Decide<R>;
+  decide(view: View<P>, ctx: Ctx): Decision<R, P>;
 }
 
 export const imageKey = (ref: ImageRef) => `${ref.pool}\u0000${ref.imageName}`;

@@ -118,10 +118,10 @@ describe("guardedLog", () => {
 });
 
 describe("the journal's Redis reconnect delays", () => {
-  test("50 ms doubling, capped at REDIS_RECONNECT_CAP_MS, plus jitter below REDIS_RECONNECT_JITTER_MS", () => {
-    assert.equal(reconnectDelayMs(1, 0), 50);
-    assert.equal(reconnectDelayMs(2, 0), 100);
-    assert.equal(reconnectDelayMs(3, 0), 200);
+  test("25 ms doubling, capped at REDIS_RECONNECT_CAP_MS, plus jitter below REDIS_RECONNECT_JITTER_MS", () => {
+    assert.equal(reconnectDelayMs(1, 0), 25);
+    assert.equal(reconnectDelayMs(2, 0), 50);
+    assert.equal(reconnectDelayMs(3, 0), REDIS_RECONNECT_CAP_MS);
     assert.equal(reconnectDelayMs(4, 0), REDIS_RECONNECT_CAP_MS);
     assert.equal(reconnectDelayMs(1000, 0), REDIS_RECONNECT_CAP_MS);
     assert.equal(reconnectDelayMs(1000, 0.999), REDIS_RECONNECT_CAP_MS + REDIS_RECONNECT_JITTER_MS - 1);

@@ -7,6 +7,7 @@
  * the backup (backup/, its own door `@csi/journal/backup`). Every EventLog passes
  * test/contracts/event-log.contract.ts (test/event-log.test.ts runs it on both).
  */
+export { LogReachability } from "./guarded.js";
 export { JetStreamLog } from "./jetstream.js";
 export { MemoryLog } from "./memory.js";
 export {

@@ -12,7 +12,7 @@
 
 import { randomUUID } from "node:crypto";
 import { DriverError, type StoredEvent, subjects } from "@csi/contracts";
-import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange } from "@csi/runtime";
+import { AckedPublisher, ensureStream, lastMessageOf, PublishRefused, reachingNats, readStreamRange, retry } from "@csi/runtime";
 import {
   JetStreamApiCodes,
   JetStreamApiError,
@@ -36,6 +36,9 @@ import { appendEach, appendFenced, type EventLogOptions, historyOf, stampEvent }
  * "Replay speed").
  */
 const PULL_MESSAGES = 512;
+
+/** How long a journal's start waits for the event stream to have a leader in touch with a quorum (a cluster starting, an election): `answers`. */
+const LOG_START_WAIT_MS = 300_000;
 
 /** Reads of at most this many sequences (no subject filter) get each record by its sequence instead of through a consumer (`#readDirect`). */
 const DIRECT_READ_MAX = 32;
@@ -144,8 +147,14 @@ export class JetStreamLog implements EventLog {
     return r;
   }
 
+  /**
+   * JetStream's API, without its account-info check (`checkAPI`): that check is a request the meta
+   * leader answers, so a journal that first needed the log while the meta group had no leader (two
+   * of three nodes gone) got a bare timeout instead of UNAVAILABLE (test/log-quorum.test.ts), and
+   * every first call paid a round trip for it. A log without JetStream fails at its first call.
+   */
   async #manager(): Promise<JetStreamManager> {
-    this.#jsm ??= await jetstreamManager(this.nc, this.opts.apiPrefix ? { apiPrefix: this.opts.apiPrefix, checkAPI: false } : {});
+    this.#jsm ??= await jetstreamManager(this.nc, { checkAPI: false, ...(this.opts.apiPrefix ? { apiPrefix: this.opts.apiPrefix } : {}) });
     return this.#jsm;
   }
 
@@ -244,6 +253,27 @@ export class JetStreamLog implements EventLog {
     const why = noQuorum(info);
     if (why) throw new DriverError("Unavailable", `event log: ${why}`);
     return this.#logInfo(info);
+  }
+
+  /**
+   * Waits until the log tells its end (`info`: a stream leader in touch with a quorum): a stream
+   * just made, or one electing a leader, answers Unavailable for a few seconds, and a journal's
+   * start reads the log's end next (the pools' binding, the projection's check). `waiting` is told
+   * each Unavailable's reason; gives up after `waitMs` (LOG_START_WAIT_MS) with the last one.
+   */
+  async answers(waiting: (why: string) => void = () => {}, waitMs = LOG_START_WAIT_MS): Promise<LogInfo> {
+    return retry(() => this.info(), {
+      tries: Number.POSITIVE_INFINITY,
+      deadline: Date.now() + waitMs,
+      firstDelayMs: 100,
+      maxDelayMs: 1000,
+      jitter: 0.2,
+      retryIf: (err) => {
+        const again = err instanceof DriverError && err.code === "Unavailable";
+        if (again) waiting(err.message);
+        return again;
+      },
+    });
   }
 
   async #logInfo(info: StreamInfo): Promise<LogInfo> {

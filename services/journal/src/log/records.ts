@@ -12,36 +12,11 @@
  * aggregate whose subject it is on past it (`subjectAddress`; evolve.ts): the next append's fence
  * is the subject's last sequence, whatever is there.
  */
-import {
-  type ForeignReason,
-  type ForeignRecordView,
-  isUuid,
-  JournalEvent,
-  KIND_TOKENS,
-  type Kind,
-  MAX_EVENT_BYTES,
-  nameToken,
-  quote,
-  sanitizeMessage,
-  subjects,
-} from "@csi/contracts";
+import { type ForeignReason, isUuid, JournalEvent, KIND_TOKENS, type Kind, MAX_EVENT_BYTES, nameToken, quote, sanitizeMessage, subjects } from "@csi/contracts";
 import { type Address, addressOf } from "../fold/evolve.js";
 import type { ForeignRecord, LogRecord } from "../fold/log-record.js";
 
-export { eventsOf, type ForeignRecord, isForeign, type LogRecord } from "../fold/log-record.js";
-
-/** How much of a subject a report shows (a foreign record's subject is anyone's: bounded and sanitised). */
-const SUBJECT_BYTES = 256;
-
-/** A foreign record as verify and purge report it. */
-export function foreignView(r: ForeignRecord): ForeignRecordView {
-  return { seq: r.seq, subject: shownSubject(r.subject), ...r.foreign };
-}
-
-/** A subject as a report or a log line shows it: unsafe characters replaced, at most SUBJECT_BYTES. */
-export function shownSubject(subject: string): string {
-  return sanitizeMessage(subject, SUBJECT_BYTES);
-}
+export { eventsOf, type ForeignRecord, foreignView, isForeign, type LogRecord, shownSubject } from "../fold/log-record.js";
 
 /** Which log a record is read from: its cluster, and the instance whose request names this journal keeps (unset: any instance's). */
 export interface LogOf {

@@ -8,5 +8,5 @@
  */
 export { MemoryStore } from "./memory.js";
 export type { ProjectionMeta } from "./meta.js";
-export type { IndexOf, JournalStore, LockOn, LockResult, StateMap } from "./port.js";
-export { distrustAfterRedisDrops, Projector } from "./projector.js";
+export { type Difference, differenceName, type IndexOf, type JournalStore, type LockOn, type LockResult, type StateMap } from "./port.js";
+export { catchUpWhenLogAnswers, distrustAfterRedisDrops, Projector } from "./projector.js";

@@ -8,7 +8,7 @@
  * - The projection holds each aggregate's last state: a write lands only if its sequence is newer
  *   than the one held (the guard). An ended record is kept as a tombstone (its sequence) for
  *   TOMBSTONE_TTL_MS; a name keeps its uuid (none once released) and its sequence.
- * - The indexes are the held states' memberships (projection/redis/writes.ts): a kind's live records, the live
+ * - The indexes are the held states' (port.ts `indexesOf`): a kind's live records, the live
  *   snapshots of a source volume, the volumes a node holds claims on; paged in uuid order.
  * - The meta: the rebuild's epoch and log, the watermark `applied`, `complete`. An apply lands only
  *   on a complete projection, a replay batch only if it starts at or before the watermark (which
@@ -16,21 +16,55 @@
  * - A rebuild: a new epoch (refused over a complete projection unless forced, and the projection is
  *   then incomplete), a wipe, chunks of states written as they are, in order, on that epoch only
  *   (the last sets the watermark), complete once the watermark reached the log's end.
- * - Keys are named as the Redis projection names them (`keys`; projectionOf in projection/redis/writes.ts), so
- *   sizes and differences are the same numbers and names as RedisStore's.
+ * - Differences from the log are the aggregates whose states differ (a tombstone is none), and
+ *   the indexes that list an aggregate the log's state would not (or the other way round).
  */
+import { isDeepStrictEqual } from "node:util";
 import { type Address, type Aggregate, addressKey, addressOfState, isEnded, type Trail } from "../fold/evolve.js";
 import { expectedMeta, type ProjectionMeta, type RebuildOver } from "./meta.js";
-import { type IndexOf, type JournalStore, type LockOn, type LockResult, lockKey, type ReadPlan, type ReplayStep, type StateMap } from "./port.js";
-import { type Keys, keysFor } from "./redis/layout.js";
-import { diffProjection } from "./redis/projection-state.js";
-import { memberships, projectionOf, type Stored, TOMBSTONE_TTL_MS } from "./redis/writes.js";
+import {
+  type Difference,
+  differenceName,
+  type IndexOf,
+  indexesOf,
+  indexName,
+  type JournalStore,
+  type LockOn,
+  type LockResult,
+  lockKey,
+  type Mark,
+  type ProjectionIndex,
+  type ReadPlan,
+  type ReplayStep,
+  type StateMap,
+  sortedDifferences,
+  TOMBSTONE_TTL_MS,
+} from "./port.js";
 
 export interface MemoryStoreOptions {
   /** The clock (ms) of lock TTLs and tombstones. */
   now?: () => number;
-  /** How the projection's keys are named (sizes, differences). */
-  keys?: Keys;
+}
+
+/** A state as compared: an ended record's tombstone is none (it expires). */
+const compared = (s: Aggregate | undefined): Aggregate | undefined => (isEnded(s) ? undefined : s);
+
+/** Whether two states are the same (as JSON holds them: an absent field and an undefined one are alike). */
+const sameState = (a: Aggregate | undefined, b: Aggregate | undefined) =>
+  isDeepStrictEqual(a && JSON.parse(JSON.stringify(a)), b && JSON.parse(JSON.stringify(b)));
+
+/** Whether the state is in `index`. */
+const listedIn = (s: Aggregate | undefined, index: ProjectionIndex) => indexesOf(compared(s)).some((i) => indexName(i) === indexName(index));
+
+/** The differences of one aggregate: its state, and each index that lists it in one of the two states only. */
+function differencesOf(want: Aggregate | undefined, have: Aggregate | undefined): Difference[] {
+  const [w, h] = [compared(want), compared(have)];
+  const s = w ?? h;
+  if (!s) return [];
+  const address = addressOfState(s);
+  const out: Difference[] = sameState(w, h) ? [] : [{ address }];
+  for (const index of [...indexesOf(w), ...indexesOf(h)]) if (listedIn(w, index) !== listedIn(h, index)) out.push({ address, index });
+  return out;
 }
 
 /** The key of the cluster's rebuild lock (no LockOn's `lockKey` looks like it). */
@@ -38,7 +72,6 @@ const REBUILD = "rebuild";
 
 export class MemoryStore implements JournalStore {
   readonly #now: () => number;
-  readonly #keys: Keys;
   readonly #locks = new Map<string, { token: string; until: number }>();
   /** Each aggregate's last state by `addressKey`; a tombstone until `until`. */
   readonly #states = new Map<string, { state: Aggregate; until?: number }>();
@@ -47,7 +80,6 @@ export class MemoryStore implements JournalStore {
 
   constructor(opts: MemoryStoreOptions = {}) {
     this.#now = opts.now ?? Date.now;
-    this.#keys = opts.keys ?? keysFor("memory", "default");
   }
 
   // ---------------------------------------------------------------- locks
@@ -97,7 +129,7 @@ export class MemoryStore implements JournalStore {
       }
       for (const [k, s] of this.#read([ownName])) states.set(k, s);
     }
-    const nodeClaims = new Map((plan.nodeClaims ?? []).map((n) => [n, this.#index(this.#keys.nodeClaims(n)).length]));
+    const nodeClaims = new Map((plan.nodeClaims ?? []).map((n) => [n, this.#index({ claimsOf: n }).length]));
     return { ok: true, read: { complete: this.#meta?.complete === true, states, nodeClaims, ...(ownName ? { locked: [ownName] } : {}) } };
   }
 
@@ -139,16 +171,23 @@ export class MemoryStore implements JournalStore {
     return new Map(addresses.map((a) => [addressKey(a), structuredClone(this.#held(addressKey(a)))]));
   }
 
-  /** Uuids in the index `key` (a key of `memberships`), in order. */
-  #index(key: string): string[] {
+  /** Uuids in `index`, in order. */
+  #index(index: ProjectionIndex): string[] {
     return this.#all()
-      .flatMap((s) => memberships(this.#keys, s).filter((m) => m.key === key))
-      .map((m) => m.member)
+      .flatMap((s) => (s.kind !== "name" && listedIn(s, index) ? [s.uuid] : []))
       .sort();
   }
 
-  async applyAndUnlock(trails: Trail[], locks: LockOn[], token: string): Promise<number> {
+  async applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, marks: Mark[] = []): Promise<number> {
+    for (const m of marks) this.#locks.set(lockKey(m.lock), { token: m.token, until: this.#now() + m.ttlMs });
     return this.#apply(trails, locks, token);
+  }
+
+  async marksOf(locks: LockOn[]): Promise<(string | undefined)[]> {
+    return locks.map((l) => {
+      const held = this.#locks.get(lockKey(l));
+      return held && held.until > this.#now() ? held.token : undefined;
+    });
   }
 
   async applyBatch(trails: Trail[], step: ReplayStep): Promise<number> {
@@ -186,7 +225,7 @@ export class MemoryStore implements JournalStore {
 
   async completeIndexPage(index: IndexOf, after: string | undefined, count: number): Promise<string[] | undefined> {
     if (!this.#meta?.complete) return undefined;
-    const uuids = this.#index("kind" in index ? this.#keys.index(index.kind) : this.#keys.snapsOf(index.snapshotsOf)).filter((u) => !after || u > after);
+    const uuids = this.#index(index).filter((u) => !after || u > after);
     return count > 0 ? uuids.slice(0, count) : uuids;
   }
 
@@ -209,7 +248,7 @@ export class MemoryStore implements JournalStore {
   }
 
   async wipeProjection(): Promise<number> {
-    const n = this.#projection().size;
+    const n = await this.recordCount();
     this.#states.clear();
     return n;
   }
@@ -230,20 +269,18 @@ export class MemoryStore implements JournalStore {
     return true;
   }
 
-  /** The projection key by key, as Redis would hold it: the live states' (projectionOf) and the tombstones. */
-  #projection(): Map<string, Stored> {
-    const held = this.#all();
-    const out = projectionOf(this.#keys, held);
-    for (const s of held) if (s.kind !== "name" && !s.record) out.set(this.#keys.record(s.kind, s.uuid), { hash: { _seq: String(s.seq), _gone: "1" } });
-    return out;
+  async recordCount(): Promise<number> {
+    return this.#all().filter((s) => s.kind !== "name").length;
   }
 
-  async projectionSize(): Promise<number> {
-    return this.#projection().size;
-  }
-
-  async differences(states: Iterable<Aggregate>, only?: string[]): Promise<{ differ: string[]; keys: number }> {
-    const have = this.#projection();
-    return { differ: diffProjection(projectionOf(this.#keys, states), have, only), keys: only ? only.length : have.size };
+  async differences(states: Iterable<Aggregate>, only?: Difference[]): Promise<Difference[]> {
+    const want = new Map([...states].map((s) => [addressKey(addressOfState(s)), s]));
+    if (only) {
+      const asked = new Set(only.map(differenceName));
+      const looked = only.flatMap((d) => differencesOf(want.get(addressKey(d.address)), this.#held(addressKey(d.address))));
+      return sortedDifferences(looked.filter((d) => asked.has(differenceName(d))));
+    }
+    const keys = new Set([...want.keys(), ...this.#states.keys()]);
+    return sortedDifferences([...keys].flatMap((k) => differencesOf(want.get(k), this.#held(k))));
   }
 }

@@ -20,10 +20,10 @@ import { SentAhead } from "@csi/runtime";
 import type { Redis } from "ioredis";
 import type { Logger } from "pino";
 import { type Aggregate, addressKey, beforesNeeded, foldFrom, foldInto, foldStep, type States, type Trail } from "../fold/evolve.js";
+import { type ForeignRecord, isForeign, type LogRecord } from "../fold/log-record.js";
 import { type EventLog, FOLD_BATCH } from "../log/port.js";
-import { type ForeignRecord, isForeign, type LogRecord } from "../log/records.js";
 import { judgeProjection } from "./meta.js";
-import type { JournalStore } from "./port.js";
+import { type Difference, differenceName, type JournalStore } from "./port.js";
 
 /**
  * A replay batch folded (once) into trails: each aggregate starts from its `known` state or,
@@ -117,6 +117,22 @@ export function distrustAfterRedisDrops(redis: Redis, projector: Projector): voi
   redis.on("ready", () => {
     if (wasReady) projector.distrust();
     wasReady = true;
+  });
+}
+
+/**
+ * The moment the log answers again after being down, a projection distrusted meanwhile (an append
+ * of a run in flight got no answer) is caught up at once — while those runs read the log and undo
+ * what they must — instead of by the next command, which would otherwise start the catch-up only
+ * then, after the CO's retry (a leader kill under load: ~0.5 s of the first success after the new
+ * leader's election; docs/operations.md, "Right behind the election"). Returns the unsubscribe.
+ */
+export function catchUpWhenLogAnswers(reach: { onUp(f: () => void): () => void }, projector: Projector, logger: Logger): () => void {
+  return reach.onUp(() => {
+    if (!projector.distrusted) return;
+    projector
+      .current()
+      .catch((err: unknown) => logger.info({ err: String(err) }, "catch-up after the log answered again failed: the next command tries again"));
   });
 }
 
@@ -244,13 +260,13 @@ export class Projector {
   async start(): Promise<number> {
     const last = await this.catchUp();
     const started = performance.now();
-    const { differ, keys } = await this.compare();
+    const { differ, states } = await this.compare();
     const ms = Math.round(performance.now() - started);
     if (differ.length === 0) {
-      this.logger.info({ keys, ms }, "projection checked against the log");
+      this.logger.info({ aggregates: states.size, ms }, "projection checked against the log");
       return last;
     }
-    this.logger.warn({ keys: differ.length, first: differ.slice(0, 5), ms }, "projection disagrees with the log");
+    this.logger.warn({ differences: differ.length, first: differ.slice(0, 5).map(differenceName), ms }, "projection disagrees with the log");
     return this.rebuild("disagrees with the log");
   }
 
@@ -449,20 +465,21 @@ export class Projector {
   }
 
   /**
-   * Fold the whole log in memory and compare what it says the projection holds with every
-   * projection key. Keys that differ are looked at again (after a catch-up, with the events
-   * appended meanwhile) a few times, so other replicas' writes in flight are not taken for damage.
+   * Fold the whole log in memory and compare what it says the projection holds with all the
+   * projection holds (port.ts `differences`: aggregates, and the indexes that list them). What
+   * differs is looked at again (after a catch-up, with the events appended meanwhile) a few times,
+   * so other replicas' writes in flight are not taken for damage.
    */
-  async compare(): Promise<{ differ: string[]; keys: number; states: States; upTo: number; foreign: ForeignRecord[] }> {
+  async compare(): Promise<{ differ: Difference[]; states: States; upTo: number; foreign: ForeignRecord[] }> {
     const states: States = new Map();
     const foreign: ForeignRecord[] = [];
     let upTo = await this.fold(states, 0, foreign);
-    let { differ, keys } = await this.store.differences(states.values());
+    let differ = await this.store.differences(states.values());
     for (let round = 0; differ.length > 0 && round < 3; round++) {
       await this.catchUp();
       upTo = await this.fold(states, upTo, foreign);
-      ({ differ } = await this.store.differences(states.values(), differ));
+      differ = await this.store.differences(states.values(), differ);
     }
-    return { differ, keys, states, upTo, foreign };
+    return { differ, states, upTo, foreign };
   }
 }

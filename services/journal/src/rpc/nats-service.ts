@@ -43,8 +43,7 @@ import { type ServiceMsg, Svcm } from "@nats-io/services";
 import type { Msg, NatsConnection, SubscriptionOptions } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { z } from "zod";
-import type { Journal } from "../app/journal.js";
-import type { CommandTable } from "../app/table.js";
+import type { CommandTable, Journal } from "../app/index.js";
 
 /** Beats to `msg`'s reply inbox every `everyMs` (the first after `everyMs`) until the returned stop is called. */
 function beating(msg: ServiceMsg, everyMs: number): () => void {

@@ -58,11 +58,11 @@ export async function bindMount(source: string, target: string, opts: { readOnly
 }
 
 /** Unmount the top mount at `target`. Not mounted is success; busy is retried, then reported. */
-export async function unmount(target: string): Promise<void> {
+export async function unmount(target: string, o: { lazy?: boolean } = {}): Promise<void> {
   requireAbsolute("unmount target", target);
   if (!(await isMountPoint(target))) return;
   try {
-    await runRetrying("umount", [target]);
+    await runRetrying("umount", o.lazy ? ["--lazy", target] : [target]);
   } catch (err) {
     if (!(await isMountPoint(target))) return; // someone else unmounted it meanwhile
     throw err;

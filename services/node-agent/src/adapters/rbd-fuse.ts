@@ -85,10 +85,15 @@ export async function mountImage(rbdDir: string, img: FuseImage): Promise<string
 export async function unmountDir(dir: string): Promise<void> {
   if (!path.isAbsolute(dir)) throw new DriverError("Internal", `not an absolute path: ${dir}`);
   const serving = await processesServing(dir);
+  // A mount no rbd-fuse serves (its process died) serves nothing to anyone: it is detached at once
+  // (lazily), and the kernel frees it when its last reference drops. A loop device just detached
+  // from a file on it still holds one for a moment (the kernel releases a loop's file later, from a
+  // work queue): a plain unmount then failed "target is busy" (the mapping contract, under load).
+  const lazy = serving.length === 0;
   for (let i = 0; i < 3; i++) {
     const top = (await readMounts()).filter((m) => m.mountPoint === dir).at(-1);
     if (top?.fsType !== RBD_FUSE_FS) break;
-    await unmount(dir);
+    await unmount(dir, { lazy });
   }
   await removeIfEmptyDir(dir).catch(() => false);
   for (let i = 0; i < EXIT_WAIT.tries && serving.some(alive); i++) await sleep(EXIT_WAIT.delayMs);

@@ -16,7 +16,8 @@ import type { Command } from "../decider.js";
 import { nameState, volumeDigest } from "./reservation.js";
 import { poolIn } from "./volumes.js";
 
-export function adoptVolume(req: ParsedRequest<"volume.adopt">): Command<CommandResult<"volume.adopt">> {
+/** Its phases: the image looked at, then the record written (after which it answers as a repeat would). */
+export function adoptVolume(req: ParsedRequest<"volume.adopt">): Command<CommandResult<"volume.adopt">, "looked" | "adopted"> {
   const owner = imageOwner(req.imageName);
   if (owner?.kind !== "volume")
     throw invalidArgument(`image ${quote(req.imageName, 64)} is not named after a volume of this driver (csi-vol-<uuid>): it cannot be adopted`);
@@ -37,9 +38,9 @@ export function adoptVolume(req: ParsedRequest<"volume.adopt">): Command<Command
       if (v.state(me)) throw new DriverError("FailedPrecondition", `the log names volume ${me.uuid} already: it is not an image without a record`);
       if (named) throw new DriverError("AlreadyExists", `the name ${quote(req.name, 64)} is volume ${named}'s`);
       const ref = { pool: poolName, imageName: req.imageName };
+      if (v.phase !== "looked") return { stat: [ref], phase: "looked" };
       const image = v.image(ref);
-      if (image === undefined) return { stat: [ref] };
-      if (image === null) throw new DriverError("NotFound", `pool ${quote(poolName, 64)} has no image ${quote(req.imageName, 64)}`);
+      if (!image) throw new DriverError("NotFound", `pool ${quote(poolName, 64)} has no image ${quote(req.imageName, 64)}`);
       if (image.readOnly) throw invalidArgument(`image ${quote(req.imageName, 64)} is a snapshot's (read-only): only a volume's image can be adopted`);
       if (image.owner?.clusterID && image.owner.clusterID !== ctx.cluster.clusterID)
         throw new DriverError(
@@ -65,7 +66,7 @@ export function adoptVolume(req: ParsedRequest<"volume.adopt">): Command<Command
         capabilities: req.capabilities,
         adopted: true as const,
       };
-      return { act: { events: [shared.nameReserved("volume", req.name, me.uuid), reserved, createdEvent("volume", me.uuid, image)] } };
+      return { act: { events: [shared.nameReserved("volume", req.name, me.uuid), reserved, createdEvent("volume", me.uuid, image)] }, phase: "adopted" };
     },
   };
 }

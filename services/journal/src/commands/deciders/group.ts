@@ -26,7 +26,7 @@ import { type Address, isEnded, liveRecord } from "../../fold/evolve.js";
 import { createdEvent, KINDS, shared } from "../../fold/kinds.js";
 import { type GroupRecord, groupSnapshotView, type SnapshotRecord, type VolumeRecord } from "../../fold/records.js";
 import type { ImageInfo } from "../../pools/port.js";
-import type { Act, Command, Ctx, Decision, ImageRef, View } from "../decider.js";
+import type { Act, Command, Ctx, Decision, Effect, ImageRef, View } from "../decider.js";
 import { digestOf, nameState, sameSet, type Verdict } from "./reservation.js";
 import { madeIn, poolIn } from "./volumes.js";
 
@@ -129,7 +129,13 @@ export const groupView = (s: GroupState): GroupSnapshotView =>
  * sequence 0), so that a reservation stored without its writer hearing of it, or still on its
  * way, is either seen or refused.
  */
-export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">): Command<GroupSnapshotView> {
+/**
+ * The phases of a group create: ours named, reserved, its members reserved, cut, all recorded;
+ * another's read from the log, its members read (projection, then log) and looked at; undone.
+ */
+export type GroupPhase = "named" | "reserved" | "membersReserved" | "cut" | "recorded" | "pointedRead" | "membersRead" | "membersLogged" | "looked" | "undone";
+
+export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">): Command<GroupSnapshotView, GroupPhase> {
   const digest = groupDigest(req.sourceUuids, req.parameters);
   const name: Address = { kind: "name", of: "groupsnapshot", name: req.name };
   const sources = req.sourceUuids.map((uuid) => ({ kind: "volume" as const, uuid }));
@@ -142,25 +148,26 @@ export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">):
       const groupState = pointed && v.state(pointed);
       const record = liveRecord(groupState, "groupsnapshot");
       const ours = dirUuid !== undefined && dirUuid === ctx.ids(0);
-      if (v.failed) return groupFailed(v, req.name, ctx.ids(0));
-      if (ours && !groupState) return { act: { events: [reserveGroup(v, ctx, req, digest)] } };
+      if (v.phase === "failed") return groupFailed(v, req.name, ctx.ids(0));
+      if (v.phase === "named") return { act: { events: [reserveGroup(v, ctx, req, digest)] }, phase: "reserved" };
       // The name points at a group the projection does not have: the log says whether it lives.
-      if (pointed && !groupState && !v.fromLog(pointed)) return { read: { fromLog: [pointed] } };
+      if (pointed && !groupState && !v.fromLog(pointed)) return { read: { fromLog: [pointed] }, phase: "pointedRead" };
       if (record && ours && !record.ready) {
         // Our members are fresh uuids: nobody else can have reserved them (and, unread, an undo reads them from the log).
         const step = buildStep(v, ctx, record);
-        if (step) return { act: step };
+        if (step) return step;
       } else if (record) {
         const addresses = record.members.map(memberAddress);
         const unread = addresses.filter((a) => !v.has(a));
-        if (unread.length > 0) return { read: { states: unread } };
+        if (unread.length > 0) return { read: { states: unread }, phase: "membersRead" };
         // Members the projection does not have (a reservation stored without its ack): the log says whether they live.
         const unlogged = addresses.filter((a) => !v.state(a) && !v.fromLog(a));
-        if (unlogged.length > 0) return { read: { fromLog: unlogged } };
+        if (unlogged.length > 0) return { read: { fromLog: unlogged }, phase: "membersLogged" };
       }
+      // A member's image is looked at once (ours were cut by this run): which are is the view's to say, member by member.
       if (record) {
         const unseen = membersOf(v, record).flatMap((m) => (m.record && v.image(refOf(m.record)) === undefined ? [refOf(m.record)] : []));
-        if (unseen.length > 0) return { stat: unseen };
+        if (unseen.length > 0) return { stat: unseen, phase: "looked" };
       }
       const state = record && { record, members: membersOf(v, record) };
       const verdict = checkGroupReservation({ name: req.name, sourceUuids: req.sourceUuids, digest }, dirUuid, state);
@@ -172,12 +179,12 @@ export function createGroupSnapshot(req: ParsedRequest<"groupsnapshot.create">):
         case "inconsistent":
           throw new DriverError("Inconsistent", verdict.reason);
         case "complete":
-          return { act: { events: recordCuts(verdict.record.record, verdict.cut) } };
+          return { act: { events: recordCuts(verdict.record.record, verdict.cut) }, phase: "recorded" };
         case "stale":
-          return { act: undoGroup(v, req.name, verdict.uuid, verdict.reason) };
+          return { act: undoGroup(v, req.name, verdict.uuid, verdict.reason), phase: "undone" };
         case "new":
           reserveGroup(v, ctx, req, digest); // what refuses the group (a missing source, several pools) refuses it before the name is taken
-          return { act: { events: [shared.nameReserved("groupsnapshot", req.name, ctx.ids(0))] } };
+          return { act: { events: [shared.nameReserved("groupsnapshot", req.name, ctx.ids(0))] }, phase: "named" };
         default: {
           const never: never = verdict;
           throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
@@ -205,35 +212,33 @@ function reserveGroup(v: View, ctx: Ctx, req: ParsedRequest<"groupsnapshot.creat
 }
 
 /** Our own group, not made yet: reserve the members not reserved, else cut the members not cut; undefined when all are. */
-function buildStep(v: View, ctx: Ctx, g: GroupRecord): Act | undefined {
+function buildStep(v: View, ctx: Ctx, g: GroupRecord): { act: Act; phase: GroupPhase } | undefined {
   const members = membersOf(v, g);
   const unreserved = members.filter((m) => !m.record);
   if (unreserved.length > 0) {
-    return {
-      events: unreserved.map(
-        ({ member }): EventBody => ({
-          type: "SnapshotReserved",
-          uuid: member.snapshotUuid,
-          name: g.name,
-          instance: ctx.cluster.instance,
-          sourceUuid: member.volumeUuid,
-          pool: g.pool,
-          poolId: g.poolId,
-          imageName: imageOf(member),
-          digest: g.digest,
-          groupSnapshotUuid: g.uuid,
-        }),
-      ),
-    };
+    const events = unreserved.map(
+      ({ member }): EventBody => ({
+        type: "SnapshotReserved",
+        uuid: member.snapshotUuid,
+        name: g.name,
+        instance: ctx.cluster.instance,
+        sourceUuid: member.volumeUuid,
+        pool: g.pool,
+        poolId: g.poolId,
+        imageName: imageOf(member),
+        digest: g.digest,
+        groupSnapshotUuid: g.uuid,
+      }),
+    );
+    return { act: { events }, phase: "membersReserved" };
   }
   const uncut = members.filter((m) => !m.image);
   if (uncut.length === 0) return undefined;
-  return {
-    effects: uncut.map(({ member }) => {
-      const source = liveRecord(v.state({ kind: "volume", uuid: member.volumeUuid }), "volume") as VolumeRecord;
-      return { op: "snapshot", pool: g.pool, from: source.imageName, imageName: imageOf(member) };
-    }),
-  };
+  const effects = uncut.map(({ member }): Effect => {
+    const source = liveRecord(v.state({ kind: "volume", uuid: member.volumeUuid }), "volume") as VolumeRecord;
+    return { op: "snapshot", pool: g.pool, from: source.imageName, imageName: imageOf(member) };
+  });
+  return { act: { effects }, phase: "cut" };
 }
 
 /** Record the members that were cut but not recorded, and the group (one time for them all). */
@@ -263,7 +268,7 @@ function undoGroup(v: View, name: string, uuid: string, reason: string): Act {
 }
 
 /** A step of our own group failed: unless every member was cut (an append failed after), undo it whole. */
-function groupFailed(v: View, name: string, ours: string): Decision<GroupSnapshotView> {
+function groupFailed(v: View, name: string, ours: string): Decision<GroupSnapshotView, GroupPhase> {
   const f = v.failed as NonNullable<View["failed"]>;
   const record = liveRecord(v.state({ kind: "groupsnapshot", uuid: ours }), "groupsnapshot");
   const named = nameState(v, "groupsnapshot", name)?.uuid === ours;
@@ -285,13 +290,16 @@ function groupFailed(v: View, name: string, ours: string): Decision<GroupSnapsho
  * images and append their SnapshotDeleted, then GroupSnapshotDeleted + NameReleased (so a crash
  * in between leaves a live group whose members are gone, which the CO's retry finishes).
  */
-export function deleteGroupSnapshot(req: ParsedRequest<"groupsnapshot.delete">): Command<{ deleted: boolean }> {
+/** Its phases: the name and the members read (when the first read did not bring them), the members deleted, the group deleted. */
+export function deleteGroupSnapshot(req: ParsedRequest<"groupsnapshot.delete">): Command<{ deleted: boolean }, "nameRead" | "membersDeleted" | "deleted"> {
   const me = { kind: "groupsnapshot" as const, uuid: req.uuid };
   return {
     requestId: req.requestId,
     first: { locks: [me], states: [me] },
     decide: (v) => {
-      if (v.appended.some((e) => e.event.type === "GroupSnapshotDeleted")) return { reply: { deleted: true } };
+      // Deleted; or a failed step that landed GroupSnapshotDeleted (not the name's release): deleted all the same.
+      if (v.phase === "deleted" || (v.phase === "failed" && v.appended.some((e) => e.event.type === "GroupSnapshotDeleted")))
+        return { reply: { deleted: true } };
       const r = liveRecord(v.state(me), "groupsnapshot");
       if (!r) return { reply: { deleted: false } }; // unknown: deleting is idempotent
       const mismatch = membersMismatch(r, req.snapshotUuids);
@@ -299,7 +307,7 @@ export function deleteGroupSnapshot(req: ParsedRequest<"groupsnapshot.delete">):
       const name: Address = { kind: "name", of: "groupsnapshot", name: r.name };
       if (!v.has(name)) {
         const members = r.members.map((m) => ({ kind: "snapshot" as const, uuid: m.snapshotUuid }));
-        return { read: { locks: [{ kind: "name", of: "groupsnapshot", name: r.name }, ...members], states: [name, ...members] } };
+        return { read: { locks: [{ kind: "name", of: "groupsnapshot", name: r.name }, ...members], states: [name, ...members] }, phase: "nameRead" };
       }
       const live = membersOf(v, r).flatMap((m) => (m.record ? [m.record] : []));
       if (live.length > 0) {
@@ -308,10 +316,11 @@ export function deleteGroupSnapshot(req: ParsedRequest<"groupsnapshot.delete">):
             effects: live.map((s) => ({ op: "delete" as const, pool: s.pool, imageName: s.imageName })),
             events: live.map((s) => shared.deleted("snapshot", s.uuid)),
           },
+          phase: "membersDeleted",
         };
       }
       const release = nameState(v, "groupsnapshot", r.name)?.uuid === r.uuid ? [shared.nameReleased("groupsnapshot", r.name, r.uuid)] : [];
-      return { act: { events: [shared.deleted("groupsnapshot", r.uuid), ...release] } };
+      return { act: { events: [shared.deleted("groupsnapshot", r.uuid), ...release] }, phase: "deleted" };
     },
   };
 }

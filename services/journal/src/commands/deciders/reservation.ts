@@ -131,18 +131,21 @@ export function nextToken(uuids: string[], maxEntries: number): string | undefin
 
 /**
  * How a volume or a snapshot is created, as one decider over the rounds of a run (the same for
- * both kinds; group snapshots: group.ts). Each round looks at the request name, the record it
- * points at and that record's image, and takes the next step:
+ * both kinds; group snapshots: group.ts). Each round looks at its phase (CreatePhase), the
+ * request name, the record it points at and that record's image, and takes the next step:
  *
- *   the name points nowhere, our image not made   build the image of a fresh uuid (ids(0))
- *   the name points nowhere, our image made        the whole reservation in one write: NameReserved,
- *                                                  *Reserved and *Created (commands/runner.ts, "One write")
- *   anyone's, no record in the projection          read the record from the log
- *   anyone's, image not looked at                  stat it
- *   otherwise                                      the verdict (reservation state machine above):
- *                                                  reuse → reply; complete → *Created; stale → undo
- *                                                  (remove the image, NameReleased + ReservationUndone),
+ *   the name points nowhere                        build the image of a fresh uuid (ids(0))       → built
+ *   built (our image made)                         the whole reservation in one write: NameReserved,
+ *                                                  *Reserved and *Created (commands/runner.ts, "One write") → written
+ *   written                                        the answer: our record
+ *   anyone's, no record in the projection (start)  read the record from the log                    → pointedRead
+ *   anyone's, image not looked at                  stat it                                         → looked
+ *   looked (or recorded)                           the verdict (reservation state machine above):
+ *                                                  reuse → reply; complete → *Created (→ recorded); stale → undo
+ *                                                  (remove the image, NameReleased + ReservationUndone → undone),
  *                                                  after which the name points nowhere; conflict → AlreadyExists
+ *   failed                                         undo what of ours needs it (failed below); reading the log first
+ *                                                  (→ logRead) when our one write got no answer
  *
  * The image comes before any event (docs/journal.md, "A create in three round trips"): a crash
  * between leaves an image no record names, which `verify` reports and `gc` removes; no reply ever
@@ -166,6 +169,9 @@ export interface ImageCreate<K extends ImageKind, V, Res extends Reservation = R
   reply(record: RecordOf<K>): V;
 }
 
+/** The phases of a create (volume or snapshot), named by its steps (decideImageCreate above). */
+export type CreatePhase = "pointedRead" | "looked" | "undone" | "recorded" | "built" | "written" | "logRead";
+
 /** A reservation event: what it says of its image. */
 export type Reservation = Extract<EventBody, { type: "VolumeReserved" | "SnapshotReserved" }>;
 
@@ -176,19 +182,45 @@ export function createRead(kind: ImageKind, name: string, ctx: Ctx, also: Addres
   return { locks: [named, { kind, uuid: ctx.ids(0) }, ...also], states: [named, ...also], follow: true };
 }
 
-export function decideImageCreate<K extends ImageKind, V, Res extends Reservation>(v: View, ctx: Ctx, c: ImageCreate<K, V, Res>): Decision<V> {
+export function decideImageCreate<K extends ImageKind, V, Res extends Reservation>(
+  v: View<CreatePhase>,
+  ctx: Ctx,
+  c: ImageCreate<K, V, Res>,
+): Decision<V, CreatePhase> {
+  const ours = ctx.ids(0);
+  switch (v.phase) {
+    case "failed":
+    case "logRead":
+      return failed(v, c, ours);
+    case "built":
+      return write(v, c, ours);
+    case "written":
+      return { reply: c.reply(ourRecord(v, c.kind, ours)) };
+    case "start":
+    case "pointedRead":
+    case "looked":
+    case "undone":
+    case "recorded":
+      return judge(v, c, ours);
+    default: {
+      const never: never = v.phase;
+      throw new Error(`unhandled phase ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** The name, the record it points at and that record's image, as the view has them: the next step, or the answer. */
+function judge<K extends ImageKind, V, Res extends Reservation>(v: View<CreatePhase>, c: ImageCreate<K, V, Res>, ours: string): Decision<V, CreatePhase> {
   const dirUuid = nameState(v, c.kind, c.name)?.uuid;
   const pointed = dirUuid ? { kind: c.kind, uuid: dirUuid } : undefined;
   const state = pointed && v.state(pointed);
   const record = liveRecord(state, c.kind);
-  const ours = ctx.ids(0);
-  if (v.failed) return failed(v, c, ours);
   // The name points at a record the projection does not have: the log says whether it lives.
-  if (pointed && !state && !v.fromLog(pointed)) return { read: { fromLog: [pointed] } };
+  if (v.phase === "start" && pointed && !state) return { read: { fromLog: [pointed] }, phase: "pointedRead" };
   const ref = record && { pool: record.pool, imageName: record.imageName };
-  const image = ref && v.image(ref);
-  if (ref && image === undefined) return { stat: [ref] };
-  const verdict = c.verdict(record, dirUuid, image ?? undefined);
+  const looked = v.phase === "looked" || v.phase === "recorded";
+  if (ref && !looked) return { stat: [ref], phase: "looked" };
+  const verdict = c.verdict(record, dirUuid, (ref && v.image(ref)) ?? undefined);
   switch (verdict.kind) {
     case "reuse":
       return { reply: c.reply(verdict.record) };
@@ -197,21 +229,31 @@ export function decideImageCreate<K extends ImageKind, V, Res extends Reservatio
     case "inconsistent":
       throw new DriverError("Inconsistent", verdict.reason);
     case "complete":
-      return { act: { events: [createdEvent(c.kind, verdict.record.uuid, verdict.image)] } };
+      return { act: { events: [createdEvent(c.kind, verdict.record.uuid, verdict.image)] }, phase: "recorded" };
     case "stale":
-      return { act: undoStale(v, c.kind, c.name, verdict.uuid, verdict.reason) };
-    case "new": {
+      return { act: undoStale(v, c.kind, c.name, verdict.uuid, verdict.reason), phase: "undone" };
+    case "new":
       // What refuses the reservation (its source, pool, size) refuses it before anything is made.
-      const reservation = c.reserve(ours);
-      const made = v.image({ pool: reservation.pool, imageName: reservation.imageName });
-      if (!made) return { act: { effects: [{ ...c.build(reservation), name: c.name }] } };
-      return { act: { events: [shared.nameReserved(c.kind, c.name, ours), reservation, createdEvent(c.kind, ours, made)] } };
-    }
+      return { act: { effects: [{ ...c.build(c.reserve(ours)), name: c.name }] }, phase: "built" };
     default: {
       const never: never = verdict;
       throw new Error(`unhandled verdict ${JSON.stringify(never)}`);
     }
   }
+}
+
+/** Our image made: the name, our reservation and its *Created in one write (commands/runner.ts, "One write"). */
+function write<K extends ImageKind, V, Res extends Reservation>(v: View<CreatePhase>, c: ImageCreate<K, V, Res>, ours: string): Decision<V, CreatePhase> {
+  const reservation = c.reserve(ours);
+  const made = v.image({ pool: reservation.pool, imageName: reservation.imageName });
+  if (!made) throw new DriverError("Internal", `${c.kind} ${ours}: built, but its image is not known`);
+  return { act: { events: [shared.nameReserved(c.kind, c.name, ours), reservation, createdEvent(c.kind, ours, made)] }, phase: "written" };
+}
+
+function ourRecord<K extends ImageKind>(v: View, kind: K, ours: string): RecordOf<K> {
+  const r = liveRecord(v.state({ kind, uuid: ours }), kind);
+  if (!r) throw new DriverError("Internal", `${kind} ${ours}: written, but its record is not known`);
+  return r;
 }
 
 export function nameState(v: View, of: Kind, name: string): NameState | undefined {
@@ -236,24 +278,25 @@ function undoStale(v: View, kind: ImageKind, name: string, uuid: string, reason:
 
 /**
  * A step of this run failed. A build that failed leaves nothing in the log: what it may have left
- * of the image is removed. Otherwise nothing of ours to undo unless our image was made: then our
- * one write was tried, and what of it landed is known from its acks (a refusal is an answer), or,
- * when it got no answer, from the log read once more. It may have landed whole (the answer after
+ * of the image is removed. Otherwise nothing of ours to undo unless the step failed once built (our
+ * image made): then our one write was tried, and what of it landed is known from its acks (a
+ * refusal is an answer), or, when it got no answer, from the log read once more (→ logRead). It may have landed whole (the answer after
  * all), or in part: our record ended (fenced on what the log has of it; on 0 when it may still
  * arrive), our name released, and only then our image removed.
  */
-function failed<K extends ImageKind, V, Res extends Reservation>(v: View, c: ImageCreate<K, V, Res>, ours: string): Decision<V> {
+function failed<K extends ImageKind, V, Res extends Reservation>(v: View<CreatePhase>, c: ImageCreate<K, V, Res>, ours: string): Decision<V, CreatePhase> {
   const f = v.failed as NonNullable<View["failed"]>;
   const kind = c.kind;
   const ourImage = KINDS[kind].imageName(ours);
   if (f.effect && f.effect.op !== "delete" && f.effect.imageName === ourImage)
     return { fail: f.error, act: { effects: [{ op: "delete", pool: f.effect.pool, imageName: ourImage }] } };
+  // Our one write is the step taken once built; any other left nothing of ours.
   const made = v.made.find((r) => r.imageName === ourImage);
-  if (!made) return { fail: f.error };
+  if (v.failedIn !== "built" || !made) return { fail: f.error };
   const name = { kind: "name" as const, of: kind, name: c.name };
   const me = { kind, uuid: ours };
   // Unanswered: only the log can say what of it landed. Answered (refused, fenced): the acks said.
-  if (f.uncertain && (!v.fromLog(name) || !v.fromLog(me))) return { read: { fromLog: [name, me] } };
+  if (f.uncertain && v.phase === "failed") return { read: { fromLog: [name, me] }, phase: "logRead" };
   const mine = liveRecord(v.state(me), kind);
   const named = nameState(v, kind, c.name)?.uuid === ours;
   if (mine?.imageId && named) return { reply: c.reply(mine) }; // it all landed: the answer after all

@@ -72,6 +72,7 @@ describe("CreateSnapshot", () => {
       .then({ act: { effects: [cut] } });
     given(...landed(...volume(V1)))
       .made(ours)
+      .in("built")
       .when(ask())
       .then(oneWrite(snapshotOf(U(0), V1)));
     given()
@@ -84,6 +85,7 @@ describe("CreateSnapshot", () => {
     const with_ = (k?: object) => createSnapshot(request("snapshot.create", { name: "snap-1", sourceUuid: V1, ...(k ? { kubernetes: k } : {}) }));
     given(...landed(...volume(V1)))
       .made(ours)
+      .in("built")
       .when(with_(kubernetes))
       .then(oneWrite(snapshotOf(U(0), V1, { kubernetes })));
     const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V1, { kubernetes }), {
@@ -95,6 +97,7 @@ describe("CreateSnapshot", () => {
     for (const k of [undefined, { volumeSnapshotName: "other" }]) {
       const d = given(...log)
         .images([{ pool: "default", imageName: `csi-snap-${S1}` }, image(`csi-snap-${S1}`, MiB, "s-1")])
+        .in("looked")
         .when(with_(k))
         .decision();
       assert.ok("reply" in d && d.reply.uuid === S1, `the snapshot as it is: ${JSON.stringify(d)}`);
@@ -105,6 +108,7 @@ describe("CreateSnapshot", () => {
     const log = landed(...volume(V1), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V1));
     given(...log)
       .images([{ pool: "default", imageName: `csi-snap-${S1}` }, image(`csi-snap-${S1}`, MiB, "s-1")])
+      .in("looked")
       .when(ask())
       .then({ act: { events: [{ type: "SnapshotCreated", uuid: S1, imageId: "s-1", sizeBytes: MiB }] } });
   });
@@ -112,6 +116,7 @@ describe("CreateSnapshot", () => {
   test("the name taken by a snapshot of another volume is AlreadyExists, whatever its state", () => {
     given(...landed(...volume(V1), ...volume(V2), { type: "NameReserved", kind: "snapshot", name: "snap-1", uuid: S1 }, snapshotOf(S1, V2)))
       .images([{ pool: "default", imageName: `csi-snap-${S1}` }, null])
+      .in("looked")
       .when(ask())
       .thenThrows("AlreadyExists", /another source volume/);
   });
@@ -161,6 +166,7 @@ describe("CreateVolumeGroupSnapshot / DeleteVolumeGroupSnapshot", () => {
       .when(ask())
       .then({ act: { events: [named(U(0))] } });
     given(...landed(...volume(V1), ...volume(V2), named(U(0))))
+      .in("named")
       .when(ask())
       .then({ act: { events: [groupReserved(U(0))] } });
     given(...landed(...volume(V1)))
@@ -335,10 +341,12 @@ describe("audit.gc, re-checked under the locks", () => {
   test("a leaked image whose volume lives now is skipped; one still leaked is removed and recorded", () => {
     given(...landed(...volume(V1)))
       .images([ref, image(ref.imageName)])
+      .in("looked")
       .when(removeLeakedImage("r", leak))
       .then({ reply: { ...leak, outcome: "skipped", reason: `volume ${V1} owns it now` } });
     given()
       .images([ref, image(ref.imageName, MiB, "z")])
+      .in("looked")
       .when(removeLeakedImage("r", leak))
       .then({
         act: {
@@ -363,10 +371,12 @@ describe("audit.gc, re-checked under the locks", () => {
     const at = Date.parse("2026-01-01T00:00:00.000Z");
     given(...log)
       .images([ref, null])
+      .in("looked")
       .when(collectReservation("r", orphan, { now: at + 1000, olderThanMs: 60_000 }))
       .then({ reply: { ...orphan, outcome: "skipped", reason: "it is younger than the threshold" } });
     given(...log)
       .images([ref, null])
+      .in("looked")
       .when(collectReservation("r", orphan, { now: at + 120_000, olderThanMs: 60_000 }))
       .then({
         act: {
@@ -381,6 +391,7 @@ describe("audit.gc, re-checked under the locks", () => {
     // A journal killed between making the image and recording it: collected with its image.
     given(...log)
       .images([ref, image(ref.imageName, MiB, "z")])
+      .in("looked")
       .when(collectReservation("r", orphan, { now: at + 120_000, olderThanMs: 60_000 }))
       .then({
         act: {

@@ -6,10 +6,10 @@ import { liveRecord } from "../../fold/evolve.js";
 import { KINDS } from "../../fold/kinds.js";
 import { snapshotView } from "../../fold/records.js";
 import type { Command } from "../decider.js";
-import { checkSnapshotReservation, createRead, decideImageCreate, digestOf } from "./reservation.js";
-import { deleteImageAggregate, madeIn, poolIn } from "./volumes.js";
+import { type CreatePhase, checkSnapshotReservation, createRead, decideImageCreate, digestOf } from "./reservation.js";
+import { type DeletePhase, deleteImageAggregate, madeIn, poolIn } from "./volumes.js";
 
-export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<SnapshotView> {
+export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<SnapshotView, CreatePhase> {
   const digest = digestOf({ parameters: req.parameters });
   const source = { kind: "volume" as const, uuid: req.sourceUuid };
   return {
@@ -44,11 +44,11 @@ export function createSnapshot(req: ParsedRequest<"snapshot.create">): Command<S
   };
 }
 
-export function deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Command<{ deleted: boolean }> {
-  return deleteImageAggregate("snapshot", req, (r, v) => {
+export function deleteSnapshot(req: ParsedRequest<"snapshot.delete">): Command<{ deleted: boolean }, DeletePhase | "groupRead"> {
+  return deleteImageAggregate<"snapshot", "groupRead">("snapshot", req, (r, v) => {
     if (!r.groupSnapshotUuid) return undefined;
     const group = { kind: "groupsnapshot" as const, uuid: r.groupSnapshotUuid };
-    if (!v.has(group)) return { read: { states: [group] } };
+    if (!v.has(group)) return { read: { states: [group] }, phase: "groupRead" };
     // CSI: a member of a group snapshot cannot be deleted on its own (DeleteSnapshot → INVALID_ARGUMENT).
     if (liveRecord(v.state(group), "groupsnapshot")) {
       throw invalidArgument(`snapshot ${r.uuid} is part of group snapshot ${r.groupSnapshotUuid}: delete the group snapshot instead`);

@@ -59,6 +59,7 @@ describe("CreateVolume", () => {
       .then({ act: { effects: [{ op: "create", pool: "default", imageName: img(U(0)), sizeBytes: MiB, name: "pvc-1" }] } });
     given()
       .made([ref(U(0)), image(img(U(0)), MiB, "id-9")])
+      .in("built")
       .when(createVolume(ask()))
       .then({ act: { events: [name, record, { type: "VolumeCreated", uuid: U(0), imageId: "id-9", sizeBytes: MiB }] } });
   });
@@ -80,6 +81,7 @@ describe("CreateVolume", () => {
     const d = given()
       .made([ref(U(0)), image(img(U(0)))])
       .appended(...volume(U(0)))
+      .in("written")
       .when(createVolume(ask()))
       .decision();
     if (!("reply" in d) || d.reply.uuid !== U(0) || d.reply.sizeBytes !== MiB) throw new Error(`expected our volume, got ${JSON.stringify(d)}`);
@@ -92,6 +94,7 @@ describe("CreateVolume", () => {
       .then({ stat: [ref(OTHER)] });
     const d = given(...log)
       .images([ref(OTHER), image(img(OTHER))])
+      .in("looked")
       .when(createVolume(ask()))
       .decision();
     if (!("reply" in d)) throw new Error(`expected a reply, got ${JSON.stringify(d)}`);
@@ -102,6 +105,7 @@ describe("CreateVolume", () => {
     const kubernetes = { pvcNamespace: "shop", pvcName: "data-db-0", pvName: "pvc-1" };
     const d = given()
       .made([ref(U(0)), image(img(U(0)))])
+      .in("built")
       .when(createVolume(ask({ kubernetes })))
       .decision();
     assert.deepEqual("act" in d ? d.act?.events?.[1] : d, (reserved(U(0), { kubernetes }) as [EventBody, EventBody])[1]);
@@ -112,6 +116,7 @@ describe("CreateVolume", () => {
     for (const kubernetes of [undefined, { pvcNamespace: "other", pvcName: "x", pvName: "pvc-1" }]) {
       const d = given(...log)
         .images([ref(OTHER), image(img(OTHER))])
+        .in("looked")
         .when(createVolume(ask(kubernetes ? { kubernetes } : {})))
         .decision();
       if (!("reply" in d) || d.reply.uuid !== OTHER) throw new Error(`expected the volume as it is, got ${JSON.stringify(d)}`);
@@ -119,7 +124,9 @@ describe("CreateVolume", () => {
   });
 
   test("a repeat with other parameters, another size range or another source is AlreadyExists", () => {
-    const seen = given(...volume(OTHER)).images([ref(OTHER), image(img(OTHER))]);
+    const seen = given(...volume(OTHER))
+      .images([ref(OTHER), image(img(OTHER))])
+      .in("looked");
     seen.when(createVolume(ask({ parameters: { fs: "xfs" } }))).thenThrows("AlreadyExists", /other parameters/);
     seen.when(createVolume(ask({ sizeBytes: 2 * MiB }))).thenThrows("AlreadyExists", /outside the requested range/);
     seen.when(createVolume(ask({ source: { kind: "snapshot", uuid: SNAP }, sourcePoolId: 1 }))).thenThrows("AlreadyExists", /another content source/);
@@ -128,6 +135,7 @@ describe("CreateVolume", () => {
   test("stale: reserved by a writer that died before the image: remove it, release the name, undo the record", () => {
     given(...landed(...reserved(OTHER)))
       .images([ref(OTHER), null])
+      .in("looked")
       .when(createVolume(ask()))
       .then(undoneOther("default", "the image was never created"));
   });
@@ -139,6 +147,7 @@ describe("CreateVolume", () => {
     // The log has it (stored without its writer hearing of it): judged as any reservation.
     given(...landed(...reserved(OTHER)))
       .fromLog({ kind: "volume", uuid: OTHER })
+      .in("pointedRead")
       .when(createVolume(ask()))
       .then({ stat: [ref(OTHER)] });
   });
@@ -146,6 +155,7 @@ describe("CreateVolume", () => {
   test("stale: the name points at a uuid the log has no record of: remove its image from every pool, release the name and end the record (fenced on 0)", () => {
     given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }))
       .fromLog({ kind: "volume", uuid: OTHER })
+      .in("pointedRead")
       .when(createVolume(ask()))
       .then(undoneOther("*", "the per-uuid record is missing"));
   });
@@ -159,6 +169,7 @@ describe("CreateVolume", () => {
   test("complete: the image exists but VolumeCreated is missing (the writer died between): record it", () => {
     given(...landed(...reserved(OTHER)))
       .images([ref(OTHER), image(img(OTHER), MiB, "id-7")])
+      .in("looked")
       .when(createVolume(ask()))
       .then({ act: { events: [{ type: "VolumeCreated", uuid: OTHER, imageId: "id-7", sizeBytes: MiB }] } });
   });
@@ -166,6 +177,7 @@ describe("CreateVolume", () => {
   test("inconsistent: the name directory and the record disagree on the name", () => {
     given(...landed({ type: "NameReserved", kind: "volume", name: "pvc-1", uuid: OTHER }, reserved(OTHER, { name: "pvc-2" })[1] as EventBody))
       .images([ref(OTHER), image(img(OTHER))])
+      .in("looked")
       .when(createVolume(ask()))
       .thenThrows("Inconsistent", /whose record names pvc-2/);
   });
@@ -244,6 +256,7 @@ describe("CreateVolume", () => {
     test("first the name and our record are read from the log", () => {
       given()
         .made([...ours])
+        .in("built")
         .failed({ step: "append", error, fenced: false, uncertain: true })
         .when(createVolume(ask()))
         .then({ read: { fromLog: both } });
@@ -253,7 +266,9 @@ describe("CreateVolume", () => {
       const d = given(...volume(U(0)))
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: false, uncertain: true })
+        .in("logRead")
         .when(createVolume(ask()))
         .decision();
       if (!("reply" in d) || d.reply.uuid !== U(0)) throw new Error(`expected our volume, got ${JSON.stringify(d)}`);
@@ -263,7 +278,9 @@ describe("CreateVolume", () => {
       given()
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: false, uncertain: true })
+        .in("logRead")
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [undone("its reservation failed")], cleanup } });
     });
@@ -272,7 +289,9 @@ describe("CreateVolume", () => {
       given(...landed((reserved(U(0)) as [EventBody])[0]))
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: false, uncertain: true })
+        .in("logRead")
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [released, undone("its reservation failed")], cleanup } });
     });
@@ -281,6 +300,7 @@ describe("CreateVolume", () => {
       given(...landed(...reserved(OTHER).slice(0, 1), ...reserved(U(0)).slice(1), created(U(0))))
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: true })
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [undone("name fenced off")], cleanup } });
@@ -289,11 +309,13 @@ describe("CreateVolume", () => {
     test("refused (an answer), decided on what the acks said, without reading the log", () => {
       given()
         .made([...ours])
+        .in("built")
         .failed({ step: "append", error, fenced: false })
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [], cleanup } });
       given(...landed((reserved(U(0)) as [EventBody])[0]))
         .made([...ours])
+        .in("built")
         .failed({ step: "append", error, fenced: false })
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [released], cleanup } });
@@ -303,6 +325,7 @@ describe("CreateVolume", () => {
       given()
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: true })
         .when(createVolume(ask()))
         .then({ fail: error, act: { events: [], cleanup } });
@@ -312,7 +335,9 @@ describe("CreateVolume", () => {
       given(...landed(...reserved(U(0))))
         .made([...ours])
         .fromLog(...both)
+        .in("built")
         .failed({ step: "append", error, fenced: false, uncertain: true })
+        .in("logRead")
         .when(createVolume(ask()))
         .then({ fail: error });
     });
@@ -353,6 +378,7 @@ describe("DeleteVolume", () => {
       });
     given(...volume(OTHER))
       .appended(...landed({ type: "VolumeDeleted", uuid: OTHER }))
+      .in("deleted")
       .when(del())
       .then({ reply: { deleted: true } });
   });
@@ -416,6 +442,7 @@ describe("ControllerExpandVolume and ControllerModifyVolume", () => {
       .then({ act: { effects: [{ op: "resize", pool: "default", imageName: img(OTHER), sizeBytes: 2 * MiB }] } });
     given(...volume(OTHER))
       .images([ref(OTHER), image(img(OTHER), 2 * MiB)])
+      .in("resized")
       .when(expand(2 * MiB))
       .then({ act: { events: [{ type: "VolumeExpanded", uuid: OTHER, sizeBytes: 2 * MiB }] } });
     given(...volume(OTHER, { pool: "fast" }))
@@ -500,6 +527,7 @@ describe("ControllerPublishVolume / ControllerUnpublishVolume: claims", () => {
     const decision = given(...volume(OTHER), ...landed(claimed("n1", "SINGLE_NODE_WRITER")), ...staged)
       .appended(...landed({ type: "VolumeUnclaimed", uuid: OTHER, nodeId: "n1" }))
       .devicesRead(OTHER)
+      .in("released")
       .when(unpublish)
       .decision();
     assert.ok("reply" in decision && decision.reply.deleted, JSON.stringify(decision));

@@ -22,7 +22,7 @@ import { volumeView } from "../../fold/records.js";
 import type { Command, Ctx, PoolInfo, ReadPlan, View } from "../decider.js";
 import { decideClaim } from "./claims.js";
 import { describeHold } from "./devices.js";
-import { checkVolumeReservation, createRead, decideImageCreate, nameState, type VolumeAsk, volumeDigest } from "./reservation.js";
+import { type CreatePhase, checkVolumeReservation, createRead, decideImageCreate, nameState, type VolumeAsk, volumeDigest } from "./reservation.js";
 
 /** A configured pool of the cluster; an unknown one is InvalidArgument. */
 export function poolOf<P>(pools: ReadonlyMap<string, P>, cluster: string, name: string): P {
@@ -56,7 +56,7 @@ function fitsPool(pool: PoolInfo, sizeBytes: number): void {
 
 export { poolIn };
 
-export function createVolume(req: ParsedRequest<"volume.create">): Command<VolumeView> {
+export function createVolume(req: ParsedRequest<"volume.create">): Command<VolumeView, CreatePhase> {
   const src = req.source;
   // Size and pool were decided by the controller (docs/controller.md): whole MiB (the contract
   // checks it), the pool as sent (absent: the cluster's default). What a repeat must match is
@@ -121,29 +121,33 @@ export function createVolume(req: ParsedRequest<"volume.create">): Command<Volum
   };
 }
 
+/** The phases of a delete: its name read (when the first read did not bring it), the image removed and the record deleted. */
+export type DeletePhase = "nameRead" | "deleted";
+
 /**
  * Delete a volume or a snapshot: unknown is success (idempotent); `refuse` says why it may not go
- * (claims; a group's member). Then lock its name too, remove the image, append *Deleted and
- * release the name if it still points here.
+ * (claims; a group's member), or what it must read first (in its phase `Q`). Then lock its name
+ * too, remove the image, append *Deleted and release the name if it still points here (→ deleted).
  */
-export function deleteImageAggregate<K extends ImageKind>(
+export function deleteImageAggregate<K extends ImageKind, Q extends string>(
   kind: K,
   req: { requestId: string; uuid: string; poolId?: number | undefined },
-  refuse: (r: RecordOf<K>, v: View) => { read: ReadPlan } | undefined,
-): Command<{ deleted: boolean }> {
+  refuse: (r: RecordOf<K>, v: View<DeletePhase | Q>) => { read: ReadPlan; phase: Q } | undefined,
+): Command<{ deleted: boolean }, DeletePhase | Q> {
   const me = { kind, uuid: req.uuid };
   return {
     requestId: req.requestId,
     // The record and its name, both locked, in one read.
     first: { locks: [me], states: [me], ownName: true },
     decide: (v) => {
-      if (v.appended.some((e) => e.event.type === KINDS[kind].deleted)) return { reply: { deleted: true } };
+      // Deleted; or a failed step that landed our *Deleted (not the name's release): deleted all the same.
+      if (v.phase === "deleted" || (v.phase === "failed" && v.appended.some((e) => e.event.type === KINDS[kind].deleted))) return { reply: { deleted: true } };
       const r = recordIn(v, kind, req.uuid, req.poolId);
       if (!r) return { reply: { deleted: false } }; // unknown: deleting is idempotent
       const more = refuse(r, v);
       if (more) return more;
       const name = { kind: "name" as const, of: kind, name: r.name };
-      if (!v.has(name)) return { read: { locks: [name], states: [name] } };
+      if (!v.has(name)) return { read: { locks: [name], states: [name] }, phase: "nameRead" };
       const copied = kind === "snapshot" || "source" in r;
       return {
         act: {
@@ -153,6 +157,7 @@ export function deleteImageAggregate<K extends ImageKind>(
           // name), while a live record whose name is released is one the delete's retry completes.
           events: [...(nameState(v, kind, r.name)?.uuid === r.uuid ? [shared.nameReleased(kind, r.name, r.uuid)] : []), shared.deleted(kind, r.uuid)],
         },
+        phase: "deleted",
       };
     },
   };
@@ -163,12 +168,12 @@ export function deleteImageAggregate<K extends ImageKind>(
  * a staging or a target still there (a CO may release the claim without the node letting go:
  * Docker Swarm never sends NodeUnstageVolume). Its device reports are read beside its first read.
  */
-export function deleteVolume(req: ParsedRequest<"volume.delete">): Command<{ deleted: boolean }> {
-  const command = deleteImageAggregate("volume", req, (r, v) => {
+export function deleteVolume(req: ParsedRequest<"volume.delete">): Command<{ deleted: boolean }, DeletePhase | "devicesRead"> {
+  const command = deleteImageAggregate<"volume", "devicesRead">("volume", req, (r, v) => {
     if (r.claims.length > 0)
       throw new DriverError("FailedPrecondition", `volume is published to ${r.claims.map((c) => c.nodeId).join(", ")}: unpublish it first`);
     const holds = v.devices(r.uuid)?.holds;
-    if (!holds) return { read: { devices: [r.uuid] } };
+    if (!holds) return { read: { devices: [r.uuid] }, phase: "devicesRead" };
     if (holds.length > 0)
       throw new DriverError("FailedPrecondition", `volume is in use: ${holds.map(describeHold).join("; ")}: NodeUnpublishVolume and NodeUnstageVolume first`);
     return undefined;
@@ -187,7 +192,8 @@ const onVolume = (req: { requestId: string; uuid: string }, nodeClaims?: string)
   },
 });
 
-export function expandVolume(req: ParsedRequest<"volume.expand">): Command<VolumeView> {
+/** ControllerExpandVolume: the image resized (→ resized), then VolumeExpanded with its size (→ expanded), after which the record answers. */
+export function expandVolume(req: ParsedRequest<"volume.expand">): Command<VolumeView, "resized" | "expanded"> {
   return {
     ...onVolume(req),
     decide: (v, ctx) => {
@@ -195,31 +201,32 @@ export function expandVolume(req: ParsedRequest<"volume.expand">): Command<Volum
       if (!r) throw notFound(`volume ${req.uuid} does not exist`);
       const want = req.sizeBytes; // whole MiB, decided by the controller
       if (want <= r.sizeBytes) return { reply: volumeView(r) }; // never shrink: the current size answers
-      const image = v.image({ pool: r.pool, imageName: r.imageName });
-      if (image && image.sizeBytes >= want) return { act: { events: [{ type: "VolumeExpanded", uuid: r.uuid, sizeBytes: image.sizeBytes }] } };
+      const image = v.phase === "resized" ? v.image({ pool: r.pool, imageName: r.imageName }) : undefined;
+      if (image && image.sizeBytes >= want)
+        return { act: { events: [{ type: "VolumeExpanded", uuid: r.uuid, sizeBytes: image.sizeBytes }] }, phase: "expanded" };
       fitsPool(poolIn(ctx, r.pool), want);
-      return { act: { effects: [{ op: "resize", pool: r.pool, imageName: r.imageName, sizeBytes: want }] } };
+      return { act: { effects: [{ op: "resize", pool: r.pool, imageName: r.imageName, sizeBytes: want }] }, phase: "resized" };
     },
   };
 }
 
 /** ControllerModifyVolume: change the I/O limits; nothing is appended when nothing changes. */
-export function modifyVolume(req: ParsedRequest<"volume.modify">): Command<CommandResult<"volume.modify">> {
+export function modifyVolume(req: ParsedRequest<"volume.modify">): Command<CommandResult<"volume.modify">, "modified"> {
   return {
     ...onVolume(req),
     decide: (v) => {
       const r = madeIn(v, "volume", req.uuid, req.poolId);
       if (!r) throw notFound(`volume ${req.uuid} does not exist`);
-      const changed = v.appended.length > 0;
+      const changed = v.phase === "modified";
       const next = applyMutableParameters(r.mutableParameters, req.mutableParameters);
       if (changed || sameMutableParameters(next, r.mutableParameters)) return { reply: { volume: volumeView(r), seq: r.seq, changed } };
-      return { act: { events: [{ type: "VolumeModified", uuid: r.uuid, mutableParameters: next }] } };
+      return { act: { events: [{ type: "VolumeModified", uuid: r.uuid, mutableParameters: next }] }, phase: "modified" };
     },
   };
 }
 
-/** ControllerPublishVolume: record a claim, refusing what the access mode forbids. */
-export function publishVolume(req: ParsedRequest<"volume.publish">): Command<CommandResult<"volume.publish">> {
+/** ControllerPublishVolume: record a claim (→ claimed, after which the claim is the record's), refusing what the access mode forbids. */
+export function publishVolume(req: ParsedRequest<"volume.publish">): Command<CommandResult<"volume.publish">, "claimed"> {
   return {
     ...onVolume(req, req.nodeId),
     decide: (v, ctx) => {
@@ -229,7 +236,7 @@ export function publishVolume(req: ParsedRequest<"volume.publish">): Command<Com
       const ask = { nodeId: req.nodeId, accessMode: req.capability.accessMode, accessType: req.capability.accessType, readOnly };
       const verdict = decideClaim(r.claims, ask, { nodeVolumes: v.nodeClaims(req.nodeId), maxVolumes: req.maxVolumes });
       if (verdict.kind === "refused") throw new DriverError(verdict.code, verdict.reason);
-      if (verdict.kind === "new") return { act: { events: [{ type: "VolumeClaimed", uuid: r.uuid, ...ask }] } };
+      if (verdict.kind === "new") return { act: { events: [{ type: "VolumeClaimed", uuid: r.uuid, ...ask }] }, phase: "claimed" };
       const pool = poolIn(ctx, r.pool);
       const publishContext = {
         clusterID: ctx.cluster.clusterID,
@@ -252,7 +259,7 @@ export function publishVolume(req: ParsedRequest<"volume.publish">): Command<Com
  * skipped NodeUnstageVolume, as Docker Swarm does), with the volume's capability: the controller
  * asks such a node to let go of a staging no target uses (docs/journal.md, "In use means in use").
  */
-export function unpublishVolume(req: ParsedRequest<"volume.unpublish">): Command<CommandResult<"volume.unpublish">> {
+export function unpublishVolume(req: ParsedRequest<"volume.unpublish">): Command<CommandResult<"volume.unpublish">, "released"> {
   const first = onVolume(req).first;
   return {
     requestId: req.requestId,
@@ -265,11 +272,12 @@ export function unpublishVolume(req: ParsedRequest<"volume.unpublish">): Command
         .filter((h) => mine(h.nodeId))
         .slice(0, 16)
         .map(({ lastAt: _, ...h }) => ({ ...h, published: h.published.slice(0, 16), ...(capability ? { capability } : {}) }));
-      if (v.appended.length > 0) return { reply: { deleted: true, held } };
+      // Released; or a failed step that released some of the claims: answered as released.
+      if (v.phase === "released" || (v.phase === "failed" && v.appended.length > 0)) return { reply: { deleted: true, held } };
       // CSI: a volume that is gone is unpublished everywhere.
       const released = r?.claims.filter((c) => mine(c.nodeId)) ?? [];
       if (!r || released.length === 0) return { reply: { deleted: false, held } };
-      return { act: { events: released.map((c) => ({ type: "VolumeUnclaimed" as const, uuid: r.uuid, nodeId: c.nodeId })) } };
+      return { act: { events: released.map((c) => ({ type: "VolumeUnclaimed" as const, uuid: r.uuid, nodeId: c.nodeId })) }, phase: "released" };
     },
   };
 }

@@ -12,6 +12,7 @@ const PINNED: Record<number, string> = {
   2: "838d410f26ab19bf3bb1d07cf82fac50a84525f2bb2a3f099b6920be179fcc23",
   3: "3c297782a8922dccb42ad97fdefb9c9f01212618347ed59b38e47ce1d36efcd9",
   4: "ef9a0ec546ea0e2506f47ed3ef4960ef5a664310fbe0d3bba3b5e7f13a1c143e",
+  5: "9c20d2329479d6415affce1c79f79afb94d08a0d79d902c9a3d2a5edc5fa0060",
 };
 
 describe("the journal's Redis function library", () => {

@@ -26,7 +26,7 @@ import { DriverError } from "@csi/contracts";
 import type { Redis } from "ioredis";
 
 /** Bump with any change of the Lua below (and pin the new SHA-256 in redis-functions.test.ts). */
-export const JOURNAL_FUNCTIONS_VERSION = 4;
+export const JOURNAL_FUNCTIONS_VERSION = 5;
 export const JOURNAL_LIBRARY = `csi_journal_v${JOURNAL_FUNCTIONS_VERSION}`;
 const fn = (name: string) => `${JOURNAL_LIBRARY}_${name}`;
 
@@ -150,18 +150,24 @@ end
 -- KEYS: the projection key, the key index, then every key below (by index into KEYS).
 -- ARGV[1] json [{g=[key, field], s=seq, o=[[cmd, key, args...]]}], ARGV[2] json [[lock key, token]],
 -- ARGV[3] json condition: {} = an operation's events (the projection must be complete);
--- {p=watermark the batch starts from, w=its last seq} (a catch-up: also on a complete projection only).
+-- {p=watermark the batch starts from, w=its last seq} (a catch-up: also on a complete projection only);
+-- ARGV[4] json [] or [[key index, token, ttl ms]]: a mark set as the locks go (a request served),
+-- whatever the projection's answer.
 -- Returns the number of mutations applied, or -1 when refused (nothing written; the locks are released either way).
 local function apply_and_unlock(keys, args)
   local muts = cjson.decode(args[1])
   local locks = cjson.decode(args[2])
   local c = cjson.decode(args[3])
+  local sets = cjson.decode(args[4] or '[]')
   for _, m in ipairs(muts) do
     check_op(keys, 'HSET', m.g[1])
     for _, op in ipairs(m.o) do check_op(keys, op[1], op[2]) end
   end
   for _, lt in ipairs(locks) do
     if type(lt[1]) ~= 'number' or lt[1] < 3 or keys[lt[1]] == nil then fail('apply_and_unlock: a lock is not a declared key') end
+  end
+  for _, mk in ipairs(sets) do
+    if type(mk[1]) ~= 'number' or mk[1] < 3 or keys[mk[1]] == nil then fail('apply_and_unlock: a mark is not a declared key') end
   end
   local p, idx = keys[1], keys[2]
   local ok = redis.call('HGET', p, 'complete') == '1'
@@ -187,6 +193,7 @@ local function apply_and_unlock(keys, args)
     index(idx, marks)
     if c.w and c.w > cur then redis.call('HSET', p, 'applied', c.w) end
   end
+  for _, mk in ipairs(sets) do redis.call('SET', keys[mk[1]], mk[2], 'PX', mk[3]) end
   for _, lt in ipairs(locks) do
     local k = keys[lt[1]]
     if redis.call('GET', k) == lt[2] then redis.call('DEL', k) end

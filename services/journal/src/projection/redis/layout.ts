@@ -28,6 +28,7 @@
  * catch-up and a rebuild agree in any interleaving. The hash fields: projection/redis/hash.ts.
  */
 import type { Kind } from "@csi/contracts";
+import type { Difference, ProjectionIndex } from "../port.js";
 
 /** ceph-csi's omap words: the directory `csi.<dir>.<instance>`, the record `csi.<word>.<uuid>`. */
 const WORDS: Record<Kind, { dir: string; word: string }> = {
@@ -35,6 +36,8 @@ const WORDS: Record<Kind, { dir: string; word: string }> = {
   snapshot: { dir: "snaps", word: "snap" },
   groupsnapshot: { dir: "groups", word: "group" },
 };
+
+const KIND_LIST = Object.keys(WORDS) as Kind[];
 
 export interface Keys {
   prefix: string;
@@ -72,4 +75,44 @@ export function keysFor(cluster: string, instance: string): Keys {
     uuidLock: (k, uuid) => lock(`${k}.${uuid}`),
     lock,
   };
+}
+
+/** The key of one of the projection's indexes (port.ts ProjectionIndex). */
+export function indexKey(k: Keys, i: ProjectionIndex): string {
+  return "kind" in i ? k.index(i.kind) : "snapshotsOf" in i ? k.snapsOf(i.snapshotsOf) : k.nodeClaims(i.claimsOf);
+}
+
+/** What a projection key holds, in domain words: a record, a kind's request names (uuids, or sequences), an index. */
+export type KeyEntry = { record: { kind: Kind; uuid: string } } | { names: Kind } | { nameSeqs: Kind } | { index: ProjectionIndex };
+
+/** What the projection key `key` holds (the inverse of `keysFor`'s projection keys); undefined: no key of the layout. */
+export function entryOfKey(k: Keys, key: string): KeyEntry | undefined {
+  const after = (prefix: string) => (key.startsWith(prefix) && key.length > prefix.length ? key.slice(prefix.length) : undefined);
+  for (const kind of KIND_LIST) {
+    if (key === k.dir(kind)) return { names: kind };
+    if (key === k.dirSeq(kind)) return { nameSeqs: kind };
+    if (key === k.index(kind)) return { index: { kind } };
+  }
+  const source = after(k.snapsOf(""));
+  if (source !== undefined) return { index: { snapshotsOf: source } };
+  const node = after(k.nodeClaims(""));
+  if (node !== undefined) return { index: { claimsOf: node } };
+  for (const kind of KIND_LIST) {
+    const uuid = after(k.record(kind, ""));
+    if (uuid !== undefined && !uuid.includes(".")) return { record: { kind, uuid } };
+  }
+  return undefined;
+}
+
+/** The request name of a directory field (`dirField`), if it is one. */
+export function nameOfField(k: Keys, kind: Kind, field: string): string | undefined {
+  const prefix = k.dirField(kind, "");
+  return field.startsWith(prefix) ? field.slice(prefix.length) : undefined;
+}
+
+/** The keys that hold what a difference is about: the record's, the kind's names and their sequences, the index's. */
+export function keysOfDifference(k: Keys, d: Difference): string[] {
+  if (d.index) return [indexKey(k, d.index)];
+  const a = d.address;
+  return a.kind === "name" ? [k.dir(a.of), k.dirSeq(a.of)] : [k.record(a.kind, a.uuid)];
 }

@@ -1,13 +1,15 @@
 /**
  * When a projection may be served; the Lua applier's model (ends, tombstones, empty keys); the
- * key-by-key comparison the start-up check and verify make.
+ * key-by-key comparison the start-up check and verify make, and its differences named in the
+ * port's words (addresses, indexes).
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { events, SNAP, VOL } from "../../../test-support/fixtures.js";
 import { foldInto } from "../../fold/evolve.js";
+import { differenceName } from "../port.js";
 import { keysFor } from "./layout.js";
-import { diffProjection, judgeProjection, metaFromHash, ProjectionModel, type Stored } from "./projection-state.js";
+import { differencesAt, diffProjection, judgeProjection, metaFromHash, ProjectionModel, type Stored } from "./projection-state.js";
 import { planWrites, projectionOf } from "./writes.js";
 
 const EPOCH = "0123456789abcdef0123456789abcdef";
@@ -80,4 +82,33 @@ test("diff: a record removed or changed by hand is found; tombstones and member 
   assert.deepEqual(diffProjection(want, have, [k.dir("volume")]), [k.dir("volume")], "only the keys asked about");
   have.set(k.record("volume", VOL), { hash: { _gone: "1", _seq: "99" } });
   assert.ok(diffProjection(want, have).includes(k.record("volume", VOL)), "a tombstone where the log has a live record");
+});
+
+test("differences in the port's words: a key changed by hand names the aggregates it holds, an index's member the aggregate it lists; keys of no layout are none", () => {
+  const e = events();
+  const evs = [e.nameReserved("volume", "pvc", VOL), e.volReserved(), e.volCreated(), e.claimed("n1"), e.snapReserved(), e.snapCreated()];
+  const want = projectionOf(k, foldInto(new Map(), evs).values());
+  const have = new Map<string, Stored>(want);
+  const all = () => differencesAt(k, want, have, new Set([...want.keys(), ...have.keys()]));
+  assert.deepEqual(all(), []);
+  have.set(k.dir("volume"), { hash: { "csi.volume.pvc": SNAP, "csi.volume.other": VOL } });
+  have.set(k.nodeClaims("n1.example"), { members: [VOL] });
+  have.delete(k.snapsOf(VOL));
+  have.set(`${k.prefix}csi.unknown`, { hash: { x: "1" } });
+  assert.deepEqual(all().map(differenceName), [
+    "name:volume:other",
+    "name:volume:pvc",
+    `snapshot:${SNAP} in the snapshots of volume ${VOL}`,
+    `volume:${VOL} in the claims of node n1.example`,
+  ]);
+  assert.deepEqual(
+    differencesAt(k, want, have, [k.nodeClaims("n1.example")]),
+    [{ address: { kind: "volume", uuid: VOL }, index: { claimsOf: "n1.example" } }],
+    "only the keys asked about",
+  );
+  have.set(k.record("volume", VOL), { hash: { _gone: "1", _seq: "99" } });
+  assert.ok(
+    all().some((d) => differenceName(d) === `volume:${VOL}`),
+    "a tombstone where the log has a live record",
+  );
 });

@@ -11,11 +11,14 @@
  *
  * `judgeProjection` (../meta.ts) decides from the meta alone (cheap, at every sync); the start-up check and
  * `verify` compare what Redis holds with what the log says (`projectionOf` of the fold), key by
- * key (`diffProjection`). `ProjectionModel` runs planned writes in memory exactly as the Lua
+ * key (`diffProjection`), and name what differs in the port's words (`differencesAt`: addresses,
+ * and the indexes that list them). `ProjectionModel` runs planned writes in memory exactly as the Lua
  * applier does (the tests prove the plans against the fold with it).
  */
 import type { ProjectionMeta } from "../meta.js";
+import { type Difference, indexedKind, sortedDifferences } from "../port.js";
 import type { Hash } from "./hash.js";
+import { entryOfKey, type Keys, nameOfField } from "./layout.js";
 import type { Mutation, RedisOp, Stored } from "./writes.js";
 
 export { judgeProjection } from "../meta.js";
@@ -148,4 +151,45 @@ export function diffProjection(want: Map<string, Stored>, have: Map<string, Stor
     for (const k of have.keys()) if (!want.has(k)) check(k);
   }
   return differ.sort();
+}
+
+/** The fields of a hash (none: no hash) whose values differ between `a` and `b`. */
+function differingFields(a: Stored | undefined, b: Stored | undefined): string[] {
+  const x = a && "hash" in a ? a.hash : {};
+  const y = b && "hash" in b ? b.hash : {};
+  return [...new Set([...Object.keys(x), ...Object.keys(y)])].filter((f) => x[f] !== y[f]);
+}
+
+/** The members (none: no set) in one of `a` and `b` only. */
+function differingMembers(a: Stored | undefined, b: Stored | undefined): string[] {
+  const x = new Set(a && "members" in a ? a.members : []);
+  const y = new Set(b && "members" in b ? b.members : []);
+  return [...x, ...y].filter((m) => !(x.has(m) && y.has(m)));
+}
+
+/**
+ * What differs at `keys` between what the log says (`want`) and what Redis holds (`have`), in the
+ * port's words: a record's key names its aggregate; a field of a kind's name directory (or of its
+ * sequences) a request name; a member of an index the aggregate it lists, with the index. A key
+ * of no shape the layout makes holds nothing the journal reads: no difference.
+ */
+export function differencesAt(k: Keys, want: Map<string, Stored>, have: Map<string, Stored>, keys: Iterable<string>): Difference[] {
+  const out: Difference[] = [];
+  for (const key of keys) {
+    const e = entryOfKey(k, key);
+    const [w, h] = [want.get(key), have.get(key)];
+    if (!e) continue;
+    if ("record" in e) {
+      if (!sameValue(w, h)) out.push({ address: e.record });
+    } else if ("index" in e) {
+      for (const uuid of differingMembers(compared(w), compared(h))) out.push({ address: { kind: indexedKind(e.index), uuid }, index: e.index });
+    } else {
+      const of = "names" in e ? e.names : e.nameSeqs;
+      for (const f of differingFields(w, h)) {
+        const name = "names" in e ? nameOfField(k, of, f) : f;
+        if (name !== undefined) out.push({ address: { kind: "name", of, name } });
+      }
+    }
+  }
+  return sortedDifferences(out);
 }

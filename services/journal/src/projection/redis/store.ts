@@ -19,14 +19,26 @@
  */
 import { randomBytes } from "node:crypto";
 import { DriverError } from "@csi/contracts";
-import type { Redis } from "ioredis";
+import type { ChainableCommander, Redis } from "ioredis";
 import { type Address, type Aggregate, addressKey, type Trail } from "../../fold/evolve.js";
 import { expectedMeta, type ProjectionMeta, type RebuildOver } from "../meta.js";
-import type { IndexOf, JournalStore, LockOn, LockResult, ReadPlan, ReplayStep, StateMap } from "../port.js";
+import {
+  type Difference,
+  differenceName,
+  type IndexOf,
+  type JournalStore,
+  type LockOn,
+  type LockResult,
+  type Mark,
+  type ReadPlan,
+  type ReplayStep,
+  type StateMap,
+  sortedDifferences,
+} from "../port.js";
 import { ensureJournalFunctions, isMissingFunction, JOURNAL_FUNCTIONS } from "./functions.js";
 import { type Hash, nameFromRedis, stateFromHash } from "./hash.js";
-import type { Keys } from "./layout.js";
-import { diffProjection, metaFromHash } from "./projection-state.js";
+import { entryOfKey, type Keys, keysOfDifference } from "./layout.js";
+import { differencesAt, metaFromHash } from "./projection-state.js";
 import { freshWrites, type Mutation, projectionOf, type RedisOp, type Stored, writesOf } from "./writes.js";
 
 /** Keys of one function call, each once, numbered as KEYS in Lua (1-based) after the fixed ones. */
@@ -114,6 +126,7 @@ export class RedisStore implements JournalStore {
     const k = this.keys;
     if (l.kind === "name") return k.nameLock(l.of, l.name);
     if (l.kind === "image") return k.lock(`image.${l.pool}.${l.imageName}`);
+    if ("requestId" in l) return k.lock(`${l.kind}.${l.requestId}`);
     return k.uuidLock(l.kind, l.uuid);
   }
 
@@ -197,11 +210,18 @@ export class RedisStore implements JournalStore {
   }
 
   /** Write the trails' last states and release `locks` (one round trip); see CommandStore. */
-  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string): Promise<number> {
+  applyAndUnlock(trails: Trail[], locks: LockOn[], token: string, marks: Mark[] = []): Promise<number> {
     return this.applyMutations(
       writesOf(this.keys, trails),
       locks.map((l) => [this.lockKey(l), token]),
+      undefined,
+      marks.map((m) => ({ key: this.lockKey(m.lock), token: m.token, ttlMs: m.ttlMs })),
     );
+  }
+
+  async marksOf(locks: LockOn[]): Promise<(string | undefined)[]> {
+    const values = await this.#call(() => Promise.all(locks.map((l) => this.#r.get(this.lockKey(l)))));
+    return values.map((v) => v ?? undefined);
   }
 
   /** A catch-up batch: the trails' writes and the watermark moved (one round trip); see CommandStore. */
@@ -224,12 +244,19 @@ export class RedisStore implements JournalStore {
    * Returns how many mutations ran, or -1 if the projection refused them (nothing written).
    */
   /** Mutations as the apply_and_unlock function takes them, and locks as [key, token] (tests drive the function with it). */
-  async applyMutations(muts: Mutation[], locks: [string, string][], replay?: ReplayStep): Promise<number> {
+  async applyMutations(
+    muts: Mutation[],
+    locks: [string, string][],
+    replay?: ReplayStep,
+    marks: { key: string; token: string; ttlMs: number }[] = [],
+  ): Promise<number> {
     const k = new CallKeys(this.keys.projection, this.keys.keyIndex);
     const wire = muts.map((m) => ({ g: [k.at(m.guard[0]), m.guard[1]], s: m.seq, o: m.ops.map(([cmd, key, ...rest]) => [cmd, k.at(String(key)), ...rest]) }));
     const held = locks.map(([key, token]) => [k.at(key), token]);
     const cond = replay ? { p: replay.prev, w: replay.to } : {};
-    return this.#fcall<number>(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys, [JSON.stringify(wire), JSON.stringify(held), JSON.stringify(cond)]);
+    const sets = marks.map((m) => [k.at(m.key), m.token, m.ttlMs]);
+    const args = [JSON.stringify(wire), JSON.stringify(held), JSON.stringify(cond), JSON.stringify(sets)];
+    return this.#fcall<number>(JOURNAL_FUNCTIONS.applyAndUnlock, k.keys, args);
   }
 
   async renew(lock: LockOn, token: string, ttlMs: number): Promise<boolean> {
@@ -300,26 +327,38 @@ export class RedisStore implements JournalStore {
 
   /**
    * Remove every projection key the index holds, and the index, 1,000 keys at a time (each chunk
-   * unindexed in the same round trip: a crash in between leaves only the rest indexed). Only under
-   * the rebuild lock on an epoch just begun: nothing else writes the projection meanwhile. Keys a
-   * projection made before the key index left behind are emptied by the rebuild's first write into
-   * each (write_fresh).
+   * unindexed in the same round trip: a crash in between leaves only the rest indexed); returns
+   * how many records they held (`#counting`). Only under the rebuild lock on an epoch just
+   * begun: nothing else writes the projection meanwhile. Keys a projection made before the key
+   * index left behind are emptied by the rebuild's first write into each (write_fresh).
    */
   async wipeProjection(): Promise<number> {
     let removed = 0;
     for (;;) {
       const keys = await this.#call(() => this.#r.zrange(this.keys.keyIndex, "0", "999"));
       if (keys.length === 0) return removed;
-      const [[, n] = []] =
-        (await this.#call(() =>
-          this.#r
-            .pipeline()
-            .unlink(...keys)
-            .zrem(this.keys.keyIndex, ...keys)
-            .exec(),
-        )) ?? [];
-      removed += Number(n ?? 0);
+      const p = this.#r.pipeline();
+      const count = this.#counting(keys, p);
+      p.unlink(...keys).zrem(this.keys.keyIndex, ...keys);
+      removed += count((await this.#call(() => p.exec())) ?? []);
     }
+  }
+
+  /**
+   * The command that counts the records projection `keys` hold (the record keys among them that
+   * exist: a tombstone until it expires), queued first on `p`, and how to read its answer.
+   */
+  #counting(keys: string[], p: ChainableCommander): (res: [Error | null, unknown][]) => number {
+    const records = keys.filter((key) => {
+      const e = entryOfKey(this.keys, key);
+      return !!e && "record" in e;
+    });
+    if (records.length === 0) return () => 0;
+    p.exists(...records);
+    return ([[err, n] = [null, 0]]) => {
+      if (err) throw new DriverError("Unavailable", "redis unavailable", { cause: err });
+      return Number(n ?? 0);
+    };
   }
 
   /**
@@ -355,33 +394,53 @@ export class RedisStore implements JournalStore {
     await this.applyMutations([], [[this.keys.lock("rebuild"), token]]);
   }
 
-  async projectionSize(): Promise<number> {
-    return (await this.projectionKeys()).length;
+  /** The records of the projection (`#counting` of every key the index holds, 1,000 at a time). */
+  async recordCount(): Promise<number> {
+    const keys = await this.projectionKeys();
+    let n = 0;
+    for (let i = 0; i < keys.length; i += 1000) {
+      const p = this.#r.pipeline();
+      const count = this.#counting(keys.slice(i, i + 1000), p);
+      n += count((await this.#call(() => p.exec())) ?? []);
+    }
+    return n;
   }
 
   /**
-   * Where the projection differs from `states` (the whole log folded): every key the key index
-   * holds and every key the states want, 1,000 at a time (only what differs is kept), or only
-   * the keys in `only`.
+   * Where the projection differs from `states` (the whole log folded), compared key by key and
+   * named in the port's words (`differencesAt`): every key the key index holds and every key the
+   * states want, 1,000 at a time, or only the keys that hold the differences of `only`.
    */
-  async differences(states: Iterable<Aggregate>, only?: string[]): Promise<{ differ: string[]; keys: number }> {
-    if (only) return { differ: diffProjection(projectionOf(this.keys, states), await this.dumpProjection(only), only), keys: only.length };
+  async differences(states: Iterable<Aggregate>, only?: Difference[]): Promise<Difference[]> {
+    if (only) {
+      const keys = [...new Set(only.flatMap((d) => keysOfDifference(this.keys, d)))];
+      const asked = new Set(only.map(differenceName));
+      const found = differencesAt(this.keys, projectionOf(this.keys, states), await this.dumpProjection(keys), keys);
+      return found.filter((d) => asked.has(differenceName(d)));
+    }
     // Redis lists its keys, then reads the next 1,000 while this process compares the last.
     const listing = this.projectionKeys();
     listing.catch(() => {});
     const want = projectionOf(this.keys, states);
     const keys = await listing;
-    const differ: string[] = [];
+    const differ: Difference[] = [];
     const read = (i: number) => (i < keys.length ? this.dumpProjection(keys.slice(i, i + 1000)) : undefined);
     let next = read(0);
     for (let i = 0; i < keys.length; i += 1000) {
       const have = (await next) as Map<string, Stored>;
       next = read(i + 1000);
-      differ.push(...diffProjection(want, have, keys.slice(i, i + 1000)));
+      differ.push(...differencesAt(this.keys, want, have, keys.slice(i, i + 1000)));
     }
     const inRedis = new Set(keys);
-    differ.push(...[...want.keys()].filter((k) => !inRedis.has(k)));
-    return { differ: differ.sort(), keys: keys.length };
+    differ.push(
+      ...differencesAt(
+        this.keys,
+        want,
+        new Map(),
+        [...want.keys()].filter((k) => !inRedis.has(k)),
+      ),
+    );
+    return sortedDifferences(differ);
   }
 
   /** States read in the same round trip as the projection's `complete` mark: undefined when it is not complete. */

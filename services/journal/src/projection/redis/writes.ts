@@ -20,9 +20,12 @@
  * folded earlier), unless its first event starts it afresh (`startsAfresh`).
  */
 import { type Aggregate, addressKey, addressOfState, foldFrom, type Trail } from "../../fold/evolve.js";
-import type { LogRecord } from "../../log/records.js";
+import type { LogRecord } from "../../fold/log-record.js";
+import { indexesOf, TOMBSTONE_TTL_MS } from "../port.js";
 import { type Hash, recordHash } from "./hash.js";
-import type { Keys } from "./layout.js";
+import { indexKey, type Keys } from "./layout.js";
+
+export { TOMBSTONE_TTL_MS } from "../port.js";
 
 /** One key's value as stored: a hash, or the members of a set / sorted set (scores are all 0). */
 export type Stored = { hash: Hash } | { members: string[] };
@@ -36,19 +39,13 @@ export interface Mutation {
   ops: RedisOp[];
 }
 
-/** How long a deleted aggregate's tombstone (its last seq) is kept, so old replays cannot resurrect it. */
-export const TOMBSTONE_TTL_MS = 24 * 3600 * 1000;
-
 /** An index entry: a sorted set (`z`, score 0, paged lexicographically) or a set (`s`). */
 type Member = { key: string; member: string; type: "z" | "s" };
 
-/** The index entries of a state: a live record is in its kind's index, a snapshot in its source's, a claim in its node's set. */
+/** The index entries of a state (port.ts `indexesOf`): the paged indexes are sorted sets, a node's claims a set. */
 export function memberships(k: Keys, s: Aggregate | undefined): Member[] {
-  if (!s || s.kind === "name" || !s.record) return [];
-  const out: Member[] = [{ key: k.index(s.kind), member: s.uuid, type: "z" }];
-  if (s.kind === "snapshot") out.push({ key: k.snapsOf(s.record.sourceUuid), member: s.uuid, type: "z" });
-  if (s.kind === "volume") for (const c of s.record.claims) out.push({ key: k.nodeClaims(c.nodeId), member: s.uuid, type: "s" });
-  return out;
+  if (!s || s.kind === "name") return [];
+  return indexesOf(s).map((i) => ({ key: indexKey(k, i), member: s.uuid, type: "claimsOf" in i ? "s" : "z" }));
 }
 
 const memberId = (m: Member) => `${m.type}\u0000${m.key}\u0000${m.member}`;
