@@ -244,10 +244,20 @@ export async function startJetStreamCluster(
   o: { natsConfig?: string; natsAccess?: ConnectionOptions } = {},
   started: LocalServer[] = [],
 ): Promise<LocalServer[]> {
+  return formedJetStream(() => startNatsCluster(dir, ["-c", clusterConfig(dir, o.natsConfig)]), started, o.natsAccess);
+}
+
+/**
+ * Starts a JetStream cluster with `start` (`started` is told of each node) and returns it once a
+ * stream at 3 replicas can be placed; a first start that left a node out of its meta group is
+ * stopped, its store directories removed, and started afresh (BOOTSTRAP_ATTEMPTS). The one-machine
+ * HA servers and the three hosts (hosts/servers.ts) start their nodes each their own way.
+ */
+export async function formedJetStream(start: () => Promise<LocalServer[]>, started: LocalServer[], access?: ConnectionOptions): Promise<LocalServer[]> {
   for (let attempt = 1; ; attempt++) {
-    const nats = await startNatsCluster(dir, ["-c", clusterConfig(dir, o.natsConfig)]);
+    const nats = await start();
     started.push(...nats);
-    const stuck = await jetStreamReady(nats, o.natsAccess);
+    const stuck = await jetStreamReady(nats, access);
     if (!stuck) return nats;
     await Promise.all(nats.map((n) => n.stop()));
     if (attempt >= BOOTSTRAP_ATTEMPTS) throw new Error(`the JetStream cluster left a node out of its meta group ${attempt} times: ${stuck}`);

@@ -15,10 +15,18 @@
  */
 import path from "node:path";
 import { type LocalServer, SENTINEL_CONF, startServer, writeConfigDurable } from "@csi/testkit";
-import { jetstreamManager, StorageType } from "@nats-io/jetstream";
-import { connect } from "@nats-io/transport-node";
-import { HA_DOWN_AFTER_MS, HA_MASTER_NAME, HA_NATS_CLUSTER, type HaServers, redisReplicaInSync, serversView, untilSeen, withRedis } from "../ha-servers.js";
-import { natsClusterView, SentinelEvents } from "../ha-watch.js";
+import {
+  formedJetStream,
+  HA_DOWN_AFTER_MS,
+  HA_MASTER_NAME,
+  HA_NATS_CLUSTER,
+  type HaServers,
+  redisReplicaInSync,
+  serversView,
+  untilSeen,
+  withRedis,
+} from "../ha-servers.js";
+import { SentinelEvents } from "../ha-watch.js";
 import type { Host } from "./netns.js";
 
 export const NATS_PORT = 4222;
@@ -55,26 +63,9 @@ async function startNatsNode(host: Host, i: number, hosts: Host[], dir: string):
   return startServer("nats", path.join(dir, `n${i + 1}`), NATS_PORT, ["-c", conf], { at: placeOf(host) });
 }
 
-/** Starts the NATS cluster across the hosts; resolves once a stream at 3 replicas can be placed. */
-async function startNats(hosts: Host[], dir: string, started: LocalServer[]): Promise<LocalServer[]> {
-  const nats = await Promise.all(hosts.map((h, i) => startNatsNode(h, i, hosts, dir)));
-  started.push(...nats);
-  const nc = await connect({ servers: nats.map((n) => n.url) });
-  try {
-    // Formed as its nodes report it (routes, one meta leader knowing every peer), then a stream at 3 replicas accepted.
-    const probe = "CSI_HOSTS_READY_PROBE";
-    const jsm = await jetstreamManager(nc, { timeout: 5000, checkAPI: false });
-    await untilSeen("the JetStream cluster across the hosts (a stream at 3 replicas placed)", async () => {
-      const view = await natsClusterView(nats);
-      if (!view.formed) return { done: false, seen: view.text };
-      await jsm.streams.add({ name: probe, storage: StorageType.Memory, num_replicas: hosts.length });
-      return { done: await jsm.streams.delete(probe), seen: view.text };
-    });
-  } finally {
-    await nc.close();
-  }
-  return nats;
-}
+/** Starts the NATS cluster across the hosts; resolves once a stream at 3 replicas can be placed (a meta group formed short started afresh). */
+const startNats = (hosts: Host[], dir: string, started: LocalServer[]): Promise<LocalServer[]> =>
+  formedJetStream(() => Promise.all(hosts.map((h, i) => startNatsNode(h, i, hosts, dir))), started);
 
 async function startRedis(hosts: Host[], dir: string, started: LocalServer[]): Promise<{ redis: LocalServer[]; sentinels: LocalServer[] }> {
   const [a, b] = hosts as [Host, Host, Host];
