@@ -93,7 +93,19 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
     assert.equal(existsSync(image), false);
   });
 
-  it("a target still published stays: the node is not asked to let go of a pod's mount, and DeleteVolume stays refused", async () => {
+  it("a let-go that comes after the node holds a claim again is stale: the new staging stays", async () => {
+    const { v, staging, target } = await mounted("swarm-again");
+    await s.node.NodeUnpublishVolume({ volume_id: v.id, target_path: target });
+    // Staged, no target, and this node holds its claim (as after the CO published it here anew): an unstage asked now is refused.
+    await s.work({ id: `letgo-${v.uuid}-stale`, op: "unstage", volumeId: v.id, stagingPath: staging, capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" } });
+    assert.equal(await isMountPoint(staging), true, "the staging stays mounted");
+    assert.notEqual(await findByBackingFile(v.ctx.imagePath as string, { evenDeleted: true }), undefined, "the loop device stays attached");
+    await s.node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
+    await s.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: s.nodeId });
+    await eventually("DeleteVolume", async () => (await codeOf(s.ctrl.DeleteVolume({ volume_id: v.id }))) === 0);
+  });
+
+  it("a target still published stays: asked to let go, the node refuses by its own state and keeps the pod's mount; DeleteVolume stays refused", async () => {
     const { v, staging, target } = await mounted("swarm-mounted");
     await s.deviceReports(v.uuid, (r) => r.some((x) => x.state === "published"));
     await s.ctrl.ControllerUnpublishVolume({ volume_id: v.id, node_id: s.nodeId });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { type Clusters, composeVolumeId, type DriverError, MAX_PAGE_ENTRIES, type VolumeView } from "@csi/contracts";
-import { confirmCapabilities, contentSourceOf, locateId, maxEntriesOf, RECORDED_CONDITION, volumeStatus } from "./csi.js";
+import { confirmCapabilities, contentSourceOf, letGoOf, locateId, maxEntriesOf, RECORDED_CONDITION, volumeStatus } from "./csi.js";
 
 const code = (f: () => unknown) => {
   try {
@@ -77,4 +77,19 @@ describe("volumeStatus: ControllerGetVolume's and every ListVolumes entry's (VOL
     assert.equal(status.volume_condition.abnormal, false);
     assert.match(status.volume_condition.message, /^ok: /);
   });
+});
+
+test("letGoOf: every released node with the volume staged is asked to let go, whatever its (possibly late) reports say of targets", () => {
+  const capability = { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" } as const;
+  const held = [
+    { nodeId: "n1", staged: "/s/1", published: [], capability },
+    // Its "unpublished" report not yet appended (Swarm's ControllerUnpublish right after NodeUnpublish): asked all the same; the node refuses by its own state if a target is still there.
+    { nodeId: "n2", staged: "/s/2", published: ["/t/2"], capability },
+    { nodeId: "n3", published: ["/t/3"], capability }, // not staged: nothing to let go of
+    { nodeId: "n4", staged: "/s/4", published: [] }, // no capability known: cannot be asked
+  ];
+  assert.deepEqual(
+    letGoOf(held).map((h) => `${h.nodeId} ${h.staged}`),
+    ["n1 /s/1", "n2 /s/2"],
+  );
 });

@@ -13,6 +13,7 @@ import {
   MAX_PAGE_ENTRIES,
   MiB,
   type MutableParameters,
+  type NodeHold,
   notFound,
   parseMutableParameters,
   pickMutableParameters,
@@ -151,6 +152,19 @@ export const limitsWorkId = (uuid: string, seq: number, nodeId: string) =>
 /** The id of an unstage asked of a node released with the volume still staged: one per call, node and staging path (a node unstages idempotently). */
 export const letGoWorkId = (uuid: string, nodeId: string, stagingPath: string, requestId: string) =>
   `letgo-${uuid}-${createHash("sha256").update(`${nodeId}\0${stagingPath}\0${requestId}`).digest("hex").slice(0, 16)}`;
+
+/**
+ * Whom ControllerUnpublishVolume asks to let go (node work `unstage`): every released node whose
+ * reports say it has the volume staged, whatever they say of its targets. The reports travel
+ * through a queue and may be behind: Swarm's ControllerUnpublish comes right after its
+ * NodeUnpublish, and under load the journal had not yet appended the node's "unpublished", so a
+ * rule that skipped nodes still showing a target left the volume staged for good (Swarm never
+ * sends NodeUnstage) and every DeleteVolume refused. The node decides by its own state: it refuses
+ * the unstage while a target is published there (a pod's mount stays). Pure.
+ */
+export function letGoOf(held: readonly NodeHold[]): { nodeId: string; staged: string; capability: Capability }[] {
+  return held.flatMap(({ nodeId, staged, capability }) => (staged !== undefined && capability !== undefined ? [{ nodeId, staged, capability }] : []));
+}
 
 /** The volume context shows the parameters and the I/O limits in force (so ControllerGetVolume/ListVolumes show current values). */
 export function csiVolume(cluster: ResolvedCluster, v: VolumeView): VolumeMsg {

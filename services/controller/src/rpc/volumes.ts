@@ -11,6 +11,7 @@ import {
   contentSourceOf,
   createLimits,
   csiVolume,
+  letGoOf,
   letGoWorkId,
   limitsWorkId,
   servedCapabilities,
@@ -157,14 +158,11 @@ export const controllerUnpublishVolume: ControllerRpc<"ControllerUnpublishVolume
     { requestId: ctx.requestId, ...cs.ref(l), ...(req.node_id ? { nodeId: req.node_id } : {}) },
     ctx,
   );
-  // A node released while it still has the volume staged, no target left (Docker Swarm sends no
-  // NodeUnstageVolume): it is asked to let go, so the volume can be deleted (docs/controller.md).
-  // A target still published is a pod's mount: left alone (DeleteVolume stays refused).
-  const letGo = r.held.flatMap(({ nodeId, staged, published, capability }) =>
-    staged !== undefined && published.length === 0 && capability !== undefined ? [{ nodeId, staged, capability }] : [],
-  );
+  // A node released while it still has the volume staged (Docker Swarm sends no NodeUnstageVolume)
+  // is asked to let go, so the volume can be deleted (docs/controller.md). The node refuses while a
+  // target is published there by its own state: a pod's mount stays (DeleteVolume stays refused).
   await Promise.all(
-    letGo.map((h) =>
+    letGoOf(r.held).map((h) =>
       cs.nodeWork.send(h.nodeId, {
         id: letGoWorkId(l.parts.uuid, h.nodeId, h.staged, ctx.requestId),
         op: "unstage",
