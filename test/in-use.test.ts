@@ -97,7 +97,13 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
     const { v, staging, target } = await mounted("swarm-again");
     await s.node.NodeUnpublishVolume({ volume_id: v.id, target_path: target });
     // Staged, no target, and this node holds its claim (as after the CO published it here anew): an unstage asked now is refused.
-    await s.work({ id: `letgo-${v.uuid}-stale`, op: "unstage", volumeId: v.id, stagingPath: staging, capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" } });
+    await s.work({
+      id: `letgo-${v.uuid}-stale`,
+      op: "unstage",
+      volumeId: v.id,
+      stagingPath: staging,
+      capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" },
+    });
     assert.equal(await isMountPoint(staging), true, "the staging stays mounted");
     assert.notEqual(await findByBackingFile(v.ctx.imagePath as string, { evenDeleted: true }), undefined, "the loop device stays attached");
     await s.node.NodeUnstageVolume({ volume_id: v.id, staging_target_path: staging });
