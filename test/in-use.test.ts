@@ -100,6 +100,7 @@ describe("a volume a node holds is not deleted (the Swarm sequence)", { skip: wh
     await s.work({
       id: `letgo-${v.uuid}-stale`,
       op: "unstage",
+      afterRelease: true,
       volumeId: v.id,
       stagingPath: staging,
       capability: { accessType: "mount", accessMode: "SINGLE_NODE_WRITER" },

@@ -77,6 +77,11 @@ export const NodeWork = z.object({
   capability: Capability,
   readOnly: z.boolean().default(false),
   publishContext: z.record(z.string(), z.string()).default({}),
+  /**
+   * An unstage that follows a claim's release (ControllerUnpublishVolume's let-go): stale, and
+   * refused, once the node holds a claim on the volume again (the CO published it there anew).
+   */
+  afterRelease: z.boolean().optional(),
 });
 export type NodeWork = z.input<typeof NodeWork>;
 

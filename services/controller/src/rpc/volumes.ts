@@ -166,6 +166,7 @@ export const controllerUnpublishVolume: ControllerRpc<"ControllerUnpublishVolume
       cs.nodeWork.send(h.nodeId, {
         id: letGoWorkId(l.parts.uuid, h.nodeId, h.staged, ctx.requestId),
         op: "unstage",
+        afterRelease: true,
         volumeId: req.volume_id,
         stagingPath: h.staged,
         capability: h.capability,

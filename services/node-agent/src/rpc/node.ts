@@ -245,8 +245,8 @@ export interface WorkRunner {
  * node, and (work that uses a volume: stage, publish, limits) the volume's journal says this node
  * holds a claim on it. Anything else is refused (FailedPrecondition: the queue drops it, counts it
  * and logs it), never executed (docs/security.md, "Node work"). Letting go (unpublish, unstage)
- * needs no claim: it is what follows a claim's release; an unstage is refused once this node holds
- * a claim again (the let-go is stale).
+ * needs no claim: it is what follows a claim's release; a let-go (`afterRelease`) is refused once
+ * this node holds a claim again (it is stale).
  */
 export async function runWork(svc: NodeService, w: Work, me: WorkRunner): Promise<void> {
   if (me.subject !== nodeWorkSubjects.forNode(me.nodeId) || w.nodeId !== me.nodeId)
@@ -281,10 +281,11 @@ export async function runWork(svc: NodeService, w: Work, me: WorkRunner): Promis
     case "unpublish":
       return svc.unpublish({ ...(await check("NodeUnpublishVolume")), origin });
     case "unstage": {
-      // A let-go follows a claim's release (ControllerUnpublishVolume); once this node holds a
-      // claim again (the CO published the volume here anew), it is stale: the new staging stays.
+      // A let-go (afterRelease: ControllerUnpublishVolume's) follows a claim's release; once this
+      // node holds a claim again (the CO published the volume here anew), it is stale: the new
+      // staging stays. Other unstage work (a front-end without kubelet) runs as NodeUnstage does.
       const checked = await check("NodeUnstageVolume");
-      if (await me.claimed(w.volumeId))
+      if (w.afterRelease && (await me.claimed(w.volumeId)))
         throw new DriverError(
           "FailedPrecondition",
           `work ${quote(w.id, 64)}: this node holds a claim on volume ${quote(w.volumeId, 128)} again: a stale let-go, not executed`,
