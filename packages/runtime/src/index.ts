@@ -27,3 +27,4 @@ export * from "./rpc/endpoint.js";
 export * from "./rpc/redact.js";
 export * from "./rpc/server.js";
 export * from "./sent-ahead.js";
+export * from "./sentinel-promotion.js";

@@ -11,8 +11,11 @@
  *
  * `SentinelSafeRedis` connects again after an `end` it did not ask for (`quit()` or
  * `disconnect()` of ours mark the end as wanted), after REVIVE_MS, for as long as it is not closed.
+ * With sentinels in its options it also reaches a failover's new master as soon as that is one
+ * (sentinel-promotion.ts), a second before the sentinels' `+switch-master`.
  */
 import { Redis, type RedisOptions } from "ioredis";
+import { SentinelPromotions } from "./sentinel-promotion.js";
 
 /** The pause before a client that ended on its own connects again. */
 export const REVIVE_MS = 250;
@@ -27,18 +30,28 @@ export class SentinelSafeRedis extends Redis {
     options: Omit<RedisOptions, "replyMapping">,
     private readonly onRevive: () => void = () => {},
   ) {
-    super(url, options);
+    const promotions = options.sentinels?.length ? new SentinelPromotions(options) : undefined;
+    super(url, promotions ? { ...options, natMap: promotions.natMap } : options);
+    this.#promotions = promotions;
+    promotions?.follow(this);
     this.on("end", () => this.#revive());
   }
 
+  readonly #promotions?: SentinelPromotions;
+
   override disconnect(reconnect = false): void {
-    if (!reconnect) this.#closed = true;
+    if (!reconnect) this.#close();
     super.disconnect(reconnect);
   }
 
   override quit(callback?: (err?: Error | null, res?: "OK") => void): Promise<"OK"> {
-    this.#closed = true;
+    this.#close();
     return callback ? super.quit(callback) : super.quit();
+  }
+
+  #close(): void {
+    this.#closed = true;
+    this.#promotions?.close();
   }
 
   #revive(): void {
