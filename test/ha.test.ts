@@ -351,7 +351,10 @@ async function runFaultCase(fault: string, prefix: string, inject: (ctx: FaultCo
   // What we add was over the issue's second: the services' lines since the fault, to see where it went.
   if ((noted.firstOkAfterMs ?? 0) > FIRST_OK_MS)
     process.stderr.write(
-      `\n${fault}: first success ${noted.firstOkAfterMs} ms after the engine's event; the services' last lines of note:\n${recentLines.filter((l) => NOTABLE.test(l)).slice(-80).join("\n")}\n`,
+      `\n${fault}: first success ${noted.firstOkAfterMs} ms after the engine's event; the services' last lines of note:\n${recentLines
+        .filter((l) => NOTABLE.test(l))
+        .slice(-80)
+        .join("\n")}\n`,
     );
   assert.ok(ops.before > 0 && ops.after > 0, `${fault}: the load ran before and after the fault (${JSON.stringify(ops)})`);
   await checkState(fault);
