@@ -96,6 +96,8 @@ interface CaseFigures {
   promotedAfterMs?: number;
   /** Redis failovers: from the kill (or the ask) to the sentinels' +switch-master (the promotion seen and announced). */
   switchedAfterMs?: number;
+  /** NATS kills: every stream-leader election heard from the kill to the first success ("n2 +5212 ms"): more than one is the engine electing again. */
+  elections?: string[];
   /** From that election (or promotion) to the first call that succeeded after it: what we add to the engine. */
   firstOkAfterMs?: number;
   /** Longest window (ms) in which attempts failed and none succeeded. */
@@ -386,6 +388,10 @@ async function killStreamLeader(elections: LeaderElection[]): Promise<{ leader: 
  */
 const promotedAfter = (t: number, switchedAt: number) => Math.min(ha.sentinelEvents.after(t, "+failover-state-wait-promotion")?.at ?? switchedAt, switchedAt);
 
+/** The stream-leader elections heard from `from` to `to`, each as "n2 +5212 ms" (from `from`). */
+const electionsBetween = (elections: LeaderElection[], from: number, to: number) =>
+  elections.filter((e) => e.serverAt >= from - 50 && e.serverAt <= to).map((e) => `${e.leader} +${e.serverAt - from} ms`);
+
 /** SIGKILLs the Redis primary and waits for the sentinels' +switch-master; resolves with the kill's time, the promotion's and the switch's. */
 async function killRedisPrimary(): Promise<{ primary: LocalServer; killedAt: number; promotedAt: number; switchedAt: number }> {
   const primary = await ha.redisPrimary();
@@ -409,6 +415,7 @@ const engineFigures = (f: CaseFigures) => {
     f.switchedAfterMs === undefined ? "" : `; +switch-master ${f.switchedAfterMs} ms after ${origin}`,
     f.electedAfterMs === undefined ? "" : `; new leader elected ${f.electedAfterMs} ms after the kill`,
     f.promotedAfterMs === undefined ? "" : `; replica promoted ${f.promotedAfterMs} ms after ${origin}`,
+    (f.elections?.length ?? 0) > 1 ? `; elections heard until the first success: ${f.elections?.join(", ")}` : "",
     f.firstOkAfterMs === undefined
       ? ""
       : `; first success ${f.firstOkAfterMs} ms after ${f.electedAfterMs !== undefined && f.promotedAfterMs !== undefined ? "the later" : "it"}`,
@@ -469,7 +476,11 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000, ski
       await faultCase("NATS stream leader kill", "ha-a", async (ctx) => {
         const { leader, killedAt, elected } = await killStreamLeader(watch.elections);
         const okAt = await ctx.okAfter(elected.serverAt);
-        ctx.note({ electedAfterMs: elected.serverAt - killedAt, firstOkAfterMs: okAt - elected.serverAt });
+        ctx.note({
+          electedAfterMs: elected.serverAt - killedAt,
+          firstOkAfterMs: okAt - elected.serverAt,
+          elections: electionsBetween(watch.elections, killedAt, okAt),
+        });
         await leader.restart();
         await streamHealed();
       });
@@ -500,6 +511,7 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000, ski
           promotedAfterMs: redis.promotedAt - redis.killedAt,
           switchedAfterMs: redis.switchedAt - redis.killedAt,
           firstOkAfterMs: okAt - last,
+          elections: electionsBetween(watch.elections, nats.killedAt, okAt),
         });
         await Promise.all([nats.leader.restart(), redis.primary.restart()]);
         await Promise.all([streamHealed(), redisReplicaInSync(redis.primary)]);

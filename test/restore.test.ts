@@ -22,7 +22,7 @@ import { readFile, stat, truncate, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { DriverError, subjects } from "@csi/contracts";
-import { type BackupKey, BackupWriter, exportLogToFile, importLog, readBackupKey } from "@csi/journal/backup";
+import { type BackupKey, BackupWriter, exportLogToFile, importLog, readBackupKey, restoreUnderWay } from "@csi/journal/backup";
 import { JetStreamLog as EventLog } from "@csi/journal/log";
 import { type JournalTestEnv, journalTestEnv, runCsictl, type ServiceProcess, spawnService } from "@csi/testkit";
 import { jetstreamManager } from "@nats-io/jetstream";
@@ -373,6 +373,19 @@ async function restoreInProcess(backup: string, key: BackupKey, onStep?: (s: str
     await nc.close();
   }
 }
+
+test("a restore once seen under way lasts until the log exists again: a re-run makes its staging stream anew while the log is gone", async () => {
+  const cluster = "rsgap";
+  const jsm = await jetstreamManager(j.nc);
+  assert.equal(await restoreUnderWay(jsm, cluster), false, "no staging stream, no restore seen: none (a first start makes the log)");
+  assert.equal(await restoreUnderWay(jsm, cluster, true), true, "one seen, the log gone: the re-run is between its staging streams");
+  await new EventLog(j.nc, { cluster }).ensureStream();
+  try {
+    assert.equal(await restoreUnderWay(jsm, cluster, true), false, "the log written, no staging stream: ended");
+  } finally {
+    await jsm.streams.delete(subjects.streamName(cluster));
+  }
+});
 
 test("a restore stopped at each of its steps leaves the log as it was, or staged; a journal started meanwhile waits; the same restore run again completes it", async () => {
   const tmp = process.env.TMPDIR;

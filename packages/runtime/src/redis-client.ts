@@ -31,7 +31,9 @@ export class SentinelSafeRedis extends Redis {
     private readonly onRevive: () => void = () => {},
   ) {
     const promotions = options.sentinels?.length ? new SentinelPromotions(options) : undefined;
-    super(url, promotions ? { ...options, natMap: promotions.natMap } : options);
+    // With sentinels the switch is followed by `promotions` (at the promotion, and at +switch-master
+    // only if the client is elsewhere), not by ioredis' failover detector.
+    super(url, promotions ? { ...options, natMap: promotions.natMap, failoverDetector: false } : options);
     this.#promotions = promotions;
     promotions?.follow(this);
     this.on("end", () => this.#revive());

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { EARLY_HOLD_MS, earlyAddress, listedReplica, promotionAfter } from "./sentinel-promotion.js";
+import { EARLY_HOLD_MS, earlyAddress, listedReplica, promotionAfter, switchedTo } from "./sentinel-promotion.js";
 
 const WAIT = "+failover-state-wait-promotion";
 const waitFor = (name: string) => `slave 10.0.0.2:6380 10.0.0.2 6380 @ ${name} 10.0.0.1 6379`;
@@ -47,4 +47,11 @@ test("a replica counts only as SENTINEL REPLICAS lists it", () => {
   assert.equal(listedReplica(listed, { host: "10.0.0.9", port: 6380 }), false);
   assert.equal(listedReplica("ERR", { host: "10.0.0.2", port: 6380 }), false);
   assert.equal(listedReplica([["ip", "10.0.0.2"]], { host: "10.0.0.2", port: 6380 }), false);
+});
+
+test("+switch-master names the new master of our master name only", () => {
+  assert.deepEqual(switchedTo("+switch-master", "csi 10.0.0.1 6379 10.0.0.2 6380", "csi"), { host: "10.0.0.2", port: 6380 });
+  assert.equal(switchedTo("+switch-master", "other 10.0.0.1 6379 10.0.0.2 6380", "csi"), undefined);
+  assert.equal(switchedTo("+switch-master", "csi 10.0.0.1 6379 10.0.0.2", "csi"), undefined);
+  assert.equal(switchedTo("+sdown", "csi 10.0.0.1 6379 10.0.0.2 6380", "csi"), undefined);
 });

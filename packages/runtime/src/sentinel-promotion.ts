@@ -80,6 +80,13 @@ export function promotionAfter(
   return live;
 }
 
+/** The new master a `+switch-master` of our master names (`<master-name> <old-ip> <old-port> <new-ip> <new-port>`), or undefined. Pure. */
+export function switchedTo(channel: string, message: string, masterName: string): Address | undefined {
+  if (channel !== "+switch-master" || message.length > 1024) return undefined;
+  const w = message.split(" ");
+  return w.length === 5 && w[0] === masterName ? address(w[3], w[4]) : undefined;
+}
+
 /** The address a client asked of the master should connect to (ioredis' natMap, `key` = `host:port` the sentinels named). Pure. */
 /** Whether `to` is among a master's replicas as `SENTINEL REPLICAS` lists them (flat name/value arrays). Pure. */
 export function listedReplica(replicas: unknown, to: Address): boolean {
@@ -101,7 +108,9 @@ type SentinelOptions = Pick<RedisOptions, "sentinels" | "name" | "sentinelUserna
 /**
  * Hears the sentinels of `options` (every one: only a failover's leader announces its states) and
  * keeps the promotion under way. `natMap` goes into the client's options; `follow(client)` has the
- * client disconnected (to connect again at once) when it is connected to the master being left.
+ * client disconnected (to connect again at once) when it is connected to the master being left,
+ * and at `+switch-master` when it is not connected to the new master — in place of ioredis'
+ * failover detector, which would disconnect a client already on the new master once more.
  */
 export class SentinelPromotions {
   #promotion?: EarlyPromotion;
@@ -145,6 +154,8 @@ export class SentinelPromotions {
   }
 
   async #heard(sentinel: Redis, channel: string, message: string): Promise<void> {
+    const to = switchedTo(channel, message, this.#masterName);
+    if (to && this.#on() !== undefined && this.#on() !== `${to.host}:${to.port}`) this.#client?.disconnect(true);
     const before = this.#promotion;
     const next = promotionAfter(before, channel, message, this.#masterName, Date.now());
     if (!next || next === before) {
@@ -154,7 +165,12 @@ export class SentinelPromotions {
     const replicas = await sentinel.call("SENTINEL", "REPLICAS", this.#masterName).catch(() => undefined);
     if (!listedReplica(replicas, next.to) || this.#promotion !== before) return;
     this.#promotion = next;
+    if (this.#on() === next.from) this.#client?.disconnect(true);
+  }
+
+  /** Where the client is connected (`host:port`), if it is ready. */
+  #on(): string | undefined {
     const stream = this.#client?.stream;
-    if (this.#client?.status === "ready" && stream && `${stream.remoteAddress}:${stream.remotePort}` === next.from) this.#client.disconnect(true);
+    return this.#client?.status === "ready" && stream ? `${stream.remoteAddress}:${stream.remotePort}` : undefined;
   }
 }

@@ -178,12 +178,13 @@ const RESTORE_POLL_MS = 2000;
 
 /**
  * Waits while a restore of the cluster's event log is under way or was interrupted (its staging
- * stream exists; log/backup/io.ts): a journal never serves, nor creates, a log half restored.
+ * stream exists; once one was seen, until the log exists again: log/backup/io.ts): a journal never
+ * serves, nor creates, a log half restored.
  */
 async function untilNoRestore(nc: NatsConnection, cluster: string, log: Logger): Promise<void> {
   const jsm = await jetstreamManager(nc);
   let told = false;
-  while (await restoreUnderWay(jsm, cluster)) {
+  while (await restoreUnderWay(jsm, cluster, told)) {
     if (!told)
       log.warn(
         { stream: subjects.restoreStreamName(cluster) },

@@ -86,6 +86,40 @@ describe("guardedLog", () => {
     reach.stop();
   });
 
+  test("a read unanswered for READ_SUSPECT_MS, the log not known down, has it probed: no answer marks it down, and the read is asked again when it answers", {
+    timeout: 20_000,
+  }, async () => {
+    const { reach, state, probeAnswered } = setup();
+    let asks = 0;
+    const hanging = new MemoryLog({ cluster: "g3" });
+    const real = hanging.lastSeqOf.bind(hanging);
+    // Asked of a stream whose leader just died, by a journal whose connection was elsewhere: nothing marks the log down.
+    hanging.lastSeqOf = (subject) => (++asks === 1 ? new Promise<number>(() => {}) : real(subject));
+    state.unreachable = true;
+    const read = guardedLog(hanging, reach).lastSeqOf("csi.g3.evt.vol.x");
+    const back = probeAnswered();
+    // The suspicion's probe finds no answer: the log is down, the probe loop runs.
+    while (reach.down() === undefined) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(asks, 1, "not asked again while the log is down");
+    state.unreachable = false;
+    await back;
+    assert.equal(await read, 0, "answered by the second ask");
+    assert.equal(asks, 2);
+    reach.stop();
+  });
+
+  test("a read merely slow, the log answering, is asked once more when the suspicion's probe answers", { timeout: 20_000 }, async () => {
+    const { reach } = setup();
+    let asks = 0;
+    const slow = new MemoryLog({ cluster: "g4" });
+    const real = slow.lastSeqOf.bind(slow);
+    slow.lastSeqOf = (subject) => (++asks === 1 ? new Promise<number>(() => {}) : real(subject));
+    assert.equal(await guardedLog(slow, reach).lastSeqOf("csi.g4.evt.vol.x"), 0);
+    assert.equal(asks, 2);
+    assert.equal(reach.down(), undefined, "a probe that answered marks nothing down");
+    reach.stop();
+  });
+
   test("what a read's own batch handler throws does not mark the log down", async () => {
     const { log, reach } = setup();
     const body = { type: "NameReserved" as const, kind: "volume" as const, name: "n", uuid: "00000000-0000-4000-8000-000000000001" };

@@ -30,6 +30,15 @@ export const LOG_PROBE_TIMEOUT_MS = 1_000;
  * up at most this long after the leader answers.
  */
 export const PROBE_EVERY_MS = 100;
+/**
+ * A read unanswered this long, the log not known down, has the log probed (`suspect`): a read asked
+ * of a stream whose leader just died is never answered (nats-server says nothing until the
+ * client's 5 s timeout), and a journal whose connection was not on the dead node learnt of the
+ * death only from that timeout — its command's first success came 1.3–1.5 s after the new
+ * leader's election (2 of 10 leader kills, `scripts/loop-leader-kill.ts`). JetStream answers a
+ * read in milliseconds; under two CPU hogs in tens.
+ */
+export const READ_SUSPECT_MS = 500;
 /** Probes waiting for an answer at most (a timeout's worth at PROBE_EVERY_MS). */
 const PROBES_IN_FLIGHT = Math.ceil(LOG_PROBE_TIMEOUT_MS / PROBE_EVERY_MS);
 
@@ -38,6 +47,7 @@ export class LogReachability {
   /** When the log was last found unreachable (epoch ms): the probe wants signs of life since. */
   #downSince?: number;
   #probing = false;
+  #suspecting = false;
   #inFlight = 0;
   #stopped = false;
   #pause?: { timer: NodeJS.Timeout; done: () => void };
@@ -67,6 +77,27 @@ export class LogReachability {
     this.#down = shortReason(why);
     this.#downSince = Date.now();
     void this.#probeUntilUp();
+  }
+
+  /**
+   * A read has had no answer for READ_SUSPECT_MS while the log was not known down: one probe. No
+   * answer either: the log is down (`failed`, so the probe loop runs and the reads are asked again
+   * when it answers). An answer: the reads waiting are asked again now (one asked while the stream
+   * had no leader is never answered; one merely slow is asked once more, and the new ask answers).
+   */
+  suspect(): void {
+    if (this.#down !== undefined || this.#suspecting || this.#stopped) return;
+    this.#suspecting = true;
+    this.probe()
+      .then(
+        () => {
+          if (this.#down === undefined && !this.#stopped) for (const f of [...this.#onUp]) f();
+        },
+        (err: unknown) => this.failed(reasonOf(err)),
+      )
+      .finally(() => {
+        this.#suspecting = false;
+      });
   }
 
   /** Readiness: the reason while down; else one probe (a failure marks it down). */
@@ -163,7 +194,9 @@ export function guardedLog(inner: EventLog, reach: LogReachability): EventLog {
   /**
    * A read asked again as soon as the log answers again: one asked of a stream whose leader died
    * with it (no answer until its timeout, 5 s) would otherwise hold its command past the new
-   * leader's election. Reads only: an append asked twice could land twice.
+   * leader's election. One unanswered for READ_SUSPECT_MS has the log probed (`suspect`), so a
+   * journal that had not noticed the death finds out without waiting for that timeout. Reads
+   * only: an append asked twice could land twice.
    */
   const reread = <T>(f: () => Promise<T>): Promise<T> =>
     new Promise<T>((resolve, reject) => {
@@ -173,14 +206,19 @@ export function guardedLog(inner: EventLog, reach: LogReachability): EventLog {
         const off = reach.onUp(() => {
           if (mine === latest) ask();
         });
+        const suspicion = setTimeout(() => mine === latest && reach.suspect(), READ_SUSPECT_MS);
+        const settled = () => {
+          off();
+          clearTimeout(suspicion);
+        };
         // Only the latest ask settles the read: an abandoned one's late answer (or timeout) is dropped.
         f().then(
           (v) => {
-            off();
+            settled();
             if (mine === latest) resolve(v);
           },
           (err: unknown) => {
-            off();
+            settled();
             if (mine === latest) reject(err);
           },
         );
