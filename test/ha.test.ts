@@ -32,7 +32,7 @@ import { listed } from "../scripts/lib/chaos/observe.js";
 import { type HaServers, redisReplicaInSync, untilSeen } from "../scripts/lib/ha-servers.js";
 import { type LeaderElection, watchLeaderElections } from "../scripts/lib/ha-watch.js";
 import { type AttemptMark, attemptsIn, longestFailureWindow, throughput } from "../scripts/lib/load-figures.js";
-import { plannedRedisFailover, rollingNatsRestart } from "../scripts/lib/planned-restarts.js";
+import { healedOrRestarted, plannedRedisFailover, rollingNatsRestart } from "../scripts/lib/planned-restarts.js";
 import { seeded } from "../scripts/lib/random.js";
 import { type Stack, startStack } from "../scripts/lib/stack.js";
 
@@ -266,9 +266,6 @@ async function checkState(label: string): Promise<void> {
   }
 }
 
-/** Every replica of the event stream current again (a restarted node has caught up): waits while the replicas make progress. */
-const streamHealed = () => ha.streamHealed(STREAM);
-
 /** What a fault's injection can ask of the load around it. */
 interface FaultContext {
   /** Waits for a call that succeeded at or after `t` (epoch ms) and resolves with when it ended. */
@@ -482,7 +479,7 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000, ski
           elections: electionsBetween(watch.elections, killedAt, okAt),
         });
         await leader.restart();
-        await streamHealed();
+        await healedOrRestarted(ha, leader);
       });
     } finally {
       watch.stop();
@@ -514,7 +511,7 @@ describe("HA: NATS cluster + Redis Sentinel under load", { timeout: 600_000, ski
           elections: electionsBetween(watch.elections, nats.killedAt, okAt),
         });
         await Promise.all([nats.leader.restart(), redis.primary.restart()]);
-        await Promise.all([streamHealed(), redisReplicaInSync(redis.primary)]);
+        await Promise.all([healedOrRestarted(ha, nats.leader), redisReplicaInSync(redis.primary)]);
       });
     } finally {
       watch.stop();

@@ -86,9 +86,11 @@ export async function plannedNatsRestart(ha: HaServers, node: LocalServer): Prom
  * A restarted node whose replicas stay behind, every other replica current (nats-server 2.10.27
  * under load: the node heard its leaders, they never heard it; nats-io/nats-server#8319 is the
  * open report of a replica that never syncs after a restart), is restarted once more — which
- * brought it back where it stood still for minutes — then waited for with the usual patience.
+ * brought it back where it stood still for minutes — then waited for with the usual patience. A
+ * node restarted after a kill (test/ha.test.ts) is waited for the same way: one stayed "behind"
+ * for 180 s after a leader kill in a loop of them under load.
  */
-async function healedOrRestarted(ha: HaServers, node: LocalServer): Promise<void> {
+export async function healedOrRestarted(ha: HaServers, node: LocalServer): Promise<void> {
   for (let again = 1; again <= RESTARTS_WHEN_STUCK; again++) {
     const healed = await ha.streamsHealed(STUCK_MS).then(
       () => true,
