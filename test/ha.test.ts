@@ -342,8 +342,8 @@ async function runFaultCase(fault: string, prefix: string, inject: (ctx: FaultCo
     ops,
     opsPerSec: { before: throughput(load.done, t0, tFault), during: throughput(load.done, tFault, tBack), after: throughput(load.done, tBack, tEnd) },
   });
-  // A window over the second: every attempt that ran in it (and the second before), to see what held the calls.
-  if (window.ms > FIRST_OK_MS && window.from !== undefined)
+  // A window over the second (or HA_WINDOW_STORY_MS): every attempt that ran in it (and the second before), to see what held the calls.
+  if (window.ms > Number(process.env.HA_WINDOW_STORY_MS ?? FIRST_OK_MS) && window.from !== undefined)
     process.stderr.write(
       `\n${fault}: failure window ${window.ms} ms; the attempts in it (from its first failure):\n${attemptsIn(load.marks, window.from - 1000, window.from + window.ms, window.from).join("\n")}\n`,
     );

@@ -244,3 +244,41 @@ test("round trips: a create and a snapshot make three (lock + read, one write of
     "DeleteVolume",
   );
 });
+
+test("locks whose release did not get through (Redis away for a moment) are released once it answers, not at their TTL", { timeout: 60_000 }, async () => {
+  const cluster = resolveClusters({ clusters: [{ clusterID: CLUSTER, pools: [{ name: "default", id: 1, root: path.join(dir, "pool-rl") }] }] }, dir).get(
+    CLUSTER,
+  );
+  assert.ok(cluster);
+  const rlLog = new MemoryLog({ cluster: CLUSTER, instance: cluster.instance });
+  const rlStore = new MemoryStore();
+  const logger = createLogger("runner-test", "silent");
+  const rlProjector = new Projector(rlLog, rlStore, logger, { waitMs: 2000 });
+  // A TTL far past this test's patience: only an early release lets the retry through.
+  const j = testJournal({
+    cluster,
+    pools: new Map([["default", new FilePool({ name: "default", id: 1, root: path.join(dir, "pool-rl") })]]),
+    log: rlLog,
+    store: rlStore,
+    projector: rlProjector,
+    logger,
+    lockTtlMs: 600_000,
+  });
+  await rlProjector.start();
+  const real = rlStore.applyAndUnlock.bind(rlStore);
+  let failures = 2; // the run's write and its release after the catch-up: Redis is away
+  rlStore.applyAndUnlock = (...args) =>
+    failures-- > 0 ? Promise.reject(new DriverError("Unavailable", "redis unavailable: the Redis connection is reconnecting")) : real(...args);
+  const req = { requestId: "rl-1", name: "pvc-rl", sizeBytes: MiB, limitBytes: 0, parameters: {}, capabilities: [cap] };
+  await j.createVolume(req).catch(() => {});
+  assert.equal(failures, 0, "both writes failed as arranged");
+  // The CO's retry, again and again while the name is locked (Aborted); a lock left to its TTL would hold it for 10 minutes.
+  for (;;) {
+    const r = await j.createVolume({ ...req, requestId: "rl-2" }).then(
+      (v) => ({ v }),
+      (err: unknown) => ({ err }),
+    );
+    if ("v" in r) break;
+    assert.ok(r.err instanceof DriverError && r.err.code === "Aborted", `only the lock may refuse the retry: ${String(r.err)}`);
+  }
+});

@@ -7,6 +7,7 @@ import { type Address, endsAggregate } from "../fold/evolve.js";
 import { imageOwner } from "../fold/kinds.js";
 import { eventsOf } from "../fold/log-record.js";
 import { isFenced } from "../log/port.js";
+import type { LockOn } from "./decider.js";
 import type { RunIO } from "./run-deps.js";
 import { poolIn } from "./run-effects.js";
 import { type RunLocks, subjectOfAddress } from "./run-read.js";
@@ -38,8 +39,10 @@ export async function finish(io: RunIO, locks: RunLocks, o: { err?: unknown; ans
       await d.store.applyAndUnlock(trails, [], locks.token);
     }
   } catch (applyErr) {
-    if (trails.length === 0) d.logger.warn({ err: applyErr, requestId: io.requestId }, "could not release locks: they expire by their TTL");
-    else {
+    if (trails.length === 0) {
+      d.logger.warn({ err: applyErr, requestId: io.requestId }, "could not release locks: released once Redis answers, or they expire by their TTL");
+      releaseLater(io, held, locks.token);
+    } else {
       // The events are in the log: a catch-up from it writes them (whoever's write got through
       // first, the watermark makes the other a no-op). The locks go either way (the name's next
       // run is fenced off by the log if the projection is still behind it); the marks only with a
@@ -56,11 +59,33 @@ export async function finish(io: RunIO, locks: RunLocks, o: { err?: unknown; ans
         { err: applyErr, requestId: io.requestId, released },
         applied ? "could not apply events after append: caught up from the log" : "could not apply events after append, nor catch up from the log",
       );
+      if (!released) releaseLater(io, held, locks.token);
     }
   }
   d.observeFold?.(state.appended.length, state.fold.evolutions);
   if (isFenced(err)) await d.projector.catchUp().catch(() => {});
   return applied;
+}
+
+/** How often a release that did not get through is tried again. */
+const RELEASE_AGAIN_MS = 25;
+
+/**
+ * Locks whose release did not get through (Redis away for a moment: a Sentinel failover's
+ * reconnect) released in the background as soon as Redis answers, until their TTL would free them
+ * anyway: the CO's retry of the same name need not wait out the TTL (a CreateSnapshot's retry
+ * waited ~0.9 s for its first try's lock in ha.test's planned failover). A release is by the run's
+ * token: it never frees another run's lock; one that already got through (its reply lost) is a
+ * no-op.
+ */
+function releaseLater(io: RunIO, held: LockOn[], token: string): void {
+  if (held.length === 0) return;
+  const until = Date.now() + io.d.lockTtlMs;
+  const again = () => {
+    if (Date.now() >= until) return;
+    io.d.store.release(held, token).catch(() => setTimeout(again, RELEASE_AGAIN_MS).unref());
+  };
+  setTimeout(again, RELEASE_AGAIN_MS).unref();
 }
 
 /** After being fenced off: an image this run made whose aggregate another writer ended is an orphan (named after our uuid): remove it. */
